@@ -1,0 +1,1 @@
+"""mtk.containers."""

@@ -1,0 +1,1 @@
+"""mtk.data_jobs."""

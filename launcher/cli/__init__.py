@@ -1,0 +1,58 @@
+"""``mtk``: the command line. Each verb is its own module, imported only when that verb runs.
+
+``mtk --help`` therefore imports click and this file only (no pydantic, torch, docker, kubernetes, boto3).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+# verb -> (module, one-line help). Only verbs that work are listed.
+VERBS: dict[str, tuple[str, str]] = {
+    "validate": ("mtk.launcher.cli.validate", "Check a job spec and print the resolved spec and derived figures."),
+    "render": ("mtk.launcher.cli.render", "Write the files a backend would submit, without submitting."),
+    "launch": ("mtk.launcher.cli.launch", "Render and submit a job (or --dry-run to show what would run)."),
+    "status": ("mtk.launcher.cli.status", "Show the state of each step of a run."),
+    "logs": ("mtk.launcher.cli.logs", "Print (or follow) a run's logs."),
+    "cancel": ("mtk.launcher.cli.cancel", "Cancel every step of a run."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(VERBS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in VERBS:
+            return None
+        return importlib.import_module(VERBS[name][0]).command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, help_) for name, (_, help_) in VERBS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="mtk")
+def cli() -> None:
+    """mtk: build, launch and run Megatron-Core pretraining from one typed job spec.
+
+    JOB.yaml defaults to ./mtk.yaml.
+    """
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return cli.main(args=argv, prog_name="mtk", standalone_mode=True) or 0
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""Options and error handling shared by the CLI verbs."""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import click
+
+BACKENDS = ("local", "slurm", "eks")
+
+job_argument = click.argument("job_file", metavar="[JOB.yaml]", default="mtk.yaml", required=False)
+set_option = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+                          help="Override a spec field, e.g. --set train.iterations=50 (repeatable).")
+backend_option = click.option("--backend", "-b", type=click.Choice(BACKENDS), default="local", show_default=True,
+                              help="Where to run.")
+runs_dir_option = click.option("--runs-dir", default="runs", show_default=True,
+                               help="Where run names are looked up when RUN is not a path.")
+
+
+def fail(message: str, code: int = 1) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def handles_spec_errors(fn):
+    """Turn SpecError into a field-named message and exit code 2 (no traceback)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from ..spec import SpecError
+
+        try:
+            return fn(*args, **kwargs)
+        except SpecError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+
+    return wrapper
+
+
+def load(job_file: str, overrides, backend: str | None, check_files: bool = False):
+    from ..spec import load_job
+
+    return load_job(job_file, list(overrides), backend=backend, check_files=check_files)

@@ -1,0 +1,45 @@
+"""``mtk launch``: validate, render into a new run dir, submit (unless --dry-run)."""
+
+from __future__ import annotations
+
+import click
+
+from .common import backend_option, handles_spec_errors, job_argument, load, set_option
+
+
+@click.command("launch")
+@job_argument
+@set_option
+@backend_option
+@click.option("--dry-run", is_flag=True, help="Write the run files and print the commands; submit nothing.")
+@click.option("--run-dir", default=None, help="Use this run dir instead of <runs_dir>/<name>-<time>.")
+@click.option("--follow/--no-follow", default=None, help="Stream logs after submitting (default: local only).")
+@handles_spec_errors
+def command(job_file, overrides, backend, dry_run, run_dir, follow):
+    """Launch JOB.yaml on a backend."""
+    from ..backends import get_backend
+    from ..runs import new_run_dir
+
+    job = load(job_file, overrides, backend, check_files=backend in ("local", "slurm"))
+    target = run_dir or str(new_run_dir(job.cluster.runs_dir, job.name))
+    impl = get_backend(backend)
+    artifacts = impl.render(job, target)
+    artifacts.write()
+    if dry_run:
+        click.echo(artifacts.describe())
+        click.echo("dry run: nothing submitted")
+        return
+    run = impl.submit(job, artifacts)
+    run.save()
+    for step, ident in run.ids.items():
+        click.echo(f"{step}: {ident}")
+    click.echo(f"run: {run.run_dir}")
+    if follow if follow is not None else backend == "local":
+        for line in impl.logs(run, follow=True):
+            click.echo(line, nl=False)
+        states = impl.status(run)
+        failed = [s for s in states if s.state != "COMPLETED"]
+        if failed:
+            for s in failed:
+                click.echo(f"{s.step}: {s.state} exit={s.exit_code} {s.reason}", err=True)
+            raise SystemExit(1)

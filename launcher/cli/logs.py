@@ -1,0 +1,23 @@
+"""``mtk logs``: print or follow a run's output, wherever the backend wrote it."""
+
+from __future__ import annotations
+
+import click
+
+from .common import runs_dir_option
+
+
+@click.command("logs")
+@click.argument("run_ref", metavar="RUN")
+@runs_dir_option
+@click.option("--follow", "-f", is_flag=True, help="Keep printing until the step ends.")
+@click.option("--step", default=None, help="getdata, preprocess or train (default: the latest started).")
+@click.option("--node", default=None, help="Only lines from this node/pod.")
+def command(run_ref, runs_dir, follow, step, node):
+    """Print the logs of RUN."""
+    from ..backends import get_backend
+    from ..runs import find_run
+
+    run = find_run(run_ref, runs_dir)
+    for line in get_backend(run.backend).logs(run, follow=follow, step=step, node=node):
+        click.echo(line, nl=False)

@@ -1,0 +1,32 @@
+"""``mtk status``: per-step state of a run."""
+
+from __future__ import annotations
+
+import click
+
+from .common import runs_dir_option
+
+
+@click.command("status")
+@click.argument("run_ref", metavar="RUN")
+@runs_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def command(run_ref, runs_dir, as_json):
+    """Show each step of RUN (a run dir or run name)."""
+    import json
+    from dataclasses import asdict
+
+    from ..backends import get_backend
+    from ..runs import find_run
+
+    run = find_run(run_ref, runs_dir)
+    states = get_backend(run.backend).status(run)
+    if as_json:
+        click.echo(json.dumps([asdict(s) for s in states], indent=2))
+        return
+    click.echo(f"run {run.name} ({run.backend}) {run.run_dir}")
+    for s in states:
+        code = "" if s.exit_code is None else f" exit={s.exit_code}"
+        click.echo(f"  {s.step:<12} {s.state:<10} {s.id}{code} {s.reason}".rstrip())
+        for line in s.log_tail:
+            click.echo(f"      | {line}")

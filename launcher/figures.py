@@ -1,0 +1,100 @@
+"""Derived figures shown by ``mtk validate``: sizes, batch arithmetic, parameter count and memory per GPU.
+
+Parameter count follows Megatron-Core's GPTModel layout (QKV with GQA, MLP with GELU or SwiGLU, norms,
+embeddings, untied output layer, MoE experts). The memory estimate is the standard mixed-precision Adam
+accounting (weights + main grads + fp32 master/moments), without activations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+from .spec.checks import data_parallel_size
+
+if TYPE_CHECKING:
+    from .spec import Job
+
+
+def padded_vocab(vocab: int, divisible_by: int, tp: int) -> int:
+    multiple = divisible_by * tp
+    return -(-vocab // multiple) * multiple
+
+
+def parameter_counts(job: Job) -> tuple[int, int]:
+    """(total, active per token) parameters."""
+    m, tp = job.model, job.parallel.tp
+    h, f, layers = m.hidden_size, m.ffn, m.num_layers
+    vocab = padded_vocab(m.vocab_size, m.make_vocab_size_divisible_by, tp)
+    kv = h // m.num_attention_heads * m.query_groups
+    bias = 1 if m.add_bias_linear else 0
+    attention = h * (h + 2 * kv) + (h + 2 * kv) * bias + h * h + h * bias
+    mlp_matrices = 3 if m.activation == "swiglu" else 2
+    mlp_out = (2 * f if m.activation == "swiglu" else f) * bias + h * bias
+
+    def mlp(ffn: int) -> int:
+        return mlp_matrices * h * ffn + mlp_out
+
+    norm = 2 * h if m.normalization == "LayerNorm" else h
+    experts = m.moe.num_experts
+    if experts:
+        expert_ffn = m.moe.ffn_hidden_size or f
+        mlp_total = experts * mlp(expert_ffn) + h * experts
+        mlp_active = m.moe.router_topk * mlp(expert_ffn) + h * experts
+    else:
+        mlp_total = mlp_active = mlp(f)
+    per_layer_fixed = attention + 2 * norm
+    embeddings = vocab * h + (m.max_positions * h if m.position_embedding == "learned_absolute" else 0)
+    output = vocab * h if m.untie_embeddings else 0
+    fixed = embeddings + output + norm
+    total = fixed + layers * (per_layer_fixed + mlp_total)
+    active = fixed + layers * (per_layer_fixed + mlp_active)
+    return total, active
+
+
+@dataclass(frozen=True)
+class Figures:
+    world_size: int
+    data_parallel: int
+    micro_batches_per_step: int
+    parameters: int
+    active_parameters: int
+    tokens_per_step: int
+    parameters_per_gpu: int
+    gib_per_gpu: float
+    gib_per_gpu_distributed_optimizer: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def bytes_per_parameter(precision: str, dp: int, distributed: bool) -> float:
+    """Weights + grads + optimizer state. Mixed precision: 2 + 4 + 12 (fp32 master, Adam m, v).
+
+    With the distributed optimizer the 12 bytes of fp32 state are sharded over data-parallel ranks.
+    fp32 training: 4 (weights) + 4 (grads) + 8 (Adam m, v).
+    """
+    if precision == "fp32":
+        weights, grads, state = 4, 4, 8
+    else:
+        weights, grads, state = 2, 4, 12
+    return weights + grads + (state / dp if distributed else state)
+
+
+def compute(job: Job) -> Figures:
+    p, t = job.parallel, job.train
+    dp = data_parallel_size(job)
+    total, active = parameter_counts(job)
+    per_gpu = total // (p.tp * p.pp) if not job.model.moe.num_experts else total // (p.tp * p.pp * p.ep)
+    gib = 1024**3
+    return Figures(
+        world_size=job.cluster.world_size,
+        data_parallel=dp,
+        micro_batches_per_step=t.global_batch_size // (t.micro_batch_size * dp) if dp else 0,
+        parameters=total,
+        active_parameters=active,
+        tokens_per_step=t.global_batch_size * job.model.seq_length,
+        parameters_per_gpu=per_gpu,
+        gib_per_gpu=round(per_gpu * bytes_per_parameter(t.precision, dp, False) / gib, 2),
+        gib_per_gpu_distributed_optimizer=round(per_gpu * bytes_per_parameter(t.precision, dp, True) / gib, 2),
+    )

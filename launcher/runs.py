@@ -1,0 +1,63 @@
+"""The run record: enough to find a run again from another shell (backend, ids, paths, time)."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .backends import atomic_write
+
+RECORD = "run.json"
+JOB_FILE = "job.json"
+
+
+@dataclass
+class Run:
+    """A submitted run. ``ids`` maps step name -> backend id (Slurm job id, pid, object name)."""
+
+    backend: str
+    run_dir: str
+    name: str
+    created: float = field(default_factory=time.time)
+    ids: dict[str, str] = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def job_file(self) -> Path:
+        return Path(self.run_dir) / JOB_FILE
+
+    def save(self) -> Path:
+        path = Path(self.run_dir) / RECORD
+        atomic_write(path, json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> Run:
+        return cls(**json.loads(Path(path).read_text()))
+
+
+def new_run_dir(runs_dir: str | Path, name: str, now: float | None = None) -> Path:
+    """``<runs_dir>/<name>-<UTC timestamp>``, made absolute so every node resolves the same path."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now if now is not None else time.time()))
+    base = Path(runs_dir).expanduser().absolute() / f"{name}-{stamp}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+def find_run(ref: str, runs_dir: str | Path = "runs") -> Run:
+    """Resolve RUN: a run dir, its run.json, or a run name under ``runs_dir`` (newest match wins)."""
+    candidate = Path(ref)
+    if candidate.is_file():
+        return Run.load(candidate)
+    if (candidate / RECORD).is_file():
+        return Run.load(candidate / RECORD)
+    root = Path(runs_dir)
+    matches = sorted((p for p in root.glob(f"{ref}*") if (p / RECORD).is_file()), key=lambda p: p.name)
+    if not matches:
+        raise FileNotFoundError(f"no run '{ref}': pass a run dir (with {RECORD}) or a run name under {root}/")
+    return Run.load(matches[-1] / RECORD)

@@ -1,0 +1,235 @@
+"""Cross-field checks that run before any cluster time is spent.
+
+Each check is a small function ``(job, backend) -> list[Problem]`` so a failure names both fields and values,
+and all problems are reported at once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .errors import Problem
+
+if TYPE_CHECKING:
+    from .job import Job
+
+Check = Callable[["Job", "str | None"], list[Problem]]
+CHECKS: list[Check] = []
+
+
+def check(fn: Check) -> Check:
+    CHECKS.append(fn)
+    return fn
+
+
+def data_parallel_size(job: Job) -> int:
+    """DP = GPUs / (TP × PP × CP), as Megatron-Core derives it."""
+    p = job.parallel
+    return job.cluster.world_size // (p.tp * p.pp * p.cp)
+
+
+@check
+def gpus_divisible_by_model_parallel(job: Job, backend) -> list[Problem]:
+    p, c = job.parallel, job.cluster
+    mp = p.tp * p.pp * p.cp
+    if c.world_size % mp:
+        return [Problem("cluster.procs_per_node", f"nodes × procs_per_node = {c.nodes} × {c.procs_per_node} = "
+                        f"{c.world_size} GPUs is not divisible by parallel.tp × pp × cp = {p.tp} × {p.pp} × {p.cp}"
+                        f" = {mp}; change the node count or the parallel sizes", c.world_size)]
+    return []
+
+
+@check
+def heads_divisible_by_tp(job: Job, backend) -> list[Problem]:
+    m, tp = job.model, job.parallel.tp
+    out = []
+    if m.num_attention_heads % tp:
+        out.append(Problem("model.num_attention_heads", f"{m.num_attention_heads} heads must be a multiple of "
+                           f"parallel.tp ({tp}); pick a tp that divides it", m.num_attention_heads))
+    if m.num_query_groups is not None and m.num_attention_heads % m.num_query_groups:
+        out.append(Problem("model.num_query_groups", f"must divide num_attention_heads "
+                           f"({m.num_attention_heads})", m.num_query_groups))
+    elif m.query_groups % tp and m.num_attention_heads % tp == 0:
+        out.append(Problem("model.num_query_groups", f"{m.query_groups} query groups must be a multiple of "
+                           f"parallel.tp ({tp})", m.query_groups))
+    if m.hidden_size % m.num_attention_heads:
+        out.append(Problem("model.hidden_size", f"must be a multiple of num_attention_heads "
+                           f"({m.num_attention_heads})", m.hidden_size))
+    return out
+
+
+@check
+def layers_divisible_by_pp(job: Job, backend) -> list[Problem]:
+    m, p = job.model, job.parallel
+    stages = p.pp * (p.virtual_pp or 1)
+    if m.num_layers % stages:
+        what = f"parallel.pp × virtual_pp ({p.pp} × {p.virtual_pp})" if p.virtual_pp else f"parallel.pp ({p.pp})"
+        return [Problem("model.num_layers", f"{m.num_layers} layers must be a multiple of {what}", m.num_layers)]
+    if p.virtual_pp and p.pp == 1:
+        return [Problem("parallel.virtual_pp", "interleaved stages need parallel.pp > 1", p.virtual_pp)]
+    return []
+
+
+@check
+def global_batch_divisible(job: Job, backend) -> list[Problem]:
+    t = job.train
+    dp = data_parallel_size(job)
+    if dp and t.global_batch_size % (t.micro_batch_size * dp):
+        return [Problem("train.global_batch_size", f"{t.global_batch_size} is not divisible by "
+                        f"train.micro_batch_size × data-parallel size = {t.micro_batch_size} × {dp} = "
+                        f"{t.micro_batch_size * dp}; use a multiple of it", t.global_batch_size)]
+    return []
+
+
+@check
+def seq_fits_positions(job: Job, backend) -> list[Problem]:
+    m = job.model
+    out = []
+    if m.max_position_embeddings is not None and m.seq_length > m.max_position_embeddings:
+        out.append(Problem("model.seq_length", f"exceeds model.max_position_embeddings "
+                           f"({m.max_position_embeddings}); lower it or raise max_position_embeddings",
+                           m.seq_length))
+    cp = job.parallel.cp
+    if cp > 1 and m.seq_length % (2 * cp):
+        out.append(Problem("model.seq_length", f"must be a multiple of 2 × parallel.cp ({2 * cp}) for context "
+                           "parallelism", m.seq_length))
+    return out
+
+
+@check
+def sequence_parallel_needs_tp(job: Job, backend) -> list[Problem]:
+    p = job.parallel
+    if p.sequence_parallel and p.tp == 1:
+        return [Problem("parallel.sequence_parallel", "needs parallel.tp > 1 (it shards activations over "
+                        "tensor-parallel ranks); set tp ≥ 2 or turn it off", True)]
+    return []
+
+
+@check
+def moe_sizes(job: Job, backend) -> list[Problem]:
+    moe, p = job.model.moe, job.parallel
+    out = []
+    if moe.num_experts == 0:
+        if p.ep > 1:
+            out.append(Problem("parallel.ep", "expert parallelism needs model.moe.num_experts > 0", p.ep))
+        return out
+    if moe.num_experts % p.ep:
+        out.append(Problem("model.moe.num_experts", f"{moe.num_experts} experts must be divisible by "
+                           f"parallel.ep ({p.ep})", moe.num_experts))
+    if moe.router_topk > moe.num_experts:
+        out.append(Problem("model.moe.router_topk", f"cannot exceed model.moe.num_experts ({moe.num_experts})",
+                           moe.router_topk))
+    world = job.cluster.world_size
+    if world % (p.tp * p.pp * p.ep):
+        out.append(Problem("parallel.ep", f"parallel.tp × pp × ep = {p.tp} × {p.pp} × {p.ep} must divide the "
+                           f"{world} GPUs (experts are sharded across data-parallel ranks)", p.ep))
+    if p.ep > 1 and p.cp > 1:
+        out.append(Problem("parallel.ep", "expert parallel together with context parallel is not supported "
+                           "by mtk yet; use one of them", p.ep))
+    return out
+
+
+@check
+def precision_fits_device(job: Job, backend) -> list[Problem]:
+    t, c = job.train, job.cluster
+    if c.device == "cpu" and t.precision in ("fp16", "fp8"):
+        return [Problem("train.precision", f"{t.precision} needs a GPU; use bf16 or fp32 with "
+                        "cluster.device: cpu", t.precision)]
+    return []
+
+
+@check
+def schedule_is_sane(job: Job, backend) -> list[Problem]:
+    t = job.train
+    out = []
+    if t.min_lr > t.lr:
+        out.append(Problem("train.min_lr", f"is above train.lr ({t.lr})", t.min_lr))
+    if t.lr_warmup_iters > (t.lr_decay_iters or t.iterations):
+        out.append(Problem("train.lr_warmup_iters", f"is longer than the decay horizon "
+                           f"({t.lr_decay_iters or t.iterations} iterations)", t.lr_warmup_iters))
+    return out
+
+
+@check
+def tokenizer_has_files(job: Job, backend) -> list[Problem]:
+    d = job.data
+    tok = d.tokenizer
+    out = []
+    needs = {"GPT2BPETokenizer": ("vocab_file", "merge_file"), "HuggingFaceTokenizer": ("model",),
+             "GPTSentencePieceTokenizer": ("model",)}.get(tok.type, ())
+    for field in needs:
+        if getattr(tok, field) is None:
+            out.append(Problem(f"data.tokenizer.{field}", f"required for tokenizer type {tok.type}"))
+    if d.corpus is not None and tok.type == "NullTokenizer":
+        out.append(Problem("data.tokenizer.type", "preprocessing a corpus needs a real tokenizer: "
+                           "GPT2BPETokenizer, HuggingFaceTokenizer or GPTSentencePieceTokenizer", tok.type))
+    return out
+
+
+@check
+def backend_required_fields(job: Job, backend) -> list[Problem]:
+    c, out = job.cluster, []
+    if backend == "local" and c.nodes != 1:
+        out.append(Problem("cluster.nodes", "the local backend runs on this machine only; set nodes: 1 "
+                           "(or use --backend slurm/eks)", c.nodes))
+    if backend == "slurm":
+        s = c.slurm
+        if s.runtime == "pyxis" and not (s.container_image or job.image.sqsh):
+            out.append(Problem("cluster.slurm.container_image", "the pyxis runtime needs an image: set "
+                               "image.sqsh (from `mtk build-image --sqsh`) or cluster.slurm.container_image"))
+        if s.runtime == "bare" and s.venv and s.conda_env:
+            out.append(Problem("cluster.slurm.conda_env", "set either cluster.slurm.venv or conda_env, not both"))
+    if backend == "eks":
+        if not job.image.registry:
+            out.append(Problem("image.registry", "EKS pods pull the image from a registry: set image.registry "
+                               "(e.g. <account>.dkr.ecr.<region>.amazonaws.com) and run `mtk build-image --push`"))
+        e = c.eks
+        if e.fsx_claim:
+            for field, path in (("cluster.runs_dir", c.runs_dir), ("data.dir", job.data.dir)):
+                if not path.startswith(e.fsx_mount.rstrip("/") + "/") and path != e.fsx_mount:
+                    out.append(Problem(field, f"must be under cluster.eks.fsx_mount ({e.fsx_mount}) so every "
+                                       "pod sees it", path))
+        if e.min_nodes is not None and e.min_nodes > c.nodes:
+            out.append(Problem("cluster.eks.min_nodes", f"cannot exceed cluster.nodes ({c.nodes})", e.min_nodes))
+    return out
+
+
+def _file_problems(job: Job) -> list[Problem]:
+    """Inputs that must exist when the run starts, unless an earlier step of this run produces them."""
+    d = job.data
+    fetched = {d.resolve(f.path or f.url.rstrip("/").rsplit("/", 1)[-1].removesuffix(".xz")
+                         .removesuffix(".gz").removesuffix(".zst")) for f in d.fetch}
+    produced = set(d.corpus_prefixes())
+    out = []
+    for i, item in enumerate(d.blend):
+        prefix = d.resolve(item.prefix)
+        if prefix in produced:
+            continue
+        for ext in (".bin", ".idx"):
+            if not os.path.exists(prefix + ext):
+                out.append(Problem(f"data.blend.{i}.prefix", f"{prefix}{ext} does not exist; run preprocess "
+                                   "first or fix the prefix (without .bin/.idx)", item.prefix))
+    for i, item in enumerate(d.folders):
+        if not os.path.isdir(d.resolve(item.path)):
+            out.append(Problem(f"data.folders.{i}.path", "folder does not exist", item.path))
+    for field in ("vocab_file", "merge_file", "model"):
+        value = getattr(d.tokenizer, field)
+        if value and d.resolve(value) not in fetched and not os.path.exists(d.resolve(value)):
+            out.append(Problem(f"data.tokenizer.{field}", f"{d.resolve(value)} does not exist and no "
+                               "data.fetch item downloads it", value))
+    if d.corpus is not None:
+        src = d.resolve(d.corpus.input)
+        if src not in fetched and not os.path.exists(src):
+            out.append(Problem("data.corpus.input", f"{src} does not exist and no data.fetch item downloads it",
+                               d.corpus.input))
+    return out
+
+
+def run_checks(job: Job, backend: str | None = None, check_files: bool = False) -> list[Problem]:
+    """Every cross-field check; file checks only where the launching machine sees the data."""
+    problems = [p for fn in CHECKS for p in fn(job, backend)]
+    if check_files:
+        problems += _file_problems(job)
+    return problems

@@ -1,0 +1,99 @@
+"""``cluster``: resources and the backend-specific blocks (local, slurm, eks).
+
+Neutral fields (nodes, processes per node, device, env) live at the top; each backend reads only its block.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from .base import Section
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SLURM_TIME = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$|^\d+$")
+
+
+class LocalSpec(Section):
+    """The embedded default: this machine, no container."""
+
+    rdzv_port: int | None = Field(None, ge=1024, le=65535, description="torchrun master port (default: a free one).")
+
+
+class SlurmSpec(Section):
+    """sbatch options and how each node gets its software (``bare`` env or ``pyxis`` container)."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time: str = Field("01:00:00", description="Wall-clock limit: MM, HH:MM:SS or D-HH:MM:SS.")
+    exclusive: bool = Field(True, description="Whole nodes (GPU jobs); set false to share CPU nodes.")
+    cpus_per_task: int | None = Field(None, ge=1, description="CPUs for the one task per node.")
+    mem: str | None = Field(None, description="Memory per node, e.g. '0' (all) or '200G'.")
+    runtime: Literal["bare", "pyxis"] = Field("pyxis", description="bare: activate venv/conda per node; pyxis: container.")
+    venv: str | None = Field(None, description="bare: path of a virtualenv to activate on every node.")
+    conda_env: str | None = Field(None, description="bare: conda environment name or path.")
+    container_image: str | None = Field(None, description="pyxis: .sqsh path or image reference (default: image.sqsh).")
+    container_mounts: list[str] = Field(default_factory=list, description="pyxis: SRC:DST mounts (data dir and run dir are added).")
+    container_workdir: str | None = None
+    requeue: bool = Field(True, description="Requeue after a signal-triggered save or a node failure.")
+    signal_lead: int = Field(600, ge=0, description="Seconds before the time limit to send SIGUSR2 (save and exit); 0 disables.")
+    singleton: bool = Field(False, description="Keep one successor queued (--dependency=singleton) to pick up crashes.")
+    max_failures: int = Field(3, ge=1, description="Guardrail: stop requeueing after N failures without checkpoint progress.")
+    rdzv_port: int | None = Field(None, ge=1024, le=65535, description="c10d port (default: derived from the job id).")
+    extra_sbatch: dict[str, str] = Field(default_factory=dict, description="More #SBATCH options, e.g. {constraint: a100}.")
+
+    @field_validator("time")
+    @classmethod
+    def _slurm_time(cls, v: str) -> str:
+        if not _SLURM_TIME.match(v):
+            raise ValueError("time must look like '90', '01:30:00' or '1-00:00:00'")
+        return v
+
+
+class EksSpec(Section):
+    """Kubeflow PyTorchJob placement, storage and rendezvous."""
+
+    namespace: str = "default"
+    fsx_claim: str | None = Field("fsx-claim", description="PersistentVolumeClaim of the shared filesystem.")
+    fsx_mount: str = Field("/fsx", description="Where the claim is mounted in every pod.")
+    shm_size: str = Field("64Gi", description="Size of the memory-backed /dev/shm.")
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[dict] = Field(default_factory=list)
+    service_account: str | None = None
+    image_pull_secrets: list[str] = Field(default_factory=list, description="Secret names only; never values.")
+    etcd_image: str = "quay.io/coreos/etcd:v3.5.17"
+    max_restarts: int = Field(3, ge=0, description="Elastic restarts before the job fails.")
+    min_nodes: int | None = Field(None, ge=1, description="Elastic minimum (default: nodes).")
+    cpu: str | None = Field(None, description="CPU request/limit per worker, e.g. '90'.")
+    memory: str | None = Field(None, description="Memory request/limit per worker, e.g. '1000Gi'.")
+    backoff_limit: int = Field(2, ge=0, description="Data Jobs: retries before failing.")
+
+
+class ClusterSpec(Section):
+    """Resources, shared for all backends."""
+
+    nodes: int = Field(1, ge=1, description="Nodes (Slurm) or worker pods (EKS).")
+    procs_per_node: int = Field(8, ge=1, description="Training processes per node (= GPUs per node on GPU).")
+    device: Literal["gpu", "cpu"] = Field("gpu", description="cpu runs the same code with gloo (CI, laptops).")
+    instance_type: str | None = Field(None, description="e.g. p5.48xlarge: selects NCCL/EFA settings and EFA count.")
+    efa_per_node: int | None = Field(None, ge=0, description="EFA devices per node (default: from instance_type).")
+    runs_dir: str = Field("runs", description="Where run dirs go; must be shared storage on clusters.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for every process (overrides presets).")
+    local: LocalSpec = Field(default_factory=LocalSpec)
+    slurm: SlurmSpec = Field(default_factory=SlurmSpec)
+    eks: EksSpec = Field(default_factory=EksSpec)
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        for name in v:
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"'{name}' is not a valid environment variable name (letters, digits, _)")
+        return v
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.procs_per_node

@@ -1,0 +1,44 @@
+"""The job spec: the one typed description of a run that every backend and the entrypoint read."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from .base import Section
+from .cluster import ClusterSpec
+from .data import DataSpec
+from .debug import DebugSpec
+from .image import ImageSpec
+from .model import ModelSpec
+from .parallel import ParallelSpec
+from .train import TrainSpec
+
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$"
+
+
+class Job(Section):
+    """Everything a run needs. Load with :func:`mtk.launcher.spec.load_job`, which also runs the checks."""
+
+    name: str = Field(..., pattern=NAME_PATTERN,
+                      description="Run name: lowercase letters, digits and '-', ≤ 40 chars (it names k8s objects).")
+    image: ImageSpec = Field(default_factory=ImageSpec)
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec)
+    model: ModelSpec
+    parallel: ParallelSpec = Field(default_factory=ParallelSpec)
+    train: TrainSpec = Field(default_factory=TrainSpec)
+    data: DataSpec = Field(default_factory=DataSpec)
+    debug: DebugSpec = Field(default_factory=DebugSpec)
+
+    def steps(self) -> list[str]:
+        """The pipeline steps this spec needs, in order."""
+        steps = []
+        if self.data.fetch:
+            steps.append("getdata")
+        if self.data.corpus is not None:
+            steps.append("preprocess")
+        steps.append("train")
+        return steps
+
+    def to_json(self) -> str:
+        """Canonical serialisation: what travels with the run (run dir, ConfigMap, image)."""
+        return self.model_dump_json(indent=2, exclude_none=False) + "\n"
