@@ -1,0 +1,25 @@
+"""Exit codes and run-dir paths shared by the engine, the entrypoint and the cluster scripts.
+
+The Slurm script, the PyTorchJob restart policy and ``mtk status`` all read these; change them only here.
+"""
+
+OK = 0
+FAILED = 1
+USAGE = 2
+# The engine saved a checkpoint after SIGUSR2/SIGTERM (time limit, preemption): requeue the job.
+REQUEUE = 42
+# An exit trigger file (``mtk stop``) was honoured: checkpoint saved, do not requeue, cancel the chain.
+STOPPED = 43
+# The guardrail stopped a run that kept failing without checkpoint progress.
+GUARDRAIL = 44
+
+# Paths inside a run dir.
+JOB_FILE = "job.json"
+METRICS_FILE = "metrics.jsonl"
+CHECKPOINTS_DIR = "checkpoints"
+TENSORBOARD_DIR = "tensorboard"
+LOGS_DIR = "logs"
+DEBUG_DIR = "debug"
+STATE_DIR = "state"
+SAVE_TRIGGER = "triggers/save"
+EXIT_TRIGGER = "triggers/exit"
