@@ -1,0 +1,141 @@
+"""The embedded default backend: the same steps as a cluster run, on this machine, no container.
+
+``render`` writes the job spec, the step plan and ``run.sh`` (the exact commands, for running by hand);
+``submit`` starts a detached runner so the run outlives the terminal and other shells can follow it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from . import exitcodes
+from .backends import Artifacts, StepStatus
+from .local_runner import STEPS_FILE, read_state
+from .runs import Run
+from .spec import Job
+
+
+def step_argv(step: str, run_dir: str) -> list[str]:
+    return ["mtk-entrypoint", step, "--job", f"{run_dir}/{exitcodes.JOB_FILE}", "--run-dir", run_dir]
+
+
+def _run_script(job: Job, run_dir: str, steps: list[list[str]], torchrun: list[str]) -> str:
+    lines = ["#!/usr/bin/env bash", f"# mtk local run of {job.name}: generated, do not edit.",
+             "set -euo pipefail", f"cd {shlex.quote(run_dir)}"]
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in job.cluster.env.items()]
+    for argv in steps:
+        if argv[1] == "train":
+            lines.append(f"# train runs: {shlex.join(torchrun)}")
+        lines.append(shlex.join(argv))
+    return "\n".join(lines) + "\n"
+
+
+class LocalBackend:
+    name = "local"
+
+    def render(self, job: Job, run_dir: str) -> Artifacts:
+        from .train_step import torchrun_argv
+
+        steps = [step_argv(s, run_dir) for s in job.steps()]
+        torchrun, _ = torchrun_argv(job, run_dir, f"{run_dir}/{exitcodes.JOB_FILE}", env={},
+                                    program=["torchrun"])
+        plan = {"steps": [{"step": s, "argv": argv} for s, argv in zip(job.steps(), steps, strict=True)],
+                "env": dict(job.cluster.env)}
+        files = {
+            exitcodes.JOB_FILE: job.to_json(),
+            STEPS_FILE: json.dumps(plan, indent=2, sort_keys=True) + "\n",
+            "run.sh": _run_script(job, run_dir, steps, torchrun),
+        }
+        return Artifacts(backend=self.name, run_dir=run_dir, files=files, commands=steps,
+                         notes=[f"train runs: {shlex.join(torchrun)}"], modes={"run.sh": 0o755})
+
+    def submit(self, job: Job, artifacts: Artifacts) -> Run:
+        run_dir = Path(artifacts.run_dir)
+        (run_dir / exitcodes.LOGS_DIR).mkdir(parents=True, exist_ok=True)
+        with open(run_dir / exitcodes.LOGS_DIR / "runner.log", "ab") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "mtk.launcher.local_runner", str(run_dir)],
+                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        deadline = time.time() + 10
+        while not read_state(run_dir) and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        return Run(backend=self.name, run_dir=str(run_dir), name=job.name, ids={"runner": str(proc.pid)})
+
+    def status(self, run: Run) -> list[StepStatus]:
+        state = read_state(run.run_dir)
+        alive = _alive(int(run.ids.get("runner", "0")))
+        out = []
+        for step, info in state.get("steps", {}).items():
+            s = info.get("state", "UNKNOWN")
+            reason = info.get("reason", "")
+            if s in ("RUNNING", "PENDING") and not alive and not state.get("done"):
+                s, reason = "FAILED", "the runner process is gone (killed?)"
+            tail = _tail(info.get("log")) if s == "FAILED" else []
+            out.append(StepStatus(step=step, state=s, id=str(info.get("pid", "")),
+                                  exit_code=info.get("exit_code"), reason=reason, log_tail=tail))
+        return out
+
+    def logs(self, run: Run, follow: bool = False, step: str | None = None,
+             node: str | None = None) -> Iterator[str]:
+        logs_dir = Path(run.run_dir) / exitcodes.LOGS_DIR
+        plan = json.loads((Path(run.run_dir) / STEPS_FILE).read_text())
+        names = [s["step"] for s in plan["steps"] if step in (None, s["step"])]
+        runner = int(run.ids.get("runner", "0"))
+        for name in names:
+            path = logs_dir / f"{name}.log"
+            while follow and not path.exists() and not _finished(run, name, runner):
+                time.sleep(0.2)
+            if not path.exists():
+                continue
+            with open(path, errors="replace") as fh:
+                while True:
+                    line = fh.readline()
+                    if line:
+                        yield line
+                        continue
+                    if not follow or _finished(run, name, runner):
+                        rest = fh.read()
+                        if rest:
+                            yield rest
+                        break
+                    time.sleep(0.2)
+
+    def cancel(self, run: Run) -> None:
+        pid = int(run.ids.get("runner", "0"))
+        if _alive(pid):
+            os.killpg(pid, signal.SIGTERM)
+            deadline = time.time() + 30
+            while _alive(pid) and time.time() < deadline:
+                time.sleep(0.2)
+            if _alive(pid):
+                os.killpg(pid, signal.SIGKILL)
+
+
+def _finished(run: Run, step: str, runner: int) -> bool:
+    info = read_state(run.run_dir).get("steps", {}).get(step, {})
+    return info.get("state") in ("COMPLETED", "FAILED", "CANCELLED") or not _alive(runner)
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _tail(path: str | None, lines: int = 15) -> list[str]:
+    if not path or not os.path.exists(path):
+        return []
+    with open(path, errors="replace") as fh:
+        return [line.rstrip("\n") for line in fh.readlines()[-lines:]]

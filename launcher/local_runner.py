@@ -1,0 +1,82 @@
+"""Runs a local run's steps one after another, detached from the shell that launched it.
+
+``mtk launch --backend local`` starts ``python -m mtk.launcher.local_runner RUN_DIR`` in its own session so
+the run survives the terminal; ``mtk status/logs/cancel`` read ``state/steps.json`` and ``logs/<step>.log``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import exitcodes
+from .backends import atomic_write
+
+STEPS_FILE = "steps.json"
+STATE_FILE = f"{exitcodes.STATE_DIR}/steps.json"
+
+
+def read_state(run_dir: str | Path) -> dict:
+    try:
+        return json.loads((Path(run_dir) / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _save(run_dir: Path, state: dict) -> None:
+    atomic_write(run_dir / STATE_FILE, json.dumps(state, indent=2, sort_keys=True) + "\n")
+
+
+def _resolve(argv: list[str]) -> list[str]:
+    """Run ``mtk-entrypoint`` with this interpreter when the console script is not on PATH."""
+    if argv[0] == "mtk-entrypoint" and not shutil.which("mtk-entrypoint"):
+        return [sys.executable, "-m", "mtk.launcher.entrypoint", *argv[1:]]
+    return argv
+
+
+def run(run_dir: Path) -> int:
+    plan = json.loads((run_dir / STEPS_FILE).read_text())
+    state = {"runner_pid": os.getpid(), "steps": {s["step"]: {"state": "PENDING"} for s in plan["steps"]}}
+    _save(run_dir, state)
+    current: dict = {}
+
+    def stop(signum, _frame):
+        proc = current.get("proc")
+        if proc and proc.poll() is None:
+            proc.send_signal(signum)
+        current["cancelled"] = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    env = {**os.environ, **plan.get("env", {})}
+    rc = 0
+    for step in plan["steps"]:
+        name = step["step"]
+        entry = state["steps"][name]
+        if current.get("cancelled") or rc != 0:
+            entry.update(state="CANCELLED", reason="an earlier step did not complete" if rc else "cancelled")
+            continue
+        log = run_dir / exitcodes.LOGS_DIR / f"{name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab", buffering=0) as out:
+            proc = subprocess.Popen(_resolve(step["argv"]), stdout=out, stderr=subprocess.STDOUT, env=env, cwd=run_dir)
+            current["proc"] = proc
+            entry.update(state="RUNNING", pid=proc.pid, started=time.time(), log=str(log))
+            _save(run_dir, state)
+            rc = proc.wait()
+        entry.update(ended=time.time(), exit_code=rc,
+                     state="CANCELLED" if current.get("cancelled") else ("COMPLETED" if rc == 0 else "FAILED"))
+        _save(run_dir, state)
+    state["done"] = True
+    _save(run_dir, state)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(run(Path(sys.argv[1])))

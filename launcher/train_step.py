@@ -1,0 +1,129 @@
+"""``mtk-entrypoint train``: run torchrun for this node and translate the outcome into one exit code.
+
+Why not ``exec torchrun``: torchrun's agent swallows SIGUSR2 (Slurm's "time is nearly up" signal) and
+reports any non-zero worker exit as a plain failure. So this process stays the parent, forwards SIGUSR2 and
+SIGTERM straight to the training workers (they finish the iteration, save, exit), and afterwards reads the
+engine's ``state/last_exit.json`` to return REQUEUE / STOPPED instead of a generic 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import exitcodes
+from .rendezvous import RendezvousError, from_environment
+
+FORWARDED = (signal.SIGUSR2, signal.SIGTERM)
+# Signals Slurm/Kubernetes use to end a step; handled, not fatal, so the workers can save first.
+
+
+def torchrun_argv(job, run_dir: str, job_file: str, env: dict[str, str] | None = None,
+                  program: list[str] | None = None) -> tuple[list[str], str]:
+    """The full torchrun command for this node, and a node label for log lines."""
+    rdzv = from_environment(job, os.environ if env is None else env)
+    program = program or [sys.executable, "-m", "torch.distributed.run"]
+    worker = ["-m", "mtk.training.worker", "--job", job_file, "--run-dir", run_dir]
+    return [*program, *rdzv.args, *worker], rdzv.node
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (the torchrun agent's workers), from /proc, no psutil needed."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    found, stack = [], [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def _forward(agent: subprocess.Popen, received: list[int]):
+    def handler(signum, _frame):
+        received.append(signum)
+        workers = _descendants(agent.pid)
+        name = signal.Signals(signum).name
+        print(f"mtk: {name} received, forwarding to {len(workers)} worker process(es) to save and exit",
+              flush=True)
+        for pid in workers:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    return handler
+
+
+def read_last_exit(run_dir: str, since: float) -> dict | None:
+    """The engine's account of why it stopped, if written during this attempt."""
+    path = Path(run_dir) / exitcodes.STATE_DIR / "last_exit.json"
+    try:
+        if path.stat().st_mtime + 1 < since:
+            return None
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def outcome(agent_rc: int, last_exit: dict | None, signalled: bool) -> int:
+    """One exit code for the scheduler: the engine's REQUEUE/STOPPED win over torchrun's generic failure."""
+    if last_exit and last_exit.get("code") in (exitcodes.REQUEUE, exitcodes.STOPPED):
+        return int(last_exit["code"])
+    if signalled and agent_rc != 0:
+        return exitcodes.FAILED
+    return agent_rc
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="mtk-entrypoint train", description=__doc__.splitlines()[0])
+    parser.add_argument("--job", required=True, help="job.json written by mtk launch")
+    parser.add_argument("--run-dir", default=None, help="run directory (default: the job file's folder)")
+    parser.add_argument("--print", dest="print_only", action="store_true", help="print the torchrun command only")
+    args = parser.parse_args(argv)
+
+    from .spec import load_job_json
+
+    job_file = os.path.abspath(args.job)
+    run_dir = os.path.abspath(args.run_dir or os.path.dirname(job_file))
+    if not os.path.isfile(job_file):
+        print(f"mtk-entrypoint train: --job {job_file} does not exist", file=sys.stderr)
+        return exitcodes.USAGE
+    job = load_job_json(job_file)
+    try:
+        cmd, node = torchrun_argv(job, run_dir, job_file)
+    except RendezvousError as exc:
+        print(f"mtk-entrypoint train: {exc}", file=sys.stderr)
+        return exitcodes.USAGE
+    if args.print_only:
+        print(shlex.join(cmd))
+        return exitcodes.OK
+
+    restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
+    print(f"mtk: node {socket.gethostname()} ({node}) restart {restarts}: {shlex.join(cmd)}", flush=True)
+    started = time.time()
+    received: list[int] = []
+    agent = subprocess.Popen(cmd)
+    for sig in FORWARDED:
+        signal.signal(sig, _forward(agent, received))
+    rc = agent.wait()  # PEP 475: the wait resumes after a forwarded signal
+    code = outcome(rc, read_last_exit(run_dir, started), bool(received))
+    print(f"mtk: node {node} torchrun exited {rc}; step exit code {code}", flush=True)
+    return code
