@@ -20,7 +20,10 @@ def command(job_file, overrides, backend, dry_run, run_dir, follow):
     from ..backends import get_backend
     from ..runs import new_run_dir
 
+    from ..paths import resolve_paths
+
     job = load(job_file, overrides, backend, check_files=backend in ("local", "slurm"))
+    job = resolve_paths(job, backend)
     target = run_dir or str(new_run_dir(job.cluster.runs_dir, job.name))
     impl = get_backend(backend)
     artifacts = impl.render(job, target)

@@ -19,7 +19,9 @@ def command(job_file, overrides, backend, out):
     """Write the run files for JOB.yaml into --out (same bytes for the same spec)."""
     from ..backends import get_backend
 
-    job = load(job_file, overrides, backend)
+    from ..paths import resolve_paths
+
+    job = resolve_paths(load(job_file, overrides, backend), backend)
     artifacts = get_backend(backend).render(job, str(Path(out).absolute()))
     for path in artifacts.write():
         click.echo(str(path))

@@ -1,0 +1,7 @@
+"""``python -m mtk.launcher.cli`` = ``mtk``."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

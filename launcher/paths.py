@@ -1,0 +1,34 @@
+"""Make a job's paths explicit at launch, so every node and the engine read the same absolute values.
+
+Relative ``cluster.runs_dir`` and ``data.dir`` are taken relative to where ``mtk launch`` runs (a cluster node's
+working directory differs). Checkpoints default to ``<runs_dir>/<name>/checkpoints``: shared by every run of
+the same job name, so launching the same spec again resumes from the latest checkpoint (as Megatron's
+``--save``/``--load`` pair does).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .spec import Job
+
+
+def _absolute(path: str, base: str) -> str:
+    return path if os.path.isabs(path) else os.path.normpath(os.path.join(base, path))
+
+
+def resolve_paths(job: Job, backend: str, cwd: str | None = None) -> Job:
+    """A copy of ``job`` with absolute runs, data and checkpoint dirs (EKS paths are pod paths: kept)."""
+    job = job.model_copy(deep=True)
+    if backend != "eks":
+        base = cwd or os.getcwd()
+        job.cluster.runs_dir = _absolute(job.cluster.runs_dir, base)
+        job.data.dir = _absolute(job.data.dir, base)
+    ckpt = job.train.checkpoint
+    if ckpt.dir is None:
+        ckpt.dir = f"{job.cluster.runs_dir.rstrip('/')}/{job.name}/checkpoints"
+    elif backend != "eks":
+        ckpt.dir = _absolute(ckpt.dir, cwd or os.getcwd())
+    return job

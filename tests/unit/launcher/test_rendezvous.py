@@ -1,0 +1,128 @@
+"""torchrun arguments derived from local, Slurm and Kubeflow environments; bad variables are named."""
+
+from __future__ import annotations
+
+import pytest
+
+from mtk.launcher import exitcodes
+from mtk.launcher.rendezvous import RendezvousError, expand_nodelist, from_environment
+from mtk.launcher.spec import validate
+from mtk.launcher.train_step import outcome, torchrun_argv
+
+
+def job(nodes=1, procs=2, **slurm):
+    return validate({"name": "rdzv", "model": {"preset": "tiny"},
+                     "cluster": {"nodes": nodes, "procs_per_node": procs, "device": "cpu", "slurm": slurm}})
+
+
+def opt(args: list[str], flag: str) -> str:
+    return args[args.index(flag) + 1]
+
+
+def test_local_is_standalone():
+    r = from_environment(job(), {})
+    assert r.kind == "local" and "--standalone" in r.args and opt(r.args, "--nproc-per-node") == "2"
+
+
+def test_multi_node_without_scheduler_is_an_error():
+    with pytest.raises(RendezvousError, match="SLURM_JOB_ID"):
+        from_environment(job(nodes=2), {})
+
+
+SLURM = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_NNODES": "2", "SLURM_NODEID": "1"}
+
+
+def test_slurm_uses_first_host_and_job_id():
+    r = from_environment(job(nodes=2, procs=1), SLURM, hostnames=expand_nodelist)
+    assert r.kind == "slurm"
+    assert opt(r.args, "--rdzv-backend") == "c10d"
+    assert opt(r.args, "--rdzv-endpoint") == f"node1:{15000 + 4242 % 20000}"
+    assert opt(r.args, "--rdzv-id") == "4242-0" and opt(r.args, "--nnodes") == "2"
+
+
+def test_slurm_restart_gets_fresh_rendezvous_id():
+    r = from_environment(job(nodes=2, procs=1), {**SLURM, "SLURM_RESTART_COUNT": "3"}, hostnames=expand_nodelist)
+    assert opt(r.args, "--rdzv-id") == "4242-3"
+
+
+def test_slurm_port_override_order():
+    env = {**SLURM, "MTK_RDZV_PORT": "23456"}
+    assert opt(from_environment(job(2, 1), env, expand_nodelist).args, "--rdzv-endpoint") == "node1:23456"
+    assert opt(from_environment(job(2, 1, rdzv_port=31000), SLURM, expand_nodelist).args,
+               "--rdzv-endpoint") == "node1:31000"
+
+
+@pytest.mark.parametrize(("changes", "variable"), [
+    ({"SLURM_NNODES": "two"}, "SLURM_NNODES"),
+    ({"SLURM_NODEID": "2"}, "SLURM_NODEID"),
+    ({"SLURM_NNODES": "3"}, "SLURM_JOB_NODELIST"),
+    ({"SLURM_NODEID": ""}, "SLURM_NODEID"),
+])
+def test_slurm_bad_variables_are_named(changes, variable):
+    with pytest.raises(RendezvousError, match=variable):
+        from_environment(job(2, 1), {**SLURM, **changes}, hostnames=expand_nodelist)
+
+
+def test_slurm_allocation_must_match_spec():
+    with pytest.raises(RendezvousError, match="cluster.nodes"):
+        from_environment(job(4, 1), SLURM, hostnames=expand_nodelist)
+
+
+PET = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "1", "PET_RDZV_BACKEND": "etcd-v2",
+       "PET_RDZV_ENDPOINT": "etcd:2379", "PET_RDZV_ID": "run-1", "PET_MAX_RESTARTS": "5"}
+
+
+def test_kubeflow_elastic_reads_operator_variables():
+    r = from_environment(job(2, 1), PET)
+    assert r.kind == "kubeflow-elastic"
+    assert (opt(r.args, "--rdzv-backend"), opt(r.args, "--rdzv-endpoint")) == ("etcd-v2", "etcd:2379")
+    assert (opt(r.args, "--rdzv-id"), opt(r.args, "--max-restarts")) == ("run-1", "5")
+
+
+def test_kubeflow_elastic_min_max_nodes():
+    assert opt(from_environment(job(2, 1), {**PET, "PET_NNODES": "1:2"}).args, "--nnodes") == "1:2"
+
+
+@pytest.mark.parametrize(("changes", "variable"), [
+    ({"PET_RDZV_BACKEND": ""}, "PET_RDZV_BACKEND"),
+    ({"PET_RDZV_ENDPOINT": "etcd"}, "PET_RDZV_ENDPOINT"),
+    ({"PET_NNODES": "x"}, "PET_NNODES"),
+])
+def test_kubeflow_bad_variables_are_named(changes, variable):
+    with pytest.raises(RendezvousError, match=variable):
+        from_environment(job(2, 1), {**PET, **changes})
+
+
+def test_kubeflow_static_master():
+    env = {"PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_MASTER_ADDR": "w-0", "PET_MASTER_PORT": "23456"}
+    r = from_environment(job(2, 1), env)
+    assert r.kind == "kubeflow-static" and opt(r.args, "--master-addr") == "w-0"
+    assert opt(r.args, "--node-rank") == "1"
+
+
+@pytest.mark.parametrize(("nodelist", "hosts"), [
+    ("node1", ["node1"]),
+    ("node[1-3]", ["node1", "node2", "node3"]),
+    ("gpu-[01-02,7],cpu5", ["gpu-01", "gpu-02", "gpu-7", "cpu5"]),
+    ("a[9-11]", ["a9", "a10", "a11"]),
+])
+def test_expand_nodelist(nodelist, hosts):
+    assert expand_nodelist(nodelist) == hosts
+
+
+def test_torchrun_argv_runs_the_worker_module():
+    argv, node = torchrun_argv(job(), "/runs/r", "/runs/r/job.json", env={}, program=["torchrun"])
+    assert argv[0] == "torchrun" and node == "local"
+    assert argv[-6:] == ["-m", "mtk.training.worker", "--job", "/runs/r/job.json", "--run-dir", "/runs/r"]
+
+
+@pytest.mark.parametrize(("rc", "last", "signalled", "expected"), [
+    (0, None, False, 0),
+    (1, {"code": exitcodes.REQUEUE}, True, exitcodes.REQUEUE),
+    (1, {"code": exitcodes.STOPPED}, False, exitcodes.STOPPED),
+    (1, None, True, exitcodes.FAILED),
+    (7, None, False, 7),
+    (1, {"code": 0}, False, 1),
+])
+def test_outcome_prefers_engine_exit_reason(rc, last, signalled, expected):
+    assert outcome(rc, last, signalled) == expected

@@ -1,0 +1,182 @@
+"""Bad specs are rejected before any cluster time, each error naming the field, the value and the fix."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from mtk.launcher.spec import SpecError, validate
+
+BASE = {
+    "name": "demo",
+    "cluster": {"nodes": 2, "procs_per_node": 8},
+    "model": {"preset": "gpt-1.7b"},
+    "parallel": {"tp": 2, "pp": 2},
+    "train": {"micro_batch_size": 1, "global_batch_size": 32},
+}
+
+
+def _set(data: dict, dotted: str, value) -> None:
+    node = data
+    *parents, last = dotted.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    if value is DELETE:
+        node.pop(last, None)
+    else:
+        node[last] = value
+
+
+DELETE = object()
+
+# (changes, backend, expected field path, fragment of the message)
+CASES = [
+    ({"nme": "x"}, None, "nme", "unknown key; did you mean 'name'"),
+    ({"name": DELETE}, None, "name", "required field is missing"),
+    ({"name": "Bad_Name"}, None, "name", "should match pattern"),
+    ({"model.preset": "gpt-7b"}, None, "model.preset", "did you mean 'gpt-7.5b'"),
+    ({"model.hidden_sise": 10}, None, "model.hidden_sise", "did you mean 'hidden_size'"),
+    ({"model.num_layers": "many"}, None, "model.num_layers", "valid integer"),
+    ({"model.num_layers": 0}, None, "model.num_layers", "greater than or equal to 1"),
+    ({"model": {"num_layers": 2}}, None, "model.hidden_size", "required field is missing"),
+    ({"model.arch": "bert"}, None, "model.arch", "'gpt' or 'llama'"),
+    ({"train.precision": "fp64"}, None, "train.precision", "'fp32', 'bf16', 'fp16' or 'fp8'"),
+    ({"train.lr": -1}, None, "train.lr", "greater than 0"),
+    ({"train.global_batch_size": 30}, None, "train.global_batch_size", "not divisible by train.micro_batch_size"),
+    ({"train.micro_batch_size": 3}, None, "train.global_batch_size", "3 × 4 = 12"),
+    ({"train.min_lr": 1.0}, None, "train.min_lr", "is above train.lr"),
+    ({"train.lr_warmup_iters": 1000}, None, "train.lr_warmup_iters", "longer than the decay horizon"),
+    ({"train.checkpoint.save_intervall": 5}, None, "train.checkpoint.save_intervall", "did you mean 'save_interval'"),
+    ({"parallel.tp": 3}, None, "cluster.procs_per_node", "not divisible by parallel.tp × pp × cp"),
+    ({"parallel.tp": 16, "cluster.nodes": 4}, None, "model.num_attention_heads", "multiple of parallel.tp (16)"),
+    ({"parallel.pp": 5, "cluster.nodes": 5, "parallel.tp": 1}, None, "model.num_layers",
+     "multiple of parallel.pp (5)"),
+    ({"parallel.virtual_pp": 5}, None, "model.num_layers", "parallel.pp × virtual_pp"),
+    ({"parallel.sequence_parallel": True, "parallel.tp": 1}, None, "parallel.sequence_parallel", "needs parallel.tp > 1"),
+    ({"parallel.cp": 2, "model.seq_length": 2046, "model.max_position_embeddings": 4096}, None, "model.seq_length",
+     "multiple of 2 × parallel.cp"),
+    ({"model.seq_length": 4096}, None, "model.seq_length", "exceeds model.max_position_embeddings (2048)"),
+    ({"model.num_query_groups": 5}, None, "model.num_query_groups", "must divide num_attention_heads"),
+    ({"model.hidden_size": 2300}, None, "model.hidden_size", "multiple of num_attention_heads"),
+    ({"parallel.ep": 2}, None, "parallel.ep", "needs model.moe.num_experts > 0"),
+    ({"model.moe": {"num_experts": 6}, "parallel.ep": 4}, None, "model.moe.num_experts", "divisible by parallel.ep (4)"),
+    ({"model.moe": {"num_experts": 4, "router_topk": 5}}, None, "model.moe.router_topk", "cannot exceed"),
+    ({"model.moe": {"num_experts": 8}, "parallel.ep": 8}, None, "parallel.ep", "must divide the 16 GPUs"),
+    ({"cluster.device": "cpu", "train.precision": "fp16"}, None, "train.precision", "fp16 needs a GPU"),
+    ({"cluster.env": {"BAD-NAME": "1"}}, None, "cluster.env", "not a valid environment variable name"),
+    ({"cluster.slurm.time": "forever"}, None, "cluster.slurm.time", "'01:30:00'"),
+    ({"cluster.slurm.runtime": "docker"}, None, "cluster.slurm.runtime", "'bare' or 'pyxis'"),
+    ({}, "local", "cluster.nodes", "local backend runs on this machine only"),
+    ({}, "slurm", "cluster.slurm.container_image", "pyxis runtime needs an image"),
+    ({"cluster.slurm.runtime": "bare", "cluster.slurm.venv": "/v", "cluster.slurm.conda_env": "c"}, "slurm",
+     "cluster.slurm.conda_env", "either cluster.slurm.venv or conda_env"),
+    ({}, "eks", "image.registry", "pull the image from a registry"),
+    ({"image.registry": "r.example", "cluster.runs_dir": "/home/runs"}, "eks", "cluster.runs_dir",
+     "must be under cluster.eks.fsx_mount (/fsx)"),
+    ({"image.registry": "r.example", "cluster.runs_dir": "/fsx/r", "data.dir": "/fsx/d",
+      "cluster.eks.min_nodes": 3}, "eks", "cluster.eks.min_nodes", "cannot exceed cluster.nodes (2)"),
+    ({"data.tokenizer": {"type": "GPT2BPETokenizer"}}, None, "data.tokenizer.vocab_file",
+     "required for tokenizer type GPT2BPETokenizer"),
+    ({"data.corpus": {"input": "c.jsonl", "output_prefix": "c"}}, None, "data.tokenizer.type",
+     "preprocessing a corpus needs a real tokenizer"),
+    ({"data.split": "90,10"}, None, "data.split", "three comma-separated numbers"),
+    ({"data.fetch": [{"url": "http://x/y", "sha256": "abc"}]}, None, "data.fetch.0.sha256", "should match pattern"),
+    ({"data.blend": [{"prefix": "p", "weight": 0}]}, None, "data.blend.0.weight", "greater than 0"),
+]
+
+
+@pytest.mark.parametrize(("changes", "backend", "path", "fragment"), CASES,
+                         ids=[c[2] + ("@" + c[1] if c[1] else "") for c in CASES])
+def test_bad_spec_names_field_and_fix(changes, backend, path, fragment):
+    data = copy.deepcopy(BASE)
+    for key, value in changes.items():
+        _set(data, key, value)
+    with pytest.raises(SpecError) as info:
+        validate(data, backend=backend)
+    matching = [p for p in info.value.problems if p.path == path]
+    assert matching, f"no problem at {path}; got {[str(p) for p in info.value.problems]}"
+    assert any(fragment in p.message for p in matching), [p.message for p in matching]
+
+
+def test_at_least_thirty_cases():
+    assert len(CASES) >= 30
+
+
+def test_base_spec_is_valid():
+    job = validate(copy.deepcopy(BASE))
+    assert job.model.num_layers == 24 and job.model.hidden_size == 2304  # from the preset
+
+
+def test_explicit_fields_override_preset():
+    data = copy.deepcopy(BASE)
+    data["model"]["num_layers"] = 8
+    job = validate(data)
+    assert job.model.num_layers == 8 and job.model.num_attention_heads == 24
+
+
+def test_every_problem_reported_at_once():
+    data = copy.deepcopy(BASE)
+    data["parallel"]["sequence_parallel"] = True
+    data["parallel"]["tp"] = 1
+    data["train"]["global_batch_size"] = 33
+    with pytest.raises(SpecError) as info:
+        validate(data)
+    paths = {p.path for p in info.value.problems}
+    assert {"parallel.sequence_parallel", "train.global_batch_size"} <= paths
+
+
+def test_missing_files_are_named(tmp_path):
+    data = copy.deepcopy(BASE)
+    data["data"] = {"dir": str(tmp_path), "blend": [{"prefix": "missing/p"}],
+                    "tokenizer": {"type": "GPT2BPETokenizer", "vocab_file": "v.json", "merge_file": "m.txt"}}
+    with pytest.raises(SpecError) as info:
+        validate(data, check_files=True)
+    paths = {p.path for p in info.value.problems}
+    assert {"data.blend.0.prefix", "data.tokenizer.vocab_file", "data.tokenizer.merge_file"} <= paths
+
+
+def test_files_produced_by_earlier_steps_are_not_required(tmp_path):
+    data = copy.deepcopy(BASE)
+    data["data"] = {
+        "dir": str(tmp_path),
+        "fetch": [{"url": "https://example.org/vocab.json"}, {"url": "https://example.org/merges.txt"},
+                  {"url": "https://example.org/corpus.jsonl.xz"}],
+        "corpus": {"input": "corpus.jsonl", "output_prefix": "gpt2"},
+        "blend": [{"prefix": "gpt2_text_document"}],
+        "tokenizer": {"type": "GPT2BPETokenizer", "vocab_file": "vocab.json", "merge_file": "merges.txt"},
+    }
+    job = validate(data, check_files=True)
+    assert job.steps() == ["getdata", "preprocess", "train"]
+
+
+def test_cli_exits_2_without_traceback(tmp_path):
+    spec = copy.deepcopy(BASE)
+    spec["parallel"]["tp"] = 3
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    out = subprocess.run([sys.executable, "-m", "mtk.launcher.cli", "validate", str(path)],
+                         capture_output=True, text=True)
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    assert "cluster.procs_per_node" in out.stderr and "parallel.tp × pp × cp" in out.stderr
+
+
+def test_yaml_syntax_error_names_line(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("name: x\nmodel: [unclosed\n")
+    out = subprocess.run([sys.executable, "-m", "mtk.launcher.cli", "validate", str(path)],
+                         capture_output=True, text=True)
+    assert out.returncode == 2
+    assert "line 3" in out.stderr or "line 2" in out.stderr
+
+
+def test_set_override_type_error_names_field(tmp_path):
+    path = tmp_path / "ok.yaml"
+    path.write_text(yaml.safe_dump(BASE))
+    out = subprocess.run([sys.executable, "-m", "mtk.launcher.cli", "validate", str(path), "--set",
+                          "train.iterations=lots"], capture_output=True, text=True)
+    assert out.returncode == 2 and "train.iterations" in out.stderr
