@@ -49,6 +49,12 @@ def new_run_dir(runs_dir: str | Path, name: str, now: float | None = None) -> Pa
     return path
 
 
+class RunNotFound(FileNotFoundError):
+    """RUN names no run record; the message says what was looked for."""
+
+    user_facing = True
+
+
 def find_run(ref: str, runs_dir: str | Path = "runs") -> Run:
     """Resolve RUN: a run dir, its run.json, or a run name under ``runs_dir`` (newest match wins)."""
     candidate = Path(ref)
@@ -57,7 +63,8 @@ def find_run(ref: str, runs_dir: str | Path = "runs") -> Run:
     if (candidate / RECORD).is_file():
         return Run.load(candidate / RECORD)
     root = Path(runs_dir)
-    matches = sorted((p for p in root.glob(f"{ref}*") if (p / RECORD).is_file()), key=lambda p: p.name)
+    matches = [] if "/" in ref else sorted((p for p in root.glob(f"{ref}*") if (p / RECORD).is_file()),
+                                           key=lambda p: p.name)
     if not matches:
-        raise FileNotFoundError(f"no run '{ref}': pass a run dir (with {RECORD}) or a run name under {root}/")
+        raise RunNotFound(f"no run '{ref}': pass a run dir (with {RECORD}) or a run name under {root}/")
     return Run.load(matches[-1] / RECORD)

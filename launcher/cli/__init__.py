@@ -10,7 +10,7 @@ import sys
 
 import click
 
-# verb -> (module, one-line help). Only verbs that work are listed.
+# verb -> (module[:command attribute], one-line help). Only verbs that work are listed.
 VERBS: dict[str, tuple[str, str]] = {
     "validate": ("mtk.launcher.cli.validate", "Check a job spec and print the resolved spec and derived figures."),
     "render": ("mtk.launcher.cli.render", "Write the files a backend would submit, without submitting."),
@@ -18,6 +18,8 @@ VERBS: dict[str, tuple[str, str]] = {
     "status": ("mtk.launcher.cli.status", "Show the state of each step of a run."),
     "logs": ("mtk.launcher.cli.logs", "Print (or follow) a run's logs."),
     "cancel": ("mtk.launcher.cli.cancel", "Cancel every step of a run."),
+    "save": ("mtk.launcher.cli.triggers:save_command", "Ask a running job to checkpoint now and continue."),
+    "stop": ("mtk.launcher.cli.triggers:stop_command", "Ask a running job to checkpoint and stop cleanly."),
 }
 
 
@@ -30,7 +32,23 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in VERBS:
             return None
-        return importlib.import_module(VERBS[name][0]).command
+        module, _, attr = VERBS[name][0].partition(":")
+        return getattr(importlib.import_module(module), attr or "command")
+
+    def invoke(self, ctx: click.Context):
+        """User-facing errors become one line on stderr; spec errors exit 2, others 1. No tracebacks."""
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            from ..spec.errors import SpecError
+
+            if isinstance(exc, SpecError):
+                click.echo(f"error: {exc}", err=True)
+                sys.exit(2)
+            if getattr(exc, "user_facing", False):
+                click.echo(f"error: {exc}", err=True)
+                sys.exit(1)
+            raise
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, help_) for name, (_, help_) in VERBS.items()]

@@ -1,0 +1,45 @@
+"""``mtk save RUN`` / ``mtk stop RUN``: drop a trigger file any teammate can create, no scheduler access needed.
+
+The engine checks ``<run_dir>/triggers/`` every log interval: ``save`` → checkpoint and carry on; ``exit`` →
+checkpoint, stop with exit code STOPPED, and the cluster script cancels the rest of the chain.
+"""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from .common import runs_dir_option
+
+
+def _drop(run_ref: str, runs_dir: str, trigger: str) -> str:
+    from ..backends import atomic_write
+    from ..runs import find_run
+
+    run = find_run(run_ref, runs_dir)
+    path = f"{run.run_dir}/{trigger}"
+    from pathlib import Path
+
+    atomic_write(Path(path), f"requested at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n")
+    return path
+
+
+@click.command("save")
+@click.argument("run_ref", metavar="RUN")
+@runs_dir_option
+def save_command(run_ref, runs_dir):
+    """Ask RUN to write a checkpoint at its next log interval and continue."""
+    from ..exitcodes import SAVE_TRIGGER
+
+    click.echo(f"save requested: {_drop(run_ref, runs_dir, SAVE_TRIGGER)}")
+
+
+@click.command("stop")
+@click.argument("run_ref", metavar="RUN")
+@runs_dir_option
+def stop_command(run_ref, runs_dir):
+    """Ask RUN to checkpoint and stop cleanly (no requeue) at its next log interval."""
+    from ..exitcodes import EXIT_TRIGGER
+
+    click.echo(f"stop requested: {_drop(run_ref, runs_dir, EXIT_TRIGGER)}")
