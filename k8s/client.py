@@ -1,0 +1,188 @@
+"""A thin, table-driven layer over the Kubernetes Python client (imported lazily, only when a run is applied).
+
+Objects stay plain dicts end to end: apply is server-side apply (idempotent, field manager ``mtk``), reads
+return the decoded JSON. Configuration comes from the in-cluster service account or the kubeconfig
+(``KUBECONFIG``), exactly as ``kubectl`` finds it; nothing is stored or printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+FIELD_MANAGER = "mtk"
+APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
+
+
+class KubeError(RuntimeError):
+    """An API call failed; ``status`` is the HTTP status (404 = not found), 0 when no response came back."""
+
+    def __init__(self, message: str, status: int = 0):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How to reach one kind through the typed client: its API class and method-name suffix."""
+
+    api: str
+    suffix: str  # e.g. namespaced_config_map -> patch_namespaced_config_map
+    plural: str = ""  # custom resources only
+    group: str = ""
+    version: str = ""
+
+
+KINDS: dict[str, Kind] = {
+    "ConfigMap": Kind("CoreV1Api", "namespaced_config_map"),
+    "Service": Kind("CoreV1Api", "namespaced_service"),
+    "Deployment": Kind("AppsV1Api", "namespaced_deployment"),
+    "Job": Kind("BatchV1Api", "namespaced_job"),
+    "Pod": Kind("CoreV1Api", "namespaced_pod"),
+    "PyTorchJob": Kind("CustomObjectsApi", "namespaced_custom_object", "pytorchjobs", "kubeflow.org", "v1"),
+}
+# Delete order for cancel: the training job first (stops the pods), the spec last.
+DELETE_ORDER = ("PyTorchJob", "Job", "Deployment", "Service", "ConfigMap")
+
+
+def load_api_client():
+    """An ApiClient from the in-cluster service account, else the kubeconfig (KUBECONFIG or ~/.kube/config)."""
+    from kubernetes import client, config
+
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        try:
+            config.load_incluster_config()
+            return client.ApiClient()
+        except config.ConfigException:
+            pass
+    try:
+        config.load_kube_config()
+    except (config.ConfigException, OSError) as exc:
+        raise KubeError(f"no Kubernetes credentials: {exc}. Set KUBECONFIG or run "
+                        "`aws eks update-kubeconfig --name <cluster>` first") from None
+    return client.ApiClient()
+
+
+class Kube:
+    """apply / get / list / delete / logs on dicts, in one namespace."""
+
+    def __init__(self, namespace: str, api_client=None):
+        self.namespace = namespace
+        self._api_client = api_client
+        self._apis: dict[str, object] = {}
+
+    @property
+    def api_client(self):
+        if self._api_client is None:
+            self._api_client = load_api_client()
+        return self._api_client
+
+    def _api(self, name: str):
+        if name not in self._apis:
+            from kubernetes import client
+
+            self._apis[name] = getattr(client, name)(self.api_client)
+        return self._apis[name]
+
+    def _call(self, kind: str, verb: str, name: str | None = None, **kwargs):
+        """Call ``<verb>_<suffix>`` for ``kind``; decode the JSON body; turn ApiException into KubeError."""
+        from kubernetes.client.exceptions import ApiException
+
+        k = KINDS[kind]
+        api = self._api(k.api)
+        if k.plural:  # custom resources take (group, version, namespace, plural[, name]) positionally
+            args = (k.group, k.version, self.namespace, k.plural) + ((name,) if name else ())
+        else:
+            args = ()
+            kwargs["namespace"] = self.namespace
+            if name:
+                kwargs["name"] = name
+        try:
+            resp = getattr(api, f"{verb}_{k.suffix}")(*args, _preload_content=False, **kwargs)
+        except ApiException as exc:
+            raise KubeError(_describe(exc, kind, verb), exc.status or 0) from None
+        return _decode(resp)
+
+    def apply(self, body: dict) -> dict:
+        """Server-side apply: creates or updates, and a repeat with the same body changes nothing."""
+        return self._call(body["kind"], "patch", body["metadata"]["name"], body=body, field_manager=FIELD_MANAGER,
+                          force=True, _content_type=APPLY_CONTENT_TYPE)
+
+    def get(self, kind: str, name: str) -> dict | None:
+        """The object, or None when it does not exist."""
+        try:
+            return self._call(kind, "get" if KINDS[kind].plural else "read", name)
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list(self, kind: str, label_selector: str) -> list[dict]:
+        return list(self._call(kind, "list", label_selector=label_selector).get("items") or [])
+
+    def delete(self, kind: str, name: str) -> bool:
+        """Delete with background propagation (owned pods go too); False when it was already gone."""
+        try:
+            self._call(kind, "delete", name, propagation_policy="Background")
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def pod_log(self, pod: str, container: str | None = None, tail_lines: int | None = None) -> str:
+        from kubernetes.client.exceptions import ApiException
+
+        kwargs = {"container": container} if container else {}
+        if tail_lines:
+            kwargs["tail_lines"] = tail_lines
+        try:
+            resp = self._api("CoreV1Api").read_namespaced_pod_log(pod, self.namespace, _preload_content=False,
+                                                                   **kwargs)
+        except ApiException as exc:
+            raise KubeError(_describe(exc, "Pod", "log"), exc.status or 0) from None
+        return resp.data.decode("utf-8", errors="replace")
+
+    def follow_pod_log(self, pod: str, container: str | None = None) -> Iterator[str]:
+        """Stream a pod's log lines until the container ends."""
+        from kubernetes.client.exceptions import ApiException
+
+        kwargs = {"container": container} if container else {}
+        try:
+            resp = self._api("CoreV1Api").read_namespaced_pod_log(pod, self.namespace, follow=True,
+                                                                   _preload_content=False, **kwargs)
+        except ApiException as exc:
+            raise KubeError(_describe(exc, "Pod", "log"), exc.status or 0) from None
+        pending = b""
+        try:
+            for chunk in resp.stream(4096):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    yield line.decode("utf-8", errors="replace") + "\n"
+            if pending:
+                yield pending.decode("utf-8", errors="replace")
+        finally:
+            resp.release_conn()
+
+
+def _decode(resp) -> dict:
+    data = getattr(resp, "data", resp)
+    if isinstance(data, (bytes, bytearray)):
+        data = data.decode("utf-8")
+    if isinstance(data, str):
+        return json.loads(data) if data.strip() else {}
+    return data if isinstance(data, dict) else {}
+
+
+def _describe(exc, kind: str, verb: str) -> str:
+    """The API server's own message (Status.message) without headers or tokens."""
+    message = exc.reason or ""
+    body = getattr(exc, "body", None)
+    if body:
+        with contextlib.suppress(ValueError, AttributeError):
+            message = json.loads(body).get("message") or message
+    return f"{verb} {kind}: HTTP {exc.status}: {message}"

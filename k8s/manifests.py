@@ -1,0 +1,253 @@
+"""The Kubernetes objects of one run, built as plain dicts (serialised by a YAML library, never pasted).
+
+Order matters and is the order of :func:`build`: the job spec ConfigMap, the etcd Service + Deployment the
+workers rendezvous through, the data Jobs (getdata, preprocess) and the ``kubeflow.org/v1`` PyTorchJob.
+Every function is pure: same job and run dir, same dicts.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from mtk.launcher.netenv import efa_count, network_env
+
+from . import names
+
+if TYPE_CHECKING:
+    from mtk.launcher.spec import Job
+
+KUBEFLOW_API = "kubeflow.org/v1"
+CONTAINER = "pytorch"  # the training operator only configures the container with this name
+OPERATOR_PORT_NAME = "pytorchjob-port"
+OPERATOR_DEFAULT_PORT = 23456
+DATA_STEPS = ("getdata", "preprocess")
+ETCD_DATA = "/var/lib/etcd"
+# Restarting a failed worker container in place resumes from the latest checkpoint: the engine auto-loads
+# it and the etcd rendezvous admits the restarted agent (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1).
+WORKER_RESTART_POLICY = "OnFailure"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+WAIT_SECONDS = 10
+
+
+@dataclass(frozen=True)
+class Obj:
+    """One object plus the pipeline step it belongs to (``spec``, ``etcd``, ``getdata``, ``train``...)."""
+
+    step: str
+    body: dict
+
+    @property
+    def kind(self) -> str:
+        return self.body["kind"]
+
+    @property
+    def name(self) -> str:
+        return self.body["metadata"]["name"]
+
+
+def _meta(job: Job, run: str, name: str, component: str) -> dict:
+    return {"name": name, "namespace": job.cluster.eks.namespace, "labels": names.labels(run, component)}
+
+
+def step_command(step: str, run_dir: str) -> list[str]:
+    """What every pod runs: the one entrypoint, the spec from the ConfigMap, the run dir on shared storage."""
+    return ["mtk-entrypoint", step, "--job", names.SPEC_PATH, "--run-dir", run_dir]
+
+
+def _env_list(env: dict[str, str]) -> list[dict]:
+    return [{"name": k, "value": str(v)} for k, v in env.items()]
+
+
+def _volumes(job: Job, run: str, shm: bool) -> tuple[list[dict], list[dict]]:
+    """(volumes, mounts): the spec ConfigMap always; FSx when a claim is set; a sized /dev/shm for training."""
+    e = job.cluster.eks
+    volumes = [{"name": "mtk-spec", "configMap": {"name": names.spec_configmap(run),
+                                                  "items": [{"key": names.SPEC_KEY, "path": names.SPEC_KEY}]}}]
+    mounts = [{"name": "mtk-spec", "mountPath": names.SPEC_DIR, "readOnly": True}]
+    if e.fsx_claim:
+        volumes.append({"name": "fsx", "persistentVolumeClaim": {"claimName": e.fsx_claim}})
+        mounts.append({"name": "fsx", "mountPath": e.fsx_mount})
+    if shm:
+        # NCCL and DataLoader workers use /dev/shm; the container runtime's 64 MB default hangs or crashes them.
+        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": e.shm_size}})
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    return volumes, mounts
+
+
+def _pod_placement(job: Job, with_instance_type: bool) -> dict:
+    """nodeSelector / tolerations / service account / pull secrets (secret names only, never values)."""
+    e, c = job.cluster.eks, job.cluster
+    spec: dict = {}
+    selector = {}
+    if with_instance_type and c.instance_type:
+        selector[INSTANCE_TYPE_LABEL] = c.instance_type
+    selector.update(e.node_selector)
+    if selector:
+        spec["nodeSelector"] = selector
+    if e.tolerations:
+        spec["tolerations"] = [dict(t) for t in e.tolerations]
+    if e.service_account:
+        spec["serviceAccountName"] = e.service_account
+    if e.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": n} for n in e.image_pull_secrets]
+    return spec
+
+
+def spec_configmap(job: Job, run: str) -> dict:
+    """The job spec every pod reads at /etc/mtk/job.json: the same bytes as the run dir's job.json."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": _meta(job, run, names.spec_configmap(run), "spec"),
+            "data": {names.SPEC_KEY: job.to_json()}}
+
+
+def etcd_service(job: Job, run: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": _meta(job, run, names.etcd(run), "etcd"),
+            "spec": {"selector": {names.LABEL_RUN: run, names.LABEL_COMPONENT: "etcd"},
+                     "ports": [{"name": "etcd-client", "port": names.ETCD_PORT, "targetPort": names.ETCD_PORT,
+                                "protocol": "TCP"}]}}
+
+
+def etcd_deployment(job: Job, run: str) -> dict:
+    """A single etcd member with the v2 API (torchrun's etcd-v2 rendezvous); its state is per run, in memory."""
+    e = job.cluster.eks
+    host = names.etcd(run)
+    pod_labels = names.labels(run, "etcd")
+    args = ["--name", host, "--data-dir", ETCD_DATA, "--enable-v2=true",
+            "--listen-client-urls", f"http://0.0.0.0:{names.ETCD_PORT}",
+            "--advertise-client-urls", f"http://{host}:{names.ETCD_PORT}",
+            "--listen-peer-urls", "http://127.0.0.1:2380",
+            "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
+            "--initial-cluster", f"{host}=http://127.0.0.1:2380", "--initial-cluster-state", "new"]
+    container = {
+        "name": "etcd", "image": e.etcd_image, "command": ["/usr/local/bin/etcd"], "args": args,
+        "ports": [{"name": "client", "containerPort": names.ETCD_PORT, "protocol": "TCP"}],
+        "readinessProbe": {"httpGet": {"path": "/health", "port": names.ETCD_PORT},
+                           "initialDelaySeconds": 2, "periodSeconds": 5},
+        "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+        "volumeMounts": [{"name": "etcd-data", "mountPath": ETCD_DATA}],
+    }
+    pod: dict = {"containers": [container], "volumes": [{"name": "etcd-data", "emptyDir": {}}]}
+    if e.tolerations:
+        pod["tolerations"] = [dict(t) for t in e.tolerations]
+    if e.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": n} for n in e.image_pull_secrets]
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": _meta(job, run, host, "etcd"),
+            "spec": {"replicas": 1, "strategy": {"type": "Recreate"},
+                     "selector": {"matchLabels": {names.LABEL_RUN: run, names.LABEL_COMPONENT: "etcd"}},
+                     "template": {"metadata": {"labels": pod_labels}, "spec": pod}}}
+
+
+def data_job(job: Job, run: str, run_dir: str, step: str) -> dict:
+    """A ``batch/v1`` Job for getdata/preprocess: FSx mounted, no automatic pod restarts, bounded retries."""
+    volumes, mounts = _volumes(job, run, shm=False)
+    container = {"name": step, "image": job.image.reference, "command": step_command(step, run_dir),
+                 "volumeMounts": mounts}
+    if job.cluster.env:
+        container["env"] = _env_list(job.cluster.env)
+    pod = {"restartPolicy": "Never", "containers": [container], "volumes": volumes,
+           **_pod_placement(job, with_instance_type=False)}
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": _meta(job, run, names.data_job(run, step), step),
+            "spec": {"backoffLimit": job.cluster.eks.backoff_limit,
+                     "template": {"metadata": {"labels": names.labels(run, step)}, "spec": pod}}}
+
+
+def worker_env(job: Job, run_dir: str) -> dict[str, str]:
+    """Env of a training container, before what the operator injects (PET_RDZV_*, PET_NNODES, ...).
+
+    The operator v1.9 does not inject PET_NPROC_PER_NODE for elastic jobs unless the deprecated
+    ``elasticPolicy.nProcPerNode`` is used, so it is set here. The job's ``cluster.env`` wins over everything.
+    """
+    env = {
+        "PET_NPROC_PER_NODE": str(job.cluster.procs_per_node),
+        # A replaced pod can rejoin only if rendezvous rounds do not share rank 0's TCP store (pytorch #147064).
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+    }
+    env.update(network_env(job, run_dir))
+    return env
+
+
+def data_files_to_wait_for(job: Job) -> list[str]:
+    """Files training needs that this run's preprocess Job writes (so a plain ``kubectl apply`` waits too)."""
+    if "preprocess" not in job.steps():
+        return []
+    return [f"{p}{ext}" for p in job.data.corpus_prefixes() for ext in (".bin", ".idx")]
+
+
+def _wait_for_data(job: Job, mounts: list[dict]) -> dict:
+    """An init container that blocks until the preprocess outputs exist; paths are argv, never script text."""
+    script = ('for f in "$@"; do until [ -s "$f" ]; do echo "waiting for $f (preprocess Job)"; '
+              f'sleep {WAIT_SECONDS}; done; done')
+    return {"name": "wait-for-data", "image": job.image.reference,
+            "command": ["sh", "-c", script, "wait-for-data", *data_files_to_wait_for(job)],
+            "volumeMounts": [m for m in mounts if m["name"] == "fsx"]}
+
+
+def _worker_resources(job: Job) -> dict:
+    c, e = job.cluster, job.cluster.eks
+    amounts: dict[str, str | int] = {}
+    if c.device == "gpu":
+        amounts["nvidia.com/gpu"] = c.procs_per_node
+    efa = efa_count(job)
+    if efa:
+        amounts["vpc.amazonaws.com/efa"] = efa
+    if e.cpu:
+        amounts["cpu"] = e.cpu
+    if e.memory:
+        amounts["memory"] = e.memory
+    return {"requests": dict(amounts), "limits": dict(amounts)} if amounts else {}
+
+
+def pytorchjob(job: Job, run: str, run_dir: str) -> dict:
+    """The elastic PyTorchJob: one worker pod per node, rendezvous through the run's etcd Service."""
+    c, e = job.cluster, job.cluster.eks
+    volumes, mounts = _volumes(job, run, shm=True)
+    container = {
+        "name": CONTAINER, "image": job.image.reference, "command": step_command("train", run_dir),
+        "env": _env_list(worker_env(job, run_dir)),
+        "ports": [{"name": OPERATOR_PORT_NAME, "containerPort": OPERATOR_DEFAULT_PORT, "protocol": "TCP"}],
+        "volumeMounts": mounts,
+    }
+    resources = _worker_resources(job)
+    if resources:
+        container["resources"] = resources
+    pod: dict = {"containers": [container], "volumes": volumes, **_pod_placement(job, with_instance_type=True)}
+    if data_files_to_wait_for(job):
+        pod["initContainers"] = [_wait_for_data(job, mounts)]
+    min_nodes = e.min_nodes or c.nodes
+    return {
+        "apiVersion": KUBEFLOW_API, "kind": "PyTorchJob",
+        "metadata": _meta(job, run, names.pytorchjob(run), "train"),
+        "spec": {
+            "elasticPolicy": {
+                "rdzvBackend": "etcd-v2", "rdzvHost": names.etcd(run), "rdzvPort": names.ETCD_PORT,
+                "rdzvId": run, "minReplicas": min_nodes, "maxReplicas": c.nodes, "maxRestarts": e.max_restarts,
+            },
+            "nprocPerNode": str(c.procs_per_node),
+            # cleanPodPolicy None keeps finished pods so `mtk logs` can still read them; cancel removes all.
+            "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": e.max_restarts},
+            "pytorchReplicaSpecs": {
+                "Worker": {"replicas": c.nodes, "restartPolicy": WORKER_RESTART_POLICY,
+                           "template": {"metadata": {"labels": names.labels(run, "train")}, "spec": pod}},
+            },
+        },
+    }
+
+
+def build(job: Job, run_dir: str) -> list[Obj]:
+    """Every object of the run, in apply order."""
+    run = names.run_id(run_dir)
+    objs = [Obj("spec", spec_configmap(job, run)),
+            Obj("etcd", etcd_service(job, run)), Obj("etcd", etcd_deployment(job, run))]
+    objs += [Obj(step, data_job(job, run, run_dir, step)) for step in job.steps() if step in DATA_STEPS]
+    objs.append(Obj("train", pytorchjob(job, run, run_dir)))
+    return objs
+
+
+def under_mount(path: str, mount: str) -> bool:
+    path, mount = posixpath.normpath(path), posixpath.normpath(mount)
+    return path == mount or path.startswith(mount.rstrip("/") + "/")

@@ -1,0 +1,74 @@
+"""Names and labels of the Kubernetes objects of one run.
+
+Everything a run creates carries ``mtk/run: <run id>`` so ``mtk cancel`` deletes exactly that and nothing
+else. The run id comes from the run dir's name (``<job name>-<UTC time>``), so two launches of the same job
+never share objects. It must be a DNS-1035 label that leaves room for the operator's per-replica names
+(``<job>-worker-<i>`` is both a pod hostname and a Service name, ≤ 63 characters).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+import re
+
+LABEL_RUN = "mtk/run"
+LABEL_COMPONENT = "mtk/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGER = "mtk"
+
+# Where the job spec ConfigMap is mounted in every pod, and the file name inside it.
+SPEC_DIR = "/etc/mtk"
+SPEC_KEY = "job.json"
+SPEC_PATH = f"{SPEC_DIR}/{SPEC_KEY}"
+
+MAX_RUN_ID = 40  # + "-preprocess" (11) + the Job controller's pod suffix stays well under 63
+ETCD_PORT = 2379
+
+
+def run_id(run_dir: str) -> str:
+    """A DNS-1035 label (lowercase, starts with a letter, ≤ 40 chars) derived from the run dir's name."""
+    base = posixpath.basename(str(run_dir).rstrip("/")) or "run"
+    name = re.sub(r"[^a-z0-9-]+", "-", base.lower())
+    name = re.sub(r"-{2,}", "-", name).strip("-") or "run"
+    if not name[0].isalpha():
+        name = f"r-{name}"
+    if len(name) > MAX_RUN_ID:
+        digest = hashlib.sha256(base.encode()).hexdigest()[:8]
+        name = f"{name[: MAX_RUN_ID - 9].rstrip('-')}-{digest}"
+    return name
+
+
+def labels(run: str, component: str) -> dict[str, str]:
+    """The labels every object and pod of the run carries."""
+    return {LABEL_RUN: run, LABEL_COMPONENT: component, LABEL_MANAGED_BY: MANAGER}
+
+
+def selector(run: str, component: str | None = None) -> str:
+    """A label selector string for list calls."""
+    parts = [f"{LABEL_RUN}={run}"]
+    if component:
+        parts.append(f"{LABEL_COMPONENT}={component}")
+    return ",".join(parts)
+
+
+def spec_configmap(run: str) -> str:
+    return f"{run}-spec"
+
+
+def etcd(run: str) -> str:
+    """Name of the etcd Deployment and Service (the rendezvous host the workers resolve)."""
+    return f"{run}-etcd"
+
+
+def data_job(run: str, step: str) -> str:
+    return f"{run}-{step}"
+
+
+def pytorchjob(run: str) -> str:
+    return run
+
+
+def worker_pod(run: str, index: int) -> str:
+    """The pod (and per-replica Service) name the training operator gives worker ``index``."""
+    return f"{pytorchjob(run)}-worker-{index}"

@@ -1,0 +1,70 @@
+"""What the Kubeflow training operator v1.9.0 adds to a worker container of an elastic PyTorchJob.
+
+A model of the operator's contract (``pkg/controller.v1/pytorch/envvar.go`` and ``elastic.go`` at v1.9.0),
+used to check that ``mtk-entrypoint train`` works with exactly what a pod receives, and to run rendered
+pods as plain processes in tests. It reads only the rendered manifest.
+"""
+
+from __future__ import annotations
+
+from . import manifests
+
+
+def _policy_port(job: dict) -> int:
+    policy = job["spec"]["elasticPolicy"]
+    if policy.get("rdzvPort") is not None:
+        return int(policy["rdzvPort"])
+    for container in job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]:
+        if container["name"] == manifests.CONTAINER:
+            for port in container.get("ports") or []:
+                if port.get("name") == manifests.OPERATOR_PORT_NAME:
+                    return int(port["containerPort"])
+    raise ValueError("no rdzvPort and no pytorchjob-port on the pytorch container: the operator rejects this")
+
+
+def injected_env(job: dict) -> dict[str, str]:
+    """Variables the operator appends for an elastic job (same for every worker), in its order."""
+    spec = job["spec"]
+    policy = spec.get("elasticPolicy")
+    env = {"PYTHONUNBUFFERED": "0"}
+    if policy is None:
+        raise ValueError("not an elastic PyTorchJob: spec.elasticPolicy is missing")
+    host = policy.get("rdzvHost") or f"{job['metadata']['name']}-worker-0"
+    env["PET_RDZV_ENDPOINT"] = f"{host}:{_policy_port(job)}"
+    env["PET_RDZV_BACKEND"] = policy.get("rdzvBackend") or "c10d"
+    if policy.get("minReplicas") is None and policy.get("maxReplicas") is None:
+        env["PET_NNODES"] = str(spec["pytorchReplicaSpecs"]["Worker"].get("replicas", 1))
+    else:
+        env["PET_NNODES"] = f"{policy.get('minReplicas')}:{policy.get('maxReplicas')}"
+    if policy.get("maxRestarts") is not None:
+        env["PET_MAX_RESTARTS"] = str(policy["maxRestarts"])
+    if policy.get("nProcPerNode") is not None:  # deprecated field; v1.9 injects it only from here
+        env["PET_NPROC_PER_NODE"] = str(policy["nProcPerNode"])
+    if policy.get("rdzvId") is not None:
+        env["PET_RDZV_ID"] = str(policy["rdzvId"])
+    if policy.get("rdzvConf"):
+        env["PET_RDZV_CONF"] = ",".join(f"{c['key']}={c['value']}" for c in policy["rdzvConf"])
+    if policy.get("standalone"):
+        env["PET_STANDALONE"] = ""
+    return env
+
+
+def worker_pod_env(job: dict, index: int) -> dict[str, str]:
+    """The full env of worker ``index``'s training container: the manifest's env, then the operator's.
+
+    Kubernetes also sets HOSTNAME to the pod name, which the operator makes ``<job>-worker-<index>``.
+    Later duplicates win, as they do in a pod.
+    """
+    template = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    container = next(c for c in template["spec"]["containers"] if c["name"] == manifests.CONTAINER)
+    env = {"HOSTNAME": f"{job['metadata']['name']}-worker-{index}"}
+    env.update({e["name"]: str(e.get("value", "")) for e in container.get("env") or []})
+    env.update(injected_env(job))
+    return env
+
+
+def worker_command(job: dict) -> list[str]:
+    """command + args of the training container, as the container runtime would run them."""
+    template = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    container = next(c for c in template["spec"]["containers"] if c["name"] == manifests.CONTAINER)
+    return [*container.get("command", []), *container.get("args", [])]

@@ -1,0 +1,73 @@
+"""Map Kubernetes/Kubeflow status to mtk's neutral states, each in one table with an UNKNOWN fallback."""
+
+from __future__ import annotations
+
+from mtk.launcher.backends import StepStatus
+
+POD_PHASES = {"Pending": "PENDING", "Running": "RUNNING", "Succeeded": "COMPLETED", "Failed": "FAILED",
+              "Unknown": "UNKNOWN"}
+# PyTorchJob condition types (training operator v1.9), by the latest condition whose status is True.
+PYTORCHJOB_CONDITIONS = {"Created": "PENDING", "Suspended": "PENDING", "Running": "RUNNING",
+                         "Restarting": "RUNNING", "Succeeded": "COMPLETED", "Failed": "FAILED"}
+JOB_CONDITIONS = {"Complete": "COMPLETED", "Failed": "FAILED", "Suspended": "PENDING"}
+
+
+def _true_conditions(obj: dict) -> list[dict]:
+    return [c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("status") == "True"]
+
+
+def pytorchjob_state(obj: dict | None) -> tuple[str, str]:
+    """(state, reason) from the last True condition; a job without conditions yet is PENDING."""
+    if obj is None:
+        return "UNKNOWN", "not found"
+    conditions = _true_conditions(obj)
+    if not conditions:
+        return "PENDING", "no conditions yet (operator not running?)"
+    last = conditions[-1]
+    reason = last.get("reason") or last.get("type", "")
+    if last.get("message"):
+        reason = f"{reason}: {last['message']}"
+    return PYTORCHJOB_CONDITIONS.get(last.get("type", ""), "UNKNOWN"), reason
+
+
+def job_state(obj: dict | None) -> tuple[str, str]:
+    """(state, reason) of a batch/v1 Job: terminal conditions first, then active/pending pods."""
+    if obj is None:
+        return "UNKNOWN", "not found"
+    for cond in reversed(_true_conditions(obj)):
+        if cond.get("type") in JOB_CONDITIONS:
+            return JOB_CONDITIONS[cond["type"]], cond.get("message") or cond.get("reason") or cond["type"]
+    status = obj.get("status") or {}
+    if status.get("active"):
+        return "RUNNING", f"{status['active']} pod(s) active, {status.get('failed', 0)} failed"
+    return "PENDING", ""
+
+
+def deployment_ready(obj: dict | None) -> bool:
+    status = (obj or {}).get("status") or {}
+    want = ((obj or {}).get("spec") or {}).get("replicas", 1)
+    return int(status.get("readyReplicas") or 0) >= want
+
+
+def pod_status(pod: dict, step: str) -> StepStatus:
+    """One pod: phase, restarts, and why it waits or ended (CrashLoopBackOff, OOMKilled, exit code)."""
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    containers = status.get("containerStatuses") or []
+    restarts = sum(int(c.get("restartCount") or 0) for c in containers)
+    reasons, exit_code = [], None
+    for c in containers:
+        state = c.get("state") or {}
+        if "waiting" in state and state["waiting"].get("reason"):
+            reasons.append(state["waiting"]["reason"])
+        if "terminated" in state:
+            exit_code = state["terminated"].get("exitCode")
+            if state["terminated"].get("reason"):
+                reasons.append(state["terminated"]["reason"])
+        last = (c.get("lastState") or {}).get("terminated")
+        if last and exit_code is None and restarts:
+            reasons.append(f"last exit {last.get('exitCode')} ({last.get('reason', '')})".replace(" ()", ""))
+    if status.get("reason"):
+        reasons.append(status["reason"])
+    reason = f"restarts={restarts}" + (f" {'; '.join(reasons)}" if reasons else "")
+    return StepStatus(step=step, state=POD_PHASES.get(status.get("phase", ""), "UNKNOWN"),
+                      id=f"pod/{meta.get('name', '?')}", exit_code=exit_code, reason=reason)
