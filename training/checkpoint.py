@@ -1,0 +1,306 @@
+"""Crash-safe ``dist_checkpointing`` (torch_dist) checkpoints with an atomically updated tracker.
+
+Layout of the checkpoint dir (``train.checkpoint.dir`` or ``<run_dir>/checkpoints``)::
+
+    iter_0000010/                     a published checkpoint (model, optimizer, scheduler, RNG, data position)
+    iter_0000020.partial/             being written; never read; removed at the next start
+    latest_checkpointed_iteration.txt the iteration to resume from (Megatron's tracker name and format)
+
+Publishing order: every rank writes its shards into ``iter_N.partial`` → barrier → rank 0 renames it to
+``iter_N`` → rank 0 replaces the tracker (temp file + ``os.replace``) → barrier. A crash at any point before
+the tracker is replaced leaves the tracker naming the previous, complete checkpoint.
+
+Distributed-optimizer state is saved in the ``dp_reshardable`` format (the only one that works without
+Apex/TE on CPU), which reshards over data-parallel ranks only; the plain optimizer's state follows the
+model's sharding and survives tp/pp changes. Async save (``train.checkpoint.async_save``) is not used:
+megatron-core 0.19.2's async path defaults to nvidia-resiliency-ext ("nvrx"), which is not installable
+here, and its fallback forks a writer per save; saves are synchronous and the setting is reported.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+from pathlib import Path
+from typing import Any
+
+from mtk.launcher.backends import atomic_write
+
+TRACKER = "latest_checkpointed_iteration.txt"
+PARTIAL_SUFFIX = ".partial"
+_ITER_DIR = re.compile(r"^iter_(\d{7,})$")
+DISTOPT_METADATA = {"distrib_optim_sharding_type": "dp_reshardable"}
+# Fault injection for tests of crash safety: "save:N" kills rank 0 (SIGKILL) after the shards of iteration
+# N are written and before they are published.
+FAULT_ENV = "MTK_FAULT"
+
+
+def iter_dir_name(iteration: int) -> str:
+    return f"iter_{iteration:07d}"
+
+
+def read_tracker(root: str | Path) -> int | None:
+    """The published iteration, or None when there is no (readable) tracker."""
+    path = Path(root) / TRACKER
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        return None
+    if not text.isdigit():
+        raise ValueError(f"{path} holds {text!r}, not an iteration number; fix or delete it")
+    return int(text)
+
+
+def published_iterations(root: str | Path) -> list[int]:
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    return sorted(int(m.group(1)) for p in root.iterdir() if p.is_dir() and (m := _ITER_DIR.match(p.name)))
+
+
+def remove_partials(root: str | Path) -> list[Path]:
+    """Delete ``*.partial`` dirs left by a crash during save. Rank 0 only, before anyone saves."""
+    root = Path(root)
+    removed = []
+    if root.is_dir():
+        for p in root.iterdir():
+            if p.is_dir() and p.name.endswith(PARTIAL_SUFFIX):
+                shutil.rmtree(p, ignore_errors=True)
+                removed.append(p)
+    return removed
+
+
+def prune(root: str | Path, keep_last: int | None, protect: int | None) -> list[int]:
+    """Remove all but the newest ``keep_last`` published checkpoints (never the tracked one)."""
+    if not keep_last:
+        return []
+    iters = published_iterations(root)
+    doomed = [i for i in iters[:-keep_last] if i != protect]
+    for i in doomed:
+        shutil.rmtree(Path(root) / iter_dir_name(i), ignore_errors=True)
+    return doomed
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def publish(root: str | Path, iteration: int) -> Path:
+    """Rename ``iter_N.partial`` to ``iter_N`` and point the tracker at it (rank 0, after all shards)."""
+    root = Path(root)
+    partial = root / (iter_dir_name(iteration) + PARTIAL_SUFFIX)
+    final = root / iter_dir_name(iteration)
+    if final.exists():  # a re-save of the same iteration (e.g. after a resume): replace it
+        shutil.rmtree(final)
+    os.replace(partial, final)
+    _fsync_dir(root)
+    atomic_write(root / TRACKER, f"{iteration}\n")
+    _fsync_dir(root)
+    return final
+
+
+# --------------------------------------------------------------------------- state dicts
+
+
+def _rng_state() -> dict[str, Any]:
+    import random
+
+    import numpy as np
+    import torch
+    from megatron.core import tensor_parallel
+
+    state = {
+        "random": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "tracker": tensor_parallel.get_cuda_rng_tracker().get_states(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    import random
+
+    import numpy as np
+    import torch
+    from megatron.core import tensor_parallel
+
+    random.setstate(state["random"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+    tensor_parallel.get_cuda_rng_tracker().set_states(state["tracker"])
+
+
+def topology(job) -> dict[str, int]:
+    p = job.parallel
+    return {"tp": p.tp, "pp": p.pp, "cp": p.cp, "ep": p.ep, "world": job.cluster.world_size,
+            "distributed_optimizer": int(p.distributed_optimizer)}
+
+
+def _model_key(i: int, n: int) -> str:
+    return "model" if n == 1 else f"model{i}"
+
+
+def build_state_dict(model: list, optimizer, scheduler, common: dict[str, Any], is_loading: bool,
+                     distributed_optimizer: bool) -> dict[str, Any]:
+    """The sharded state dict: model chunks, optimizer, scheduler, per-rank RNG and plain common values."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.dist_checkpointing.mapping import ShardedObject
+
+    from megatron.core.utils import unwrap_model
+
+    sd: dict[str, Any] = dict(common)
+    for i, chunk in enumerate(unwrap_model(model)):
+        sd[_model_key(i, len(model))] = chunk.sharded_state_dict()
+    model_sd: dict[str, Any] = {}
+    for i in range(len(model)):
+        model_sd.update(sd[_model_key(i, len(model))])
+    metadata = DISTOPT_METADATA if distributed_optimizer else None
+    sd["optimizer"] = optimizer.sharded_state_dict(model_sd, is_loading=is_loading, metadata=metadata)
+    sd["opt_param_scheduler"] = scheduler.state_dict()
+    pp, tp = ps.get_pipeline_model_parallel_world_size(), ps.get_tensor_model_parallel_world_size()
+    sd["rng_state"] = ShardedObject(
+        "rng_state", _rng_state(), (pp, tp), (ps.get_pipeline_model_parallel_rank(),
+                                              ps.get_tensor_model_parallel_rank()),
+        replica_id=ps.get_data_parallel_rank(with_context_parallel=True))
+    return sd
+
+
+def _prefill_adam_state(optimizer) -> None:
+    """Give every inner Adam param a (step, exp_avg, exp_avg_sq) state so loading has tensors to fill."""
+    import torch
+
+    for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
+        inner = opt.optimizer
+        for group in inner.param_groups:
+            for p in group["params"]:
+                st = inner.state[p]
+                if "exp_avg" not in st:
+                    st["step"] = torch.tensor(0.0)
+                    st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+
+
+def _untie_adam_steps(optimizer) -> None:
+    """After a distributed-optimizer load every param shares ONE ``step`` tensor; torch Adam increments
+    it in place once per param, so training would drift. Give each param its own copy."""
+    for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
+        for st in opt.optimizer.state.values():
+            if "step" in st and hasattr(st["step"], "clone"):
+                st["step"] = st["step"].detach().clone()
+
+
+def _fork_results_queue() -> None:
+    """megatron's torch_dist writer collects results through a Manager queue it creates with the *spawn*
+    context on first save: a fresh interpreter that re-imports the main module (seconds per rank on a
+    small machine). A fork-context manager is equivalent for the synchronous save and starts in ~50 ms."""
+    import multiprocessing as mp
+
+    from megatron.core.dist_checkpointing.strategies import filesystem_async
+
+    if getattr(filesystem_async, "_results_queue", None) is None:
+        filesystem_async._results_queue = mp.get_context("fork").Manager().Queue()
+
+
+class CheckpointManager:
+    """Save/load for one run. All ranks call every method (they contain collectives)."""
+
+    def __init__(self, root: str | Path, keep_last: int | None = None, log=print):
+        self.root = Path(root)
+        self.keep_last = keep_last
+        self.log = log
+
+    # every rank
+    def prepare(self) -> None:
+        """Create the dir and remove partial saves left by a crash (rank 0), then sync."""
+        import torch.distributed as dist
+
+        if dist.get_rank() == 0:
+            self.root.mkdir(parents=True, exist_ok=True)
+            for p in remove_partials(self.root):
+                self.log(f"[checkpoint] removed partial save {p} left by an interrupted run")
+        dist.barrier()
+
+    def latest(self) -> int | None:
+        return read_tracker(self.root)
+
+    def save(self, iteration: int, model: list, optimizer, scheduler, common: dict[str, Any],
+             distributed_optimizer: bool) -> Path:
+        import torch.distributed as dist
+        from megatron.core import dist_checkpointing
+
+        _fork_results_queue()
+        partial = self.root / (iter_dir_name(iteration) + PARTIAL_SUFFIX)
+        if dist.get_rank() == 0:
+            if partial.exists():
+                shutil.rmtree(partial)
+            partial.mkdir(parents=True)
+        dist.barrier()
+        sd = build_state_dict(model, optimizer, scheduler, {**common, "iteration": iteration},
+                              is_loading=False, distributed_optimizer=distributed_optimizer)
+        dist_checkpointing.save(sd, str(partial), content_metadata=DISTOPT_METADATA if distributed_optimizer
+                                else None)
+        dist.barrier()
+        if dist.get_rank() == 0:
+            if os.environ.get(FAULT_ENV) == f"save:{iteration}":
+                self.log(f"[checkpoint] {FAULT_ENV}: killing rank 0 before publishing iteration {iteration}")
+                os.kill(os.getpid(), signal.SIGKILL)
+            final = publish(self.root, iteration)
+            for i in prune(self.root, self.keep_last, protect=iteration):
+                self.log(f"[checkpoint] removed old checkpoint iteration {i} (keep_last={self.keep_last})")
+        else:
+            final = self.root / iter_dir_name(iteration)
+        dist.barrier()
+        return final
+
+    def load(self, model: list, optimizer, scheduler, job) -> dict[str, Any] | None:
+        """Restore from the tracked iteration; returns the common values (iteration, consumed samples)."""
+        import torch
+        from megatron.core import dist_checkpointing
+
+        iteration = self.latest()
+        if iteration is None:
+            return None
+        path = self.root / iter_dir_name(iteration)
+        if not path.is_dir():
+            raise FileNotFoundError(f"{self.root / TRACKER} names iteration {iteration} but {path} is missing; "
+                                    f"restore it or delete the tracker to start from scratch")
+        common = dist_checkpointing.load_common_state_dict(str(path))
+        saved_topo = common.get("topology", {})
+        same_topology = saved_topo == topology(job)
+        distopt = job.parallel.distributed_optimizer
+        if distopt and saved_topo.get("distributed_optimizer") and (
+                saved_topo.get("tp"), saved_topo.get("pp")) != (job.parallel.tp, job.parallel.pp):
+            raise RuntimeError(f"checkpoint {path} was saved with the distributed optimizer at tp={saved_topo['tp']}"
+                               f" pp={saved_topo['pp']}; its dp_reshardable optimizer state can only be loaded at "
+                               "the same tp/pp (data-parallel size may change)")
+        if distopt:
+            _prefill_adam_state(optimizer)
+        sd = build_state_dict(model, optimizer, scheduler, {}, is_loading=True, distributed_optimizer=distopt)
+        if not same_topology:
+            sd.pop("rng_state")  # RNG streams are per (pp, tp) rank: meaningless after a topology change
+        with torch.no_grad():
+            loaded = dist_checkpointing.load(sd, str(path))
+        from megatron.core.utils import unwrap_model
+
+        for i, chunk in enumerate(unwrap_model(model)):
+            chunk.load_state_dict(loaded[_model_key(i, len(model))], strict=True)
+        with torch.no_grad():
+            optimizer.load_state_dict(loaded["optimizer"])
+        _untie_adam_steps(optimizer)
+        scheduler.load_state_dict(loaded["opt_param_scheduler"])
+        if same_topology:
+            _set_rng_state(loaded["rng_state"])
+        else:
+            self.log(f"[checkpoint] topology changed {saved_topo} -> {topology(job)}: RNG state not restored")
+        return {k: loaded[k] for k in ("iteration", "consumed_samples") if k in loaded} | {"path": str(path)}

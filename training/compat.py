@@ -1,0 +1,206 @@
+"""Make megatron-core 0.19.2 run on a CPU-only machine (gloo), and do nothing when CUDA is present.
+
+megatron.core hard-codes CUDA in hot paths even with ``use_cpu_initialization=True``
+(``torch.zeros(..., device="cuda")`` in the schedules, ``torch.cuda.current_device()`` in the grad
+buffers, ``torch.cuda.current_stream()`` in DDP, ``param.grad.type() == 'torch.cuda.FloatTensor'`` in
+grad clipping). On a machine without CUDA :func:`install` patches exactly those spots:
+
+* a ``TorchFunctionMode`` that rewrites ``device='cuda' | 'cuda:N' | N`` to ``'cpu'`` in every torch
+  call and turns ``Tensor.cuda()`` / ``.to('cuda')`` into CPU no-ops;
+* ``torch.cuda.current_device`` → 0, ``current_stream``/``synchronize``/``set_device`` → no-ops;
+* ``Tensor.type()`` (no argument) reports ``torch.cuda.*Tensor`` so the clip-grad assertion holds;
+* if ``triton`` is not installed, a stub for ``megatron.core.transformer.moe.ops.paged_stash`` (the one
+  module that imports triton at ``import megatron.core`` time; its kernels are GPU-only anyway).
+
+The patches reach into megatron-core internals, so :func:`check_version` refuses any other version.
+Import this module before ``megatron.core`` (``install()`` must run first: ``import megatron.core``
+already needs the triton stub).
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.metadata
+import importlib.util
+import sys
+import types
+from typing import Any
+
+MEGATRON_CORE_VERSION = "0.19.2"
+PAGED_STASH_MODULE = "megatron.core.transformer.moe.ops.paged_stash"
+
+_state: dict[str, Any] = {"installed": False, "mode": None}
+
+
+class MegatronVersionError(RuntimeError):
+    """The installed megatron-core is not the version the compat layer was written for."""
+
+
+def check_version(installed: str | None = None) -> str:
+    """Return the megatron-core version, or raise if it is not the pinned one.
+
+    Reads package metadata only, so it works before ``megatron.core`` can be imported.
+    """
+    if installed is None:
+        try:
+            installed = importlib.metadata.version("megatron-core")
+        except importlib.metadata.PackageNotFoundError as exc:
+            raise MegatronVersionError(
+                f"megatron-core is not installed; mtk's engine needs megatron-core=={MEGATRON_CORE_VERSION} "
+                f"(pip install --ignore-requires-python megatron-core=={MEGATRON_CORE_VERSION})") from exc
+    if installed != MEGATRON_CORE_VERSION:
+        raise MegatronVersionError(
+            f"megatron-core {installed} is installed but mtk.training is pinned to {MEGATRON_CORE_VERSION} "
+            f"(its CPU compat layer and checkpoint handling touch internals); install "
+            f"megatron-core=={MEGATRON_CORE_VERSION}")
+    return installed
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+# --------------------------------------------------------------------------- triton stub
+
+
+def _gpu_only(*_args: Any, **_kwargs: Any) -> None:
+    raise RuntimeError("paged stash kernels need triton and a GPU; they are stubbed on this machine")
+
+
+class _PagedStashStub(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serve a triton-free ``ops.paged_stash`` (same public names, kernels that raise if called)."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == PAGED_STASH_MODULE:
+            return importlib.machinery.ModuleSpec(fullname, self)
+        return None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        module.GLOBAL_BLOCK_SIZE = 1024
+        module.paged_stash_copy_kernel = _gpu_only
+        module.paged_stash_pop_kernel = _gpu_only
+        module.__all__ = ["GLOBAL_BLOCK_SIZE", "paged_stash_copy_kernel", "paged_stash_pop_kernel"]
+        module.MTK_STUB = True
+
+
+def install_import_stubs() -> bool:
+    """Register the paged-stash stub when triton is missing. Returns True if the stub is active."""
+    if any(isinstance(f, _PagedStashStub) for f in sys.meta_path):
+        return True
+    if importlib.util.find_spec("triton") is not None:
+        return False
+    sys.meta_path.insert(0, _PagedStashStub())
+    return True
+
+
+# --------------------------------------------------------------------------- device mapping
+
+
+def _is_cuda_device(dev: Any) -> bool:
+    import torch
+
+    if isinstance(dev, str):
+        return dev.startswith("cuda")
+    if isinstance(dev, torch.device):
+        return dev.type == "cuda"
+    return isinstance(dev, int) and not isinstance(dev, bool)
+
+
+def _device_mode_class():
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    cpu = torch.device("cpu")
+    tensor_cuda = torch.Tensor.cuda
+    tensor_to = torch.Tensor.to
+
+    class CudaToCpu(TorchFunctionMode):
+        """Rewrites CUDA device arguments to CPU for every torch function call."""
+
+        def __torch_function__(self, func, types_, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if "device" in kwargs and _is_cuda_device(kwargs["device"]):
+                kwargs = {**kwargs, "device": cpu}
+            if func is tensor_cuda:
+                return args[0]
+            if func is tensor_to:
+                args = args[:1] + tuple(cpu if _is_cuda_device(a) else a for a in args[1:])
+            return func(*args, **kwargs)
+
+    return CudaToCpu
+
+
+_CUDA_TYPE_NAMES = {
+    "torch.FloatTensor": "torch.cuda.FloatTensor",
+    "torch.HalfTensor": "torch.cuda.HalfTensor",
+    "torch.BFloat16Tensor": "torch.cuda.BFloat16Tensor",
+    "torch.DoubleTensor": "torch.cuda.DoubleTensor",
+    "torch.LongTensor": "torch.cuda.LongTensor",
+    "torch.IntTensor": "torch.cuda.IntTensor",
+}
+
+
+class _NullStream:
+    """Stands in for a CUDA stream: waiting and recording are no-ops on CPU."""
+
+    def wait_stream(self, *_a: Any) -> None: ...
+
+    def wait_event(self, *_a: Any) -> None: ...
+
+    def record_event(self, *_a: Any) -> None: ...
+
+    def synchronize(self) -> None: ...
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_a: Any) -> None: ...
+
+
+def _patch_cuda_module() -> None:
+    import torch
+
+    original_type = torch.Tensor.type
+
+    def type_(self, dtype=None, non_blocking=False, **kwargs):
+        if dtype is None and not kwargs:
+            name = original_type(self)
+            return _CUDA_TYPE_NAMES.get(name, name)
+        return original_type(self, dtype, non_blocking, **kwargs)
+
+    torch.Tensor.type = type_
+    torch.cuda.current_device = lambda: 0
+    torch.cuda.set_device = lambda *_a, **_k: None
+    torch.cuda.synchronize = lambda *_a, **_k: None
+    torch.cuda.current_stream = lambda *_a, **_k: _NullStream()
+    torch.cuda.default_stream = lambda *_a, **_k: _NullStream()
+
+
+def install() -> bool:
+    """Apply the CPU compat layer once per process. Returns True if it is active (no CUDA).
+
+    With CUDA present this only checks the version: megatron-core runs unmodified.
+    """
+    check_version()
+    if _state["installed"]:
+        return _state["mode"] is not None
+    _state["installed"] = True
+    install_import_stubs()
+    if cuda_available():
+        return False
+    _patch_cuda_module()
+    mode = _device_mode_class()()
+    mode.__enter__()  # stays active for the whole process (the worker's lifetime)
+    _state["mode"] = mode
+    return True
+
+
+def active() -> bool:
+    """True when the CPU device mapping is in effect in this process."""
+    return _state["mode"] is not None

@@ -1,0 +1,155 @@
+"""Training data: mock data or a weighted blend of indexed ``.bin/.idx`` prefixes, and a resumable sampler.
+
+Prefixes come from ``data.blend`` (resolved against ``data.dir``), the prefixes the preprocess step writes
+(``data.corpus``), and every prefix under ``data.folders`` (via ``mtk.data_jobs.mixture``). Datasets are built
+with megatron.core's ``BlendedMegatronDatasetBuilder`` + ``GPTDataset`` (index cache in ``data.cache_dir`` or
+``<data.dir>/index-cache``, which must be shared between nodes).
+
+The sampler is a pure function of ``consumed_samples``: the checkpoint stores that number and a resumed run
+continues with exactly the samples the interrupted run would have drawn next.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mtk.launcher.spec import Job
+
+
+@dataclass(frozen=True)
+class TokenizerInfo:
+    """What the engine needs from a tokenizer: the vocabulary size (incl. added tokens) and the EOD id."""
+
+    vocab_size: int
+    eod: int
+
+
+def tokenizer_info(job: Job) -> TokenizerInfo:
+    """NullTokenizer-style ids for mock/pre-tokenized data; the real tokenizer's sizes otherwise."""
+    tok = job.data.tokenizer
+    if tok.type == "NullTokenizer":
+        return TokenizerInfo(job.model.vocab_size, job.model.vocab_size - 1)
+    from mtk.data_jobs.tokenizers import build_tokenizer  # the data helper's module; loaded only here
+
+    t = build_tokenizer(tok, job.data.dir)
+    return TokenizerInfo(int(t.vocab_size), int(t.eod))
+
+
+def blend(job: Job) -> tuple[list[str], list[float]]:
+    """(prefixes, weights) of the training blend; empty for mock data."""
+    d = job.data
+    prefixes = [d.resolve(b.prefix) for b in d.blend]
+    weights = [b.weight for b in d.blend]
+    for prefix in d.corpus_prefixes():
+        if prefix not in prefixes:
+            prefixes.append(prefix)
+            weights.append(1.0)
+    if d.folders:
+        from mtk.data_jobs.mixture import expand_folders  # the data helper's module; loaded only here
+
+        for prefix, weight in expand_folders(d):
+            prefixes.append(prefix)
+            weights.append(float(weight))
+    return prefixes, weights
+
+
+def check_prefixes(prefixes: list[str]) -> None:
+    """Fail before building indices if a prefix lacks its .bin or .idx (names the file and the fix)."""
+    for prefix in prefixes:
+        for ext in (".bin", ".idx"):
+            if not os.path.exists(prefix + ext):
+                raise FileNotFoundError(f"data prefix {prefix}: {prefix}{ext} does not exist; run the preprocess "
+                                        "step or fix data.blend / data.folders")
+
+
+def cache_dir(job: Job) -> str:
+    d = job.data
+    return d.cache_dir or os.path.join(d.dir, "index-cache")
+
+
+def split_sizes(job: Job) -> list[int]:
+    """Samples to build per split: all training steps, and enough validation batches for every eval."""
+    t = job.train
+    train = t.iterations * t.global_batch_size
+    evals = (t.iterations // t.eval_interval + 1) if t.eval_interval else 0
+    return [train, evals * t.eval_iters * t.global_batch_size, 0]
+
+
+def build_datasets(job: Job, info: TokenizerInfo) -> tuple[Any, Any]:
+    """(train, valid) datasets; valid is None when the split gives it no data or eval is off."""
+    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+    from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig, MockGPTDataset
+    from megatron.core.tokenizers.text.libraries.null_tokenizer import NullTokenizer
+
+    prefixes, weights = blend(job)
+    mock = not prefixes
+    if not mock:
+        check_prefixes(prefixes)
+    os.makedirs(cache_dir(job), exist_ok=True)
+    config = GPTDatasetConfig(
+        random_seed=job.train.seed,
+        sequence_length=job.model.seq_length,
+        blend=None if mock else (prefixes, weights),
+        split=job.data.split,
+        path_to_cache=cache_dir(job),
+        tokenizer=NullTokenizer(info.vocab_size, eod_id=info.eod),
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        create_attention_mask=False,
+        mid_level_dataset_surplus=0.005,
+    )
+    cls = MockGPTDataset if mock else GPTDataset
+    train, valid, _test = BlendedMegatronDatasetBuilder(cls, split_sizes(job), lambda: True, config).build()
+    return train, valid
+
+
+class ResumableSampler:
+    """Yields this data-parallel rank's micro-batch indices, starting after ``consumed_samples``.
+
+    Global order is sample 0, 1, 2, ...; each step of ``micro_batch × dp`` samples is cut into dp slices
+    (Megatron's pretraining sampler). Being a function of ``consumed_samples`` makes resume exact.
+    """
+
+    def __init__(self, total: int, consumed_samples: int, micro_batch_size: int, dp_rank: int, dp_size: int):
+        if not 0 <= dp_rank < dp_size:
+            raise ValueError(f"dp_rank {dp_rank} out of range for dp_size {dp_size}")
+        self.total = total
+        self.consumed = consumed_samples
+        self.mbs = micro_batch_size
+        self.dp_rank = dp_rank
+        self.dp_size = dp_size
+
+    def __iter__(self) -> Iterator[list[int]]:
+        step = self.mbs * self.dp_size
+        start = self.consumed
+        while start + step <= self.total:
+            lo = start + self.dp_rank * self.mbs
+            yield list(range(lo, lo + self.mbs))
+            start += step
+
+
+def batches(dataset, sampler: ResumableSampler, num_workers: int) -> Iterator[dict]:
+    """An endless-enough iterator of collated micro-batches (torch DataLoader over the sampler)."""
+    import torch
+
+    loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, num_workers=num_workers,
+                                         pin_memory=False, persistent_workers=num_workers > 0)
+    return iter(loader)
+
+
+def cyclic_batches(dataset, micro_batch_size: int, dp_rank: int, dp_size: int) -> Iterator[dict]:
+    """Validation batches: the same fixed sequence every evaluation, wrapping around the dataset."""
+    import torch
+
+    n = len(dataset)
+    start = 0
+    while True:
+        lo = start + dp_rank * micro_batch_size
+        items = [dataset[(lo + i) % n] for i in range(micro_batch_size)]
+        yield torch.utils.data.default_collate(items)
+        start = (start + micro_batch_size * dp_size) % n

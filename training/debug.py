@@ -1,0 +1,99 @@
+"""Debug switches from ``job.debug``: an environment dump at start and a torch.profiler window.
+
+NCCL debug files and Nsight are argv/env-level and handled by the launchers; the environment dump records
+what they set so a run dir shows it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from mtk.launcher import exitcodes
+from mtk.launcher.backends import atomic_write
+
+# Environment variables that may hold secrets are recorded by name only.
+_SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "AUTH", "COOKIE")
+
+
+def _redact(env: dict[str, str]) -> dict[str, str]:
+    return {k: ("<redacted>" if any(m in k.upper() for m in _SECRET_MARKERS) else v) for k, v in sorted(env.items())}
+
+
+def _versions() -> dict[str, Any]:
+    import importlib.metadata as md
+
+    out: dict[str, Any] = {"python": sys.version.split()[0], "platform": platform.platform()}
+    for dist in ("torch", "megatron-core", "numpy", "transformer-engine", "triton", "mtk"):
+        try:
+            out[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def environment_record(rank: int, topology: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    cuda = torch.cuda.is_available()
+    return {
+        "host": socket.gethostname(),
+        "rank": rank,
+        "pid": os.getpid(),
+        "versions": _versions(),
+        "torch": {"cuda_available": cuda, "cuda": torch.version.cuda,
+                  "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
+                  "devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
+                  "threads": torch.get_num_threads()},
+        "cpus": os.cpu_count(),
+        "topology": topology,
+        "env": _redact(dict(os.environ)),
+    }
+
+
+def dump_environment(run_dir: str | Path, rank: int, topology: dict[str, Any]) -> Path:
+    """Write ``<run_dir>/debug/env-<host>-rank<r>.json`` (versions, env with secrets redacted, topology)."""
+    path = Path(run_dir) / exitcodes.DEBUG_DIR / f"env-{socket.gethostname()}-rank{rank}.json"
+    atomic_write(path, json.dumps(environment_record(rank, topology), indent=2, default=str) + "\n")
+    return path
+
+
+class ProfilerWindow:
+    """torch.profiler over iterations [start, stop) on the chosen ranks; Chrome trace into ``debug/``."""
+
+    def __init__(self, spec, run_dir: str | Path, rank: int):
+        self.enabled = bool(spec.enabled) and rank in spec.ranks
+        self.start, self.stop = spec.start, spec.stop
+        self.path = Path(run_dir) / exitcodes.DEBUG_DIR / f"torch-trace-{socket.gethostname()}-rank{rank}.json"
+        self._prof = None
+
+    def before(self, iteration: int) -> None:
+        """Call with the 1-based iteration about to run."""
+        if self.enabled and self._prof is None and self.start <= iteration < self.stop:
+            import torch
+
+            acts = [torch.profiler.ProfilerActivity.CPU]
+            if torch.cuda.is_available():
+                acts.append(torch.profiler.ProfilerActivity.CUDA)
+            self._prof = torch.profiler.profile(activities=acts, record_shapes=True)
+            self._prof.__enter__()
+
+    def after(self, iteration: int) -> None:
+        if self._prof is not None and iteration + 1 >= self.stop:
+            self.finish()
+
+    def finish(self) -> None:
+        if self._prof is None:
+            return
+        prof, self._prof = self._prof, None
+        prof.__exit__(None, None, None)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp.json")
+        prof.export_chrome_trace(str(tmp))
+        os.replace(tmp, self.path)
+        self.enabled = False

@@ -1,0 +1,300 @@
+"""The pretraining loop: build everything from the job spec, resume, train, evaluate, save, exit.
+
+One iteration = one optimizer step over ``global_batch_size`` sequences, split into micro-batches by
+megatron.core's ``get_forward_backward_func`` schedule (1F1B with pipeline parallelism). After every
+iteration all ranks do one small all-reduce that carries the loss (from the last pipeline stage) and the
+run-control flags (signals, trigger files), so logging and stop/save decisions agree everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mtk.launcher import exitcodes
+
+from . import compat
+
+if TYPE_CHECKING:
+    from mtk.launcher.spec import Job
+
+
+class EngineError(RuntimeError):
+    """A job the engine cannot run on this machine; the message names the field and the fix."""
+
+
+def _log(rank: int, msg: str) -> None:
+    if rank == 0:
+        print(msg, flush=True)
+
+
+def preflight(job: Job, cpu: bool, use_te: bool) -> None:
+    """Refuse configurations megatron.core 0.19.2 cannot run here, before any collective is built."""
+    if job.parallel.cp > 1 and not use_te:
+        raise EngineError(f"parallel.cp={job.parallel.cp}: context parallelism needs Transformer Engine's "
+                          "attention (megatron.core's local DotProductAttention asserts cp == 1); use cp: 1 "
+                          "or an image with transformer_engine")
+    if job.train.precision == "fp8" and not use_te:
+        raise EngineError("train.precision=fp8 needs Transformer Engine; use bf16 or an image with TE")
+    if cpu and job.train.precision == "fp16":
+        raise EngineError("train.precision=fp16 needs a GPU; use bf16 or fp32 on CPU")
+
+
+def loss_func(loss_mask, output_tensor):
+    """Mean token loss of one micro-batch. The schedule divides the returned loss in place, so the
+    value for logging is a detached clone."""
+    import torch
+
+    losses = output_tensor.float().view(-1)
+    mask = loss_mask.view(-1).float()
+    loss = torch.sum(losses * mask) / mask.sum().clamp(min=1)
+    return loss, {"lm loss": loss.detach().clone()}
+
+
+def forward_step(data_iterator, model):
+    batch = next(data_iterator)
+    tokens = batch["tokens"]
+    output = model(tokens, batch["position_ids"], None, labels=batch["labels"])
+    return output, partial(loss_func, batch["loss_mask"])
+
+
+def _mean_loss(loss_dicts: list[dict]) -> tuple[float, float]:
+    """(sum, count) of this rank's micro-batch losses (empty on non-last pipeline stages)."""
+    vals = [float(d["lm loss"]) for d in loss_dicts if "lm loss" in d]
+    return sum(vals), float(len(vals))
+
+
+class Trainer:
+    """Holds the built model, optimizer, data and state of one worker process."""
+
+    def __init__(self, job: Job, run_dir: str | Path):
+        self.job = job
+        self.run_dir = Path(run_dir)
+        self.iteration = 0
+        self.consumed = 0
+        self.last_saved: int | None = None
+
+    # ------------------------------------------------------------------ setup
+    def setup(self) -> None:
+        import torch.distributed as dist
+        from megatron.core import parallel_state as ps
+        from megatron.core.distributed import finalize_model_grads
+
+        from . import checkpoint, control, data, debug, distributed, metrics, model, optim
+
+        job = self.job
+        self.cpu = job.cluster.device == "cpu" or not compat.cuda_available()
+        compat.install()
+        self.use_te = model.have_transformer_engine()
+        preflight(job, self.cpu, self.use_te)
+        distributed.init(job, self.cpu)
+        self.rank = dist.get_rank()
+        self.world = dist.get_world_size()
+        self.dp_rank = ps.get_data_parallel_rank()
+        self.dp_size = ps.get_data_parallel_world_size()
+        topo = checkpoint.topology(job) | {"dp": self.dp_size}
+        if job.debug.env_dump:
+            debug.dump_environment(self.run_dir, self.rank, topo)
+        self.profiler = debug.ProfilerWindow(job.debug.torch_profiler, self.run_dir, self.rank)
+        self.control = control.Control(self.run_dir, self.rank)
+        self.control.install()
+
+        self.tok = data.tokenizer_info(job)
+        self.config = model.transformer_config(job, self.cpu)
+        chunks = model.build_model(job, self.config, self.tok.vocab_size, self.use_te)
+        self.model = optim.wrap_ddp(job, self.config, chunks)
+        self.optimizer = optim.build_optimizer(job, self.model)
+        self.scheduler = optim.build_scheduler(job, self.optimizer)
+        self.config.no_sync_func = ([m.no_sync for m in self.model] if len(self.model) > 1
+                                    else self.model[0].no_sync)
+        self.config.finalize_model_grads_func = finalize_model_grads
+        self.config.grad_scale_func = self.optimizer.scale_loss
+        self.padded_vocab = model.model_vocab_size(job, self.tok.vocab_size)
+        n_params = sum(p.numel() for m in self.model for p in m.parameters())
+        _log(self.rank, f"[mtk] model: {job.model.arch} {job.model.num_layers} layers, hidden "
+                        f"{job.model.hidden_size}, vocab {self.padded_vocab} (padded), {n_params:,} params on "
+                        f"rank 0; tp={job.parallel.tp} pp={job.parallel.pp} cp={job.parallel.cp} "
+                        f"ep={job.parallel.ep} dp={self.dp_size}; "
+                        f"{'TE' if self.use_te else 'local'} layer spec; {job.train.precision}; "
+                        f"{'cpu/gloo' if self.cpu else 'gpu/nccl'}")
+
+        ckpt = job.train.checkpoint
+        root = ckpt.dir or str(self.run_dir / exitcodes.CHECKPOINTS_DIR)
+        self.ckpt = checkpoint.CheckpointManager(root, ckpt.keep_last, log=lambda m: _log(self.rank, m))
+        self.ckpt.prepare()
+        if ckpt.async_save:
+            _log(self.rank, "[checkpoint] async_save requested: saving synchronously (megatron-core 0.19.2's "
+                            "async writer needs nvidia-resiliency-ext, not available here)")
+        if ckpt.load:
+            state = self.ckpt.load(self.model, self.optimizer, self.scheduler, job)
+            if state is not None:
+                self.iteration = int(state["iteration"])
+                self.consumed = int(state["consumed_samples"])
+                self.last_saved = self.iteration
+                _log(self.rank, f"[checkpoint] resumed from {state['path']} at iteration {self.iteration}, "
+                                f"consumed samples {self.consumed}")
+
+        train_ds, valid_ds = data.build_datasets(job, self.tok)
+        self.train_sampler = data.ResumableSampler(len(train_ds), self.consumed, job.train.micro_batch_size,
+                                                   self.dp_rank, self.dp_size)
+        self.train_iter = data.batches(train_ds, self.train_sampler, job.data.num_workers)
+        self.valid_iter = (data.cyclic_batches(valid_ds, job.train.micro_batch_size, self.dp_rank, self.dp_size)
+                           if valid_ds is not None and len(valid_ds) and job.train.eval_interval else None)
+        self.metrics = metrics.MetricsWriter(job, self.run_dir, self.rank, self.world, self.padded_vocab,
+                                             tensorboard=job.train.tensorboard)
+        t = job.train
+        self.num_microbatches = t.global_batch_size // (t.micro_batch_size * self.dp_size)
+
+    # ------------------------------------------------------------------ steps
+    def _fwd_bwd(self, iterator, forward_only: bool) -> list[dict]:
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        t, m = self.job.train, self.job.model
+        many = len(self.model) > 1
+        return get_forward_backward_func()(
+            forward_step_func=forward_step,
+            data_iterator=[iterator] * len(self.model) if many else iterator,
+            model=self.model if many else self.model[0],
+            num_microbatches=self.num_microbatches,
+            seq_length=m.seq_length,
+            micro_batch_size=t.micro_batch_size,
+            decoder_seq_length=m.seq_length,
+            forward_only=forward_only,
+        )
+
+    def train_step(self) -> tuple[list[dict], bool, float | None]:
+        for chunk in self.model:
+            chunk.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        losses = self._fwd_bwd(self.train_iter, forward_only=False)
+        ok, grad_norm, _zeros = self.optimizer.step()
+        if ok:
+            self.scheduler.step(increment=self.job.train.global_batch_size)
+        return losses, not ok, grad_norm
+
+    def evaluate(self) -> float:
+        import torch
+        import torch.distributed as dist
+
+        for chunk in self.model:
+            chunk.eval()
+        total = torch.zeros(2, dtype=torch.float64)
+        with torch.no_grad():
+            for _ in range(self.job.train.eval_iters):
+                s, n = _mean_loss(self._fwd_bwd(self.valid_iter, forward_only=True))
+                total += torch.tensor([s, n], dtype=torch.float64)
+        for chunk in self.model:
+            chunk.train()
+        dist.all_reduce(total)
+        return float(total[0] / total[1].clamp(min=1))
+
+    def save(self) -> None:
+        from .checkpoint import topology
+
+        if self.last_saved == self.iteration:
+            return
+        t0 = time.perf_counter()
+        path = self.ckpt.save(self.iteration, self.model, self.optimizer, self.scheduler,
+                              {"consumed_samples": self.consumed, "topology": topology(self.job),
+                               "job_name": self.job.name}, self.job.parallel.distributed_optimizer)
+        self.last_saved = self.iteration
+        _log(self.rank, f"[checkpoint] saved iteration {self.iteration} to {path} "
+                        f"in {time.perf_counter() - t0:.2f}s")
+
+    # ------------------------------------------------------------------ loop
+    def run(self) -> tuple[int, str]:
+        """Train to ``train.iterations`` or until stopped; returns (exit code, reason)."""
+        import torch
+        import torch.distributed as dist
+
+        job, t = self.job, self.job.train
+        ckpt = t.checkpoint
+        if self.iteration >= t.iterations:
+            _log(self.rank, f"[mtk] checkpoint is at iteration {self.iteration} ≥ train.iterations "
+                            f"({t.iterations}): nothing to do")
+            return exitcodes.OK, "already complete"
+        _log(self.rank, f"[mtk] training iterations {self.iteration + 1}..{t.iterations}, "
+                        f"{self.num_microbatches} micro-batches per step")
+        for chunk in self.model:
+            chunk.train()
+        while self.iteration < t.iterations:
+            nxt = self.iteration + 1
+            self.profiler.before(nxt)
+            t0 = time.perf_counter()
+            losses, skipped, grad_norm = self.train_step()
+            step_s = time.perf_counter() - t0
+            self.profiler.after(nxt)
+            self.iteration = nxt
+            self.consumed += t.global_batch_size
+            log_now = nxt % t.log_interval == 0 or nxt == t.iterations
+            s, n = _mean_loss(losses)
+            flags = self.control.local_flags(check_triggers=log_now)
+            red = torch.tensor([s, n, *flags], dtype=torch.float64)
+            if self.world > 1:
+                dist.all_reduce(red)
+            loss = float(red[0] / red[1]) if red[1] > 0 else float("nan")
+            decision = self.control.decision(red[2:].tolist())
+            self.metrics.step(loss, step_s, skipped)
+            if log_now:
+                lr = self.optimizer.param_groups[0]["lr"]
+                gn = None if grad_norm is None else float(grad_norm)
+                self.metrics.log(nxt, self.consumed, lr, gn, self.optimizer.get_loss_scale().item())
+            if self.valid_iter is not None and t.eval_interval and nxt % t.eval_interval == 0:
+                self.metrics.log_eval(nxt, self.evaluate())
+            if decision.signal:
+                _log(self.rank, f"[mtk] {self.control.signalled or 'signal'} received: saving at iteration "
+                                f"{nxt} and exiting for requeue")
+                self.save()
+                return exitcodes.REQUEUE, f"signal {self.control.signalled or 'SIGTERM/SIGUSR2'}"
+            if decision.exit:
+                _log(self.rank, f"[mtk] exit trigger found: saving at iteration {nxt} and stopping")
+                self.save()
+                self.control.consume_exit_trigger()
+                return exitcodes.STOPPED, "exit trigger"
+            if decision.save:
+                _log(self.rank, f"[mtk] save trigger found: saving at iteration {nxt}")
+                self.save()
+                self.control.consume_save_trigger()
+            if ckpt.save_interval and nxt % ckpt.save_interval == 0:
+                self.save()
+        if ckpt.save_on_exit:
+            self.save()
+        return exitcodes.OK, "completed"
+
+    def close(self) -> None:
+        self.profiler.finish()
+        if hasattr(self, "metrics"):
+            self.metrics.close()
+
+
+def train(job: Job, run_dir: str | Path) -> int:
+    """Run one worker to completion; always leaves ``state/last_exit.json`` (rank 0) and returns the code."""
+    from .control import write_last_exit
+
+    trainer = Trainer(job, run_dir)
+    rank = int(os.environ.get("RANK", "0"))
+    code, reason = exitcodes.FAILED, "failed during setup"
+    try:
+        trainer.setup()
+        code, reason = trainer.run()
+    except BaseException as exc:
+        reason = f"{type(exc).__name__}: {exc}"[:500]
+        if rank == 0:
+            write_last_exit(run_dir, exitcodes.FAILED, trainer.iteration, reason, _ckpt_iter(trainer))
+        raise
+    finally:
+        trainer.close()
+    if rank == 0:
+        write_last_exit(run_dir, code, trainer.iteration, reason, _ckpt_iter(trainer))
+    _log(rank, f"[mtk] exit {code}: {reason} (iteration {trainer.iteration})")
+    return code
+
+
+def _ckpt_iter(trainer: Trainer) -> int | None:
+    try:
+        return trainer.ckpt.latest()
+    except Exception:
+        return trainer.last_saved

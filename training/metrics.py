@@ -1,0 +1,203 @@
+"""Training metrics: Megatron-style iteration lines, ``metrics.jsonl`` and TensorBoard scalars.
+
+``<run_dir>/metrics.jsonl`` (rank 0 appends; one JSON object per line):
+
+* training record, one per logged iteration::
+
+    {"kind": "train", "iteration": int, "consumed_samples": int, "lm_loss": float, "lr": float,
+     "grad_norm": float | null, "loss_scale": float, "step_time_ms": float, "tokens_per_s": float,
+     "tflops_per_gpu": float, "skipped": int, "nan": int, "global_batch_size": int,
+     "restart_count": int, "time": float (unix seconds)}
+
+  ``lm_loss`` and ``step_time_ms`` are averages over the iterations since the previous record;
+  ``skipped``/``nan`` count those iterations (skipped = optimizer step not taken, e.g. fp16 overflow).
+  Extra keys may appear (``moe_aux_loss``) — readers must ignore keys they do not know.
+
+* evaluation record, every ``train.eval_interval``::
+
+    {"kind": "eval", "iteration": int, "lm_loss": float, "ppl": float, "restart_count": int, "time": float}
+
+``restart_count`` is ``SLURM_RESTART_COUNT`` (Slurm requeues) or ``TORCHELASTIC_RESTART_COUNT``
+(torchrun/PyTorchJob elastic restarts), else 0.
+
+Throughput: tokens/s = global batch × seq length / step time. TFLOP/s per GPU uses the standard
+Megatron-LM count (Narayanan et al. 2021, appendix "floating-point operations"): every GEMM runs three
+times (forward, weight-grad, data-grad), at 2 FLOPs per multiply-add, for attention projections (with GQA),
+the attention score/context products, the MLP (×1.5 for SwiGLU's third matrix; for MoE the *routed*
+top-k experts, i.e. active parameters) and the output logits; divided by step time × world size.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mtk.launcher import exitcodes
+
+if TYPE_CHECKING:
+    from mtk.launcher.spec import Job
+
+
+def restart_count(env: dict[str, str] | None = None) -> int:
+    env = os.environ if env is None else env
+    for name in ("SLURM_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"):
+        value = env.get(name, "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return 0
+
+
+def flops_per_iteration(job: Job, padded_vocab: int) -> float:
+    """Model FLOPs of one optimizer step (forward + backward) for the whole global batch."""
+    m = job.model
+    b, s, layers, h = job.train.global_batch_size, m.seq_length, m.num_layers, m.hidden_size
+    kv_channels = h // m.num_attention_heads
+    q_ratio = kv_channels * m.num_attention_heads / h
+    gated = 1.5 if m.activation == "swiglu" else 1.0
+    if m.moe.num_experts:
+        ffn, routed = (m.moe.ffn_hidden_size or m.ffn), m.moe.router_topk
+    else:
+        ffn, routed = m.ffn, 1
+    per_token_terms = (
+        (1 + m.query_groups / m.num_attention_heads + s / h) * q_ratio  # qkv+proj GEMMs, scores, context
+        + (ffn / h) * routed * gated                                     # MLP (active experts only)
+        + padded_vocab / (2 * layers * h)                                # output logits
+    )
+    return 3 * 2 * 2 * b * s * layers * h * h * per_token_terms
+
+
+def format_line(rec: dict[str, Any], total_iters: int) -> str:
+    """The Megatron-LM iteration line, plus throughput."""
+    gn = rec["grad_norm"]
+    parts = [
+        f" iteration {rec['iteration']:8d}/{total_iters:8d}",
+        f"consumed samples: {rec['consumed_samples']:12d}",
+        f"elapsed time per iteration (ms): {rec['step_time_ms']:.1f}",
+        f"throughput per GPU (TFLOP/s/GPU): {rec['tflops_per_gpu']:.3f}",
+        f"tokens/s: {rec['tokens_per_s']:.0f}",
+        f"learning rate: {rec['lr']:.6E}",
+        f"global batch size: {rec['global_batch_size']:5d}",
+        f"lm loss: {rec['lm_loss']:.6E}",
+        f"loss scale: {rec['loss_scale']:.1f}",
+        f"grad norm: {gn:.3f}" if gn is not None else "grad norm: n/a",
+        f"number of skipped iterations: {rec['skipped']:3d}",
+        f"number of nan iterations: {rec['nan']:3d}",
+    ]
+    if "moe_aux_loss" in rec:
+        parts.insert(8, f"load balancing loss: {rec['moe_aux_loss']:.6E}")
+    return " | ".join(parts) + " |"
+
+
+class MetricsWriter:
+    """Rank 0 writes lines, JSONL and TensorBoard; other ranks keep nothing."""
+
+    def __init__(self, job: Job, run_dir: str | Path, rank: int, world_size: int, padded_vocab: int,
+                 tensorboard: bool = True):
+        self.job = job
+        self.enabled = rank == 0
+        self.world = world_size
+        self.path = Path(run_dir) / exitcodes.METRICS_FILE
+        self.flops = flops_per_iteration(job, padded_vocab)
+        self.tokens_per_step = job.train.global_batch_size * job.model.seq_length
+        self.restarts = restart_count()
+        self.tb = None
+        self._reset()
+        if self.enabled:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open(self.path, "a", buffering=1)  # line-buffered: tail -f and crash safe per line
+            if tensorboard:
+                self.tb = _summary_writer(Path(run_dir) / exitcodes.TENSORBOARD_DIR)
+
+    def _reset(self) -> None:
+        self._loss_sum = 0.0
+        self._loss_n = 0
+        self._time_sum = 0.0
+        self._iters = 0
+        self._skipped = 0
+        self._nan = 0
+        self._aux = 0.0
+
+    def step(self, loss: float, step_time_s: float, skipped: bool, aux_loss: float | None = None) -> None:
+        """Accumulate one iteration (call on every rank: cheap; only rank 0 keeps the numbers)."""
+        self._iters += 1
+        self._time_sum += step_time_s
+        if math.isnan(loss) or math.isinf(loss):
+            self._nan += 1
+        else:
+            self._loss_sum += loss
+            self._loss_n += 1
+        self._skipped += int(skipped)
+        if aux_loss is not None:
+            self._aux += aux_loss
+
+    def log(self, iteration: int, consumed: int, lr: float, grad_norm: float | None,
+            loss_scale: float) -> dict[str, Any] | None:
+        if not self._iters:
+            return None
+        step_s = self._time_sum / self._iters
+        rec: dict[str, Any] = {
+            "kind": "train",
+            "iteration": iteration,
+            "consumed_samples": consumed,
+            "lm_loss": self._loss_sum / self._loss_n if self._loss_n else float("nan"),
+            "lr": lr,
+            "grad_norm": None if grad_norm is None or math.isnan(grad_norm) else float(grad_norm),
+            "loss_scale": float(loss_scale),
+            "step_time_ms": step_s * 1e3,
+            "tokens_per_s": self.tokens_per_step / step_s,
+            "tflops_per_gpu": self.flops / (step_s * self.world * 1e12),
+            "skipped": self._skipped,
+            "nan": self._nan,
+            "global_batch_size": self.job.train.global_batch_size,
+            "restart_count": self.restarts,
+            "time": time.time(),
+        }
+        if self.job.model.moe.num_experts:
+            rec["moe_aux_loss"] = self._aux / self._iters
+        self._reset()
+        if self.enabled:
+            print(format_line(rec, self.job.train.iterations), flush=True)
+            self._write(rec)
+            if self.tb is not None:
+                for key in ("lm_loss", "lr", "grad_norm", "loss_scale", "step_time_ms", "tokens_per_s",
+                            "tflops_per_gpu", "moe_aux_loss"):
+                    if rec.get(key) is not None:
+                        self.tb.add_scalar(f"train/{key}", rec[key], iteration)
+                self.tb.flush()
+        return rec
+
+    def log_eval(self, iteration: int, loss: float) -> dict[str, Any]:
+        rec = {"kind": "eval", "iteration": iteration, "lm_loss": loss,
+               "ppl": math.exp(min(loss, 20.0)), "restart_count": self.restarts, "time": time.time()}
+        if self.enabled:
+            print(f" validation loss at iteration {iteration} | lm loss value: {loss:.6E} | "
+                  f"lm loss PPL: {rec['ppl']:.6E} |", flush=True)
+            self._write(rec)
+            if self.tb is not None:
+                self.tb.add_scalar("valid/lm_loss", loss, iteration)
+                self.tb.flush()
+        return rec
+
+    def _write(self, rec: dict[str, Any]) -> None:
+        self._fh.write(json.dumps(rec) + "\n")
+
+    def close(self) -> None:
+        if self.enabled:
+            self._fh.close()
+            if self.tb is not None:
+                self.tb.close()
+
+
+def _summary_writer(path: Path):
+    """TensorBoard writer when the ``tensorboard`` package is installed; None (and a note) otherwise."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        print("[metrics] tensorboard is not installed: no TensorBoard scalars (pip install tensorboard)",
+              flush=True)
+        return None
+    return SummaryWriter(log_dir=str(path))

@@ -1,0 +1,147 @@
+"""Build megatron.core's GPTModel (GPT or Llama-style, dense or MoE) from ``job.model``.
+
+The Transformer Engine layer spec is used when ``transformer_engine`` imports (GPU images), the local
+megatron.core spec otherwise. The vocabulary is padded to ``make_vocab_size_divisible_by × tp`` with the
+same formula as ``mtk.launcher.figures.padded_vocab`` so ``mtk validate``'s parameter count matches.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import TYPE_CHECKING, Any
+
+from mtk.launcher.figures import padded_vocab
+
+if TYPE_CHECKING:
+    import torch
+
+    from mtk.launcher.spec import Job
+
+
+def have_transformer_engine() -> bool:
+    """True when Transformer Engine is importable (GPU images); decides the layer spec and fp8."""
+    if importlib.util.find_spec("transformer_engine") is None:
+        return False
+    try:
+        import transformer_engine.pytorch  # noqa: F401
+    except Exception:  # a broken TE install must not stop a run that can use the local spec
+        return False
+    return True
+
+
+def params_dtype(precision: str) -> torch.dtype:
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}.get(precision, torch.float32)
+
+
+def transformer_config_kwargs(job: Job, cpu: bool) -> dict[str, Any]:
+    """The TransformerConfig arguments for this job (plain data, testable without torch.distributed)."""
+    import torch.nn.functional as F
+
+    m, p, t = job.model, job.parallel, job.train
+    swiglu = m.activation == "swiglu"
+    dtype = params_dtype(t.precision)
+    kw: dict[str, Any] = dict(
+        num_layers=m.num_layers,
+        hidden_size=m.hidden_size,
+        ffn_hidden_size=m.ffn,
+        num_attention_heads=m.num_attention_heads,
+        num_query_groups=m.query_groups,
+        hidden_dropout=m.hidden_dropout,
+        attention_dropout=m.attention_dropout,
+        init_method_std=m.init_method_std,
+        normalization=m.normalization,
+        gated_linear_unit=swiglu,
+        activation_func=F.silu if swiglu else F.gelu,
+        add_bias_linear=m.add_bias_linear,
+        tensor_model_parallel_size=p.tp,
+        pipeline_model_parallel_size=p.pp,
+        virtual_pipeline_model_parallel_size=p.virtual_pp,
+        context_parallel_size=p.cp,
+        expert_model_parallel_size=p.ep if m.moe.num_experts else 1,
+        sequence_parallel=p.sequence_parallel,
+        params_dtype=dtype,
+        pipeline_dtype=dtype,
+        bf16=t.precision in ("bf16", "fp8"),
+        fp16=t.precision == "fp16",
+        use_cpu_initialization=cpu,
+        gradient_accumulation_fusion=False,
+        bias_activation_fusion=False if cpu else not swiglu or not m.add_bias_linear,
+        bias_dropout_fusion=not cpu,
+        masked_softmax_fusion=not cpu,
+        apply_rope_fusion=False,
+        persist_layer_norm=not cpu,
+        deallocate_pipeline_outputs=True,
+    )
+    if t.precision == "fp8":
+        kw.update(fp8="hybrid", fp8_recipe="delayed")
+    if t.recompute == "selective":
+        kw.update(recompute_granularity="selective")
+    elif t.recompute == "full":
+        kw.update(recompute_granularity="full", recompute_method="uniform",
+                  recompute_num_layers=t.recompute_num_layers)
+    if m.moe.num_experts:
+        kw.update(
+            num_moe_experts=m.moe.num_experts,
+            moe_router_topk=m.moe.router_topk,
+            moe_aux_loss_coeff=m.moe.aux_loss_coeff,
+            moe_router_load_balancing_type="aux_loss",
+            moe_ffn_hidden_size=m.moe.ffn_hidden_size or m.ffn,
+            moe_token_dispatcher_type="alltoall",
+            moe_grouped_gemm=False,
+            moe_expert_capacity_factor=m.moe.capacity_factor,
+            moe_pad_expert_input_to_capacity=False,
+        )
+    return kw
+
+
+def transformer_config(job: Job, cpu: bool):
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    return TransformerConfig(**transformer_config_kwargs(job, cpu))
+
+
+def layer_spec(job: Job, use_te: bool):
+    """The per-layer module spec: TE when available, megatron.core's local modules otherwise."""
+    from megatron.core.models.gpt import gpt_layer_specs as specs
+
+    experts = job.model.moe.num_experts or None
+    if use_te:
+        return specs.get_gpt_layer_with_transformer_engine_spec(num_experts=experts, moe_grouped_gemm=False)
+    return specs.get_gpt_layer_local_spec(num_experts=experts, moe_grouped_gemm=False,
+                                          normalization=job.model.normalization)
+
+
+def model_vocab_size(job: Job, vocab_size: int | None = None) -> int:
+    """Padded vocabulary size of the embedding/output layers."""
+    m = job.model
+    return padded_vocab(vocab_size or m.vocab_size, m.make_vocab_size_divisible_by, job.parallel.tp)
+
+
+def build_model(job: Job, config, vocab_size: int | None, use_te: bool) -> list:
+    """The model chunks of this pipeline rank (one per virtual stage), not yet wrapped."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.models.gpt import GPTModel
+
+    m = job.model
+    spec = layer_spec(job, use_te)
+    vp = job.parallel.virtual_pp
+    chunks = []
+    for stage in range(vp or 1):
+        pre = ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=stage if vp else None)
+        post = ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=stage if vp else None)
+        chunks.append(GPTModel(
+            config=config,
+            transformer_layer_spec=spec,
+            vocab_size=model_vocab_size(job, vocab_size),
+            max_sequence_length=m.max_positions,
+            pre_process=pre,
+            post_process=post,
+            share_embeddings_and_output_weights=not m.untie_embeddings,
+            position_embedding_type=m.position_embedding,
+            rotary_base=int(m.rotary_base),
+            parallel_output=True,
+            vp_stage=stage if vp else None,
+        ))
+    return chunks

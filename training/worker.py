@@ -1,0 +1,43 @@
+"""One training rank: ``python -m mtk.training.worker --job JOB.json --run-dir DIR`` (started by torchrun).
+
+Also reachable as ``mtk-entrypoint worker``. The exit code is the engine's (``mtk.launcher.exitcodes``):
+0 done, 42 saved after SIGTERM/SIGUSR2 (requeue), 43 stopped by the exit trigger, 1 failed; rank 0 also
+records it in ``<run_dir>/state/last_exit.json`` because torchrun flattens worker exit codes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import compat
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="mtk-entrypoint worker", description=__doc__.splitlines()[0])
+    ap.add_argument("--job", required=True, help="the run's job.json (the serialised, validated spec)")
+    ap.add_argument("--run-dir", required=True, help="the run dir (metrics, checkpoints, state, triggers)")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from mtk.launcher.spec import load_job_json
+
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    job_path = Path(args.job)
+    if not job_path.is_file():
+        print(f"mtk worker: --job {job_path} does not exist (expected the run's job.json)", file=sys.stderr)
+        return 2
+    job = load_job_json(job_path)
+    from .loop import train
+
+    return train(job, Path(args.run_dir))
+
+
+# The checkpoint writer re-imports this module in a spawned helper; it must find the import stubs but
+# must not start training, hence the guard.
+compat.install_import_stubs()
+
+if __name__ == "__main__":
+    sys.exit(main())
