@@ -190,11 +190,11 @@ def _wait_for_data(job: Job, mounts: list[dict]) -> dict:
 def _worker_resources(job: Job) -> dict:
     c, e = job.cluster, job.cluster.eks
     amounts: dict[str, str | int] = {}
-    if c.device == "gpu":
+    if c.device == "gpu":  # a CPU job (CI, smoke test) uses neither GPUs nor EFA, like netenv
         amounts["nvidia.com/gpu"] = c.procs_per_node
-    efa = efa_count(job)
-    if efa:
-        amounts["vpc.amazonaws.com/efa"] = efa
+        efa = efa_count(job)
+        if efa:
+            amounts["vpc.amazonaws.com/efa"] = efa
     if e.cpu:
         amounts["cpu"] = e.cpu
     if e.memory:

@@ -1,0 +1,328 @@
+"""EKS render: pure, deterministic, valid manifests that carry the run label and the right pod contract."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from mtk.k8s import manifests, names, operator_env, yamlio
+from mtk.k8s.backend import ALL_FILE, EksBackend
+from mtk.launcher.netenv import efa_count, network_env
+
+CRD = Path(__file__).with_name("schemas") / "kubeflow.org_pytorchjobs-v1.9.0.yaml"
+RUN_DIR = "/fsx/runs/tiny-eks-20261122-010203"
+BUILTIN = {"ConfigMap", "Service", "Deployment", "Job"}
+
+
+def _render(job, run_dir=RUN_DIR):
+    return EksBackend().render(job, run_dir)
+
+
+def _objs(artifacts) -> list[dict]:
+    return yamlio.load_all(artifacts.files[ALL_FILE])
+
+
+def _by_kind(objs, kind):
+    return [o for o in objs if o["kind"] == kind]
+
+
+@functools.cache
+def _crd_validator() -> jsonschema.Draft7Validator:
+    """The operator's openAPIV3Schema, made strict: where it lists properties, no others are allowed
+    (the API server would silently prune them — a typo would vanish instead of failing)."""
+    crd = yaml.load(CRD.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    schema = copy.deepcopy(version["schema"]["openAPIV3Schema"])
+
+    def strict(node):
+        if isinstance(node, dict):
+            if ("properties" in node and "additionalProperties" not in node
+                    and not node.get("x-kubernetes-preserve-unknown-fields")):
+                node["additionalProperties"] = False
+            for value in node.values():
+                strict(value)
+        elif isinstance(node, list):
+            for value in node:
+                strict(value)
+
+    strict(schema)
+    return jsonschema.Draft7Validator(schema)
+
+
+def test_render_is_deterministic_and_pure(tiny_eks):
+    job = tiny_eks()
+    before = job.model_dump_json()
+    a, b = _render(job), _render(job)
+    assert a.files == b.files and a.commands == b.commands
+    assert job.model_dump_json() == before, "render must not mutate the job"
+    other = _render(job, "/fsx/runs/tiny-eks-20261122-999999")
+    assert other.files[ALL_FILE] != a.files[ALL_FILE]
+
+
+def test_files_objects_and_order(tiny_eks):
+    job = tiny_eks(data={"fetch": [{"url": "https://example.com/c.jsonl", "path": "c.jsonl"},
+                                   {"url": "https://example.com/v.json", "path": "v.json"},
+                                   {"url": "https://example.com/m.txt", "path": "m.txt"}],
+                         "corpus": {"input": "c.jsonl", "output_prefix": "gpt2/c"},
+                         "tokenizer": {"type": "GPT2BPETokenizer", "vocab_file": "v.json", "merge_file": "m.txt"},
+                         "blend": [{"prefix": "gpt2/c_text_document"}]})
+    art = _render(job)
+    objs = _objs(art)
+    assert [(o["kind"], o["metadata"]["labels"][names.LABEL_COMPONENT]) for o in objs] == [
+        ("ConfigMap", "spec"), ("Service", "etcd"), ("Deployment", "etcd"), ("Job", "getdata"),
+        ("Job", "preprocess"), ("PyTorchJob", "train")]
+    # The per-step files hold exactly the same objects as all.yaml.
+    per_step = [o for s in ("spec", "etcd", "getdata", "preprocess", "train")
+                for o in yamlio.load_all(art.files[f"manifests/{s}.yaml"])]
+    assert per_step == objs
+    assert art.files["job.json"] == job.to_json()
+    assert json.loads(objs[0]["data"][names.SPEC_KEY]) == json.loads(job.to_json())
+    # The kubectl plan waits where submit waits.
+    flat = [" ".join(c) for c in art.commands]
+    assert any("rollout status deployment/" in c for c in flat)
+    assert sum("wait --for=condition=complete job/" in c for c in flat) == 2
+    assert flat[-1].endswith("manifests/train.yaml")
+
+
+def test_every_object_and_pod_carries_the_run_label(tiny_eks):
+    objs = _objs(_render(tiny_eks()))
+    run = names.run_id(RUN_DIR)
+    for o in objs:
+        assert o["metadata"]["labels"][names.LABEL_RUN] == run
+        assert o["metadata"]["namespace"] == "default"
+    templates = [_by_kind(objs, "Deployment")[0]["spec"]["template"],
+                 _by_kind(objs, "PyTorchJob")[0]["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]]
+    for t in templates:
+        assert t["metadata"]["labels"][names.LABEL_RUN] == run
+    # The etcd Service selects the etcd pods of this run only.
+    svc, dep = _by_kind(objs, "Service")[0], _by_kind(objs, "Deployment")[0]
+    assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
+    assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_builtin_kinds_pass_kubernetes_validate_strict(example_7b, tmp_path):
+    art = _render(example_7b)
+    objs = _objs(art)
+    assert {o["kind"] for o in objs} >= BUILTIN
+    for o in objs:
+        if o["kind"] in BUILTIN:
+            kubernetes_validate.validate(o, "1.32", strict=True)
+    # The PyTorchJob's pod template is a core PodTemplateSpec: validate it as one.
+    ptj = _by_kind(objs, "PyTorchJob")[0]
+    template = ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    kubernetes_validate.validate({"apiVersion": "v1", "kind": "PodTemplate",
+                                  "metadata": {"name": "worker"}, "template": template}, "1.32", strict=True)
+    # And the CLI the issue names, on the file kubectl takes.
+    for step in ("spec", "etcd", "getdata", "preprocess"):
+        (tmp_path / f"{step}.yaml").write_text(art.files[f"manifests/{step}.yaml"])
+    out = subprocess.run(["kubernetes-validate", "--strict", "--quiet",
+                          *[str(p) for p in sorted(tmp_path.glob("*.yaml"))]], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_validator_is_not_vacuous(example_7b):
+    objs = _objs(_render(example_7b))
+    dep = copy.deepcopy(_by_kind(objs, "Deployment")[0])
+    dep["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(dep, "1.32", strict=True)
+    ptj = copy.deepcopy(_by_kind(objs, "PyTorchJob")[0])
+    ptj["spec"]["elasticPolicy"]["rdzvHosts"] = "typo"
+    with pytest.raises(jsonschema.ValidationError):
+        _crd_validator().validate(ptj)
+
+
+@pytest.mark.parametrize("which", ["tiny", "7b"])
+def test_pytorchjob_validates_against_operator_crd(which, tiny_eks, example_7b):
+    job = tiny_eks() if which == "tiny" else example_7b
+    ptj = _by_kind(_objs(_render(job)), "PyTorchJob")[0]
+    _crd_validator().validate(ptj)
+    # What the v1.9.0 webhook also checks: DNS-1035 name, a Worker spec, no nProcPerNode clash.
+    assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", ptj["metadata"]["name"])
+    assert len(names.worker_pod(ptj["metadata"]["name"], 99)) <= 63
+    assert "nProcPerNode" not in ptj["spec"]["elasticPolicy"]
+
+
+def test_worker_pod_contract_7b(example_7b):
+    job = example_7b
+    run_dir = "/fsx/runs/gpt-7-5b-p5-20261122-000000"
+    objs = _objs(_render(job, run_dir))
+    ptj = _by_kind(objs, "PyTorchJob")[0]
+    spec = ptj["spec"]
+    run = names.run_id(run_dir)
+    policy = spec["elasticPolicy"]
+    assert policy == {"rdzvBackend": "etcd-v2", "rdzvHost": f"{run}-etcd", "rdzvPort": 2379, "rdzvId": run,
+                      "minReplicas": 2, "maxReplicas": 2, "maxRestarts": job.cluster.eks.max_restarts}
+    assert policy["rdzvHost"] == _by_kind(objs, "Service")[0]["metadata"]["name"]
+    assert _by_kind(objs, "Service")[0]["spec"]["ports"][0]["port"] == policy["rdzvPort"]
+    worker = spec["pytorchReplicaSpecs"]["Worker"]
+    assert worker["replicas"] == job.cluster.nodes
+    pod = worker["template"]["spec"]
+    (c,) = pod["containers"]
+    assert c["name"] == "pytorch"
+    assert c["image"] == "123456789012.dkr.ecr.us-west-2.amazonaws.com/mtk-megatron:latest"
+    assert c["command"] == ["mtk-entrypoint", "train", "--job", "/etc/mtk/job.json", "--run-dir", run_dir]
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    assert env["FI_PROVIDER"] == "efa" and env["PET_NPROC_PER_NODE"] == "8"
+    assert network_env(job, run_dir).items() <= env.items()
+    want = {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": efa_count(job)}
+    assert efa_count(job) == 32
+    assert c["resources"] == {"requests": want, "limits": want}
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    assert mounts == {"/etc/mtk": "mtk-spec", "/fsx": "fsx", "/dev/shm": "dshm"}
+    vols = {v["name"]: v for v in pod["volumes"]}
+    assert vols["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "64Gi"}
+    assert vols["fsx"]["persistentVolumeClaim"] == {"claimName": "fsx-claim"}
+    assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "p5.48xlarge"}
+    # Training waits for exactly the files preprocess writes and the blend reads.
+    init = pod["initContainers"][0]
+    assert init["command"][4:] == ["/fsx/data/gpt2/oscar_text_document.bin", "/fsx/data/gpt2/oscar_text_document.idx"]
+    # Data Jobs: FSx, no in-place restarts, bounded retries, same spec file.
+    for dj in _by_kind(objs, "Job"):
+        t = dj["spec"]["template"]["spec"]
+        assert t["restartPolicy"] == "Never"
+        assert dj["spec"]["backoffLimit"] == job.cluster.eks.backoff_limit
+        step = dj["metadata"]["labels"][names.LABEL_COMPONENT]
+        assert t["containers"][0]["command"] == ["mtk-entrypoint", step, "--job", "/etc/mtk/job.json",
+                                                 "--run-dir", run_dir]
+        assert {"name": "fsx", "mountPath": "/fsx"} in t["containers"][0]["volumeMounts"]
+
+
+def test_optional_placement_and_no_secret_values(tiny_eks):
+    job = tiny_eks(cluster={"instance_type": "p4d.24xlarge", "device": "cpu",
+                            "env": {"WANDB_MODE": "offline"},
+                            "eks": {"node_selector": {"pool": "train"}, "service_account": "trainer",
+                                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
+                                                     "effect": "NoSchedule"}],
+                                    "image_pull_secrets": ["ecr-pull"], "cpu": "4", "memory": "8Gi"}})
+    art = _render(job)
+    objs = _objs(art)
+    pod = _by_kind(objs, "PyTorchJob")[0]["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "p4d.24xlarge", "pool": "train"}
+    assert pod["serviceAccountName"] == "trainer"
+    assert pod["imagePullSecrets"] == [{"name": "ecr-pull"}]
+    assert pod["tolerations"][0]["key"] == "nvidia.com/gpu"
+    res = pod["containers"][0]["resources"]
+    assert res["limits"] == {"cpu": "4", "memory": "8Gi"}, "cpu device: no GPU or EFA requests"
+    assert {"name": "WANDB_MODE", "value": "offline"} in pod["containers"][0]["env"]
+    # Secrets are referenced by name only: no Secret object, no token-looking values anywhere.
+    assert "Secret" not in {o["kind"] for o in objs}
+    text = "".join(art.files.values())
+    assert not re.search(r"(?i)(password|token|secret)\s*[:=]\s*\S", text.replace("imagePullSecrets", ""))
+
+
+def test_no_fsx_claim_and_run_dir_outside_mount_are_explained(tiny_eks):
+    job = tiny_eks(cluster={"eks": {"fsx_claim": None}})
+    art = _render(job, "/tmp/elsewhere/run-1")
+    ptj = _by_kind(_objs(art), "PyTorchJob")[0]
+    mounts = [m["mountPath"] for m in ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+              ["containers"][0]["volumeMounts"]]
+    assert "/fsx" not in mounts
+    assert any("fsx_claim is empty" in n for n in art.notes)
+    art2 = _render(tiny_eks(), "/tmp/elsewhere/run-1")
+    assert any("not under the FSx mount" in n for n in art2.notes)
+
+
+def test_wait_for_data_takes_paths_as_argv_never_as_script(tiny_eks, tmp_path):
+    """Run the init container's exact command through sh with hostile file names: it waits for them
+    verbatim and executes nothing from them."""
+    hostile = str(tmp_path / "d $(touch PWNED) `touch PWNED2`; x")
+    job = tiny_eks(data={"dir": "/fsx/data",
+                         "fetch": [{"url": "https://e.com/c.jsonl", "path": "c.jsonl"},
+                                   {"url": "https://e.com/t.json", "path": "t.json"}],
+                         "corpus": {"input": "c.jsonl", "output_prefix": hostile},
+                         "tokenizer": {"type": "HuggingFaceTokenizer", "model": "t.json"}})
+    pod = _by_kind(_objs(_render(job)), "PyTorchJob")[0]["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    cmd = pod["initContainers"][0]["command"]
+    files = cmd[4:]
+    assert files == [f"{hostile}_text_document.bin", f"{hostile}_text_document.idx"]
+    for f in files:
+        Path(f).write_text("x")
+    out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert not (tmp_path / "PWNED").exists() and not (tmp_path / "PWNED2").exists()
+
+
+def test_operator_env_drives_the_train_step_to_etcd(tiny_eks):
+    """The lead's train step, given what operator v1.9.0 injects into a rendered pod, runs torchrun against the
+    run's etcd Service with elastic restarts — the same argv for a replacement pod (resume path)."""
+    from mtk.launcher.train_step import torchrun_argv
+
+    job = tiny_eks()
+    ptj = _by_kind(_objs(_render(job)), "PyTorchJob")[0]
+    run = names.run_id(RUN_DIR)
+    injected = operator_env.injected_env(ptj)
+    assert injected == {"PYTHONUNBUFFERED": "0", "PET_RDZV_ENDPOINT": f"{run}-etcd:2379",
+                        "PET_RDZV_BACKEND": "etcd-v2", "PET_NNODES": "2:2", "PET_MAX_RESTARTS": "3",
+                        "PET_RDZV_ID": run}
+    env0 = operator_env.worker_pod_env(ptj, 0)
+    cmd = operator_env.worker_command(ptj)
+    assert cmd[:2] == ["mtk-entrypoint", "train"]
+    argv, node = torchrun_argv(job, RUN_DIR, names.SPEC_PATH, env=env0, program=["torchrun"])
+    joined = " ".join(argv)
+    for part in ("--nnodes 2:2", "--nproc-per-node 1", "--rdzv-backend etcd-v2",
+                 f"--rdzv-endpoint {run}-etcd:2379", f"--rdzv-id {run}", "--max-restarts 3"):
+        assert part in joined
+    assert node == f"{run}-worker-0"
+    argv1, _ = torchrun_argv(job, RUN_DIR, names.SPEC_PATH, env=operator_env.worker_pod_env(ptj, 1),
+                             program=["torchrun"])
+    assert argv1 == argv, "every worker (and a replacement) runs the same command"
+
+
+def test_resume_path_is_wired(tiny_eks):
+    """Issue 8 item 6 at unit level: a failed worker restarts in place (OnFailure) or is re-created by the
+    operator, rejoins the same etcd rendezvous, and finds the checkpoint on shared storage."""
+    job = tiny_eks()
+    objs = _objs(_render(job))
+    ptj = _by_kind(objs, "PyTorchJob")[0]
+    worker = ptj["spec"]["pytorchReplicaSpecs"]["Worker"]
+    assert worker["restartPolicy"] == "OnFailure"
+    assert ptj["spec"]["elasticPolicy"]["maxRestarts"] == job.cluster.eks.max_restarts
+    assert ptj["spec"]["runPolicy"]["backoffLimit"] == job.cluster.eks.max_restarts
+    env = {e["name"]: e["value"] for e in worker["template"]["spec"]["containers"][0]["env"]}
+    assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    spec = json.loads(objs[0]["data"][names.SPEC_KEY])
+    ckpt = spec["train"]["checkpoint"]
+    assert ckpt["load"] is True
+    # The etcd Deployment survives worker restarts (its own object) and keeps one member.
+    dep = _by_kind(objs, "Deployment")[0]
+    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"]["type"] == "Recreate"
+    assert "--enable-v2=true" in dep["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_checkpoints_on_shared_storage_for_the_example(example_7b):
+    ckpt = example_7b.train.checkpoint.dir
+    assert manifests.under_mount(ckpt, example_7b.cluster.eks.fsx_mount), ckpt
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(min_size=0, max_size=120))
+def test_run_id_is_always_a_short_dns_label(base):
+    run = names.run_id(f"/fsx/runs/{base}")
+    assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", run), run
+    assert len(run) <= names.MAX_RUN_ID
+    assert len(names.worker_pod(run, 999)) <= 63
+    assert names.run_id(f"/fsx/runs/{base}") == run
+
+
+def test_long_run_names_stay_distinct():
+    a = names.run_id("/fsx/runs/" + "a" * 40 + "-20261122-000001")
+    b = names.run_id("/fsx/runs/" + "a" * 40 + "-20261122-000002")
+    assert a != b and len(a) == len(b) == names.MAX_RUN_ID
+
+
+def test_job_json_is_a_readable_literal_block(tiny_eks):
+    text = _render(tiny_eks()).files["manifests/spec.yaml"]
+    assert "job.json: |" in text
+    assert yaml.safe_load(text.split("---\n", 1)[1])["data"]["job.json"] == tiny_eks().to_json()
