@@ -1,0 +1,282 @@
+"""The Slurm backend: sbatch chains with Pyxis or a bare venv/conda env, status, logs and cancel.
+
+``render`` is :mod:`mtk.slurm.render` (pure). ``submit`` chains the steps with ``--dependency=afterok``.
+``status`` asks squeue, then ``scontrol show job``, then sacct (only when the cluster has accounting), then
+the exit files the batch scripts leave in ``<run dir>/state/``; Slurm's states are mapped through one table.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mtk.launcher import exitcodes
+from mtk.launcher.backends import Artifacts, StepStatus, atomic_write
+from mtk.launcher.runs import Run
+
+from . import logfiles
+from .commands import JobInfo, Slurm
+from .render import job_base, plan, render, submit_argv
+
+if TYPE_CHECKING:
+    from mtk.launcher.spec import Job
+
+# Slurm job state -> mtk's neutral state. Anything else is UNKNOWN.
+STATES: dict[str, str] = {
+    "PENDING": "PENDING", "CONFIGURING": "PENDING", "REQUEUED": "PENDING", "REQUEUE_HOLD": "PENDING",
+    "REQUEUE_FED": "PENDING", "RESV_DEL_HOLD": "PENDING", "SUSPENDED": "PENDING",
+    "RUNNING": "RUNNING", "COMPLETING": "RUNNING", "SIGNALING": "RUNNING", "STAGE_OUT": "RUNNING",
+    "RESIZING": "RUNNING", "STOPPED": "RUNNING",
+    "COMPLETED": "COMPLETED",
+    "FAILED": "FAILED", "TIMEOUT": "FAILED", "NODE_FAIL": "FAILED", "OUT_OF_MEMORY": "FAILED",
+    "BOOT_FAIL": "FAILED", "DEADLINE": "FAILED", "PREEMPTED": "FAILED", "SPECIAL_EXIT": "FAILED",
+    "CANCELLED": "CANCELLED", "REVOKED": "CANCELLED",
+}
+ACTIVE = ("PENDING", "RUNNING")
+FINAL_REASONS = {
+    "stopped": "stopped by the exit trigger (mtk stop); checkpoint saved, nothing requeued",
+    "guardrail": "stopped by the guardrail: too many failures in a row without checkpoint progress",
+    "cancelled": "cancelled with mtk cancel",
+}
+
+
+def neutral(slurm_state: str) -> str:
+    return STATES.get(slurm_state.split()[0].rstrip("+") if slurm_state else "", "UNKNOWN")
+
+
+class SlurmBackend:
+    name = "slurm"
+
+    def __init__(self, slurm: Slurm | None = None):
+        self._slurm = slurm
+
+    def _client(self, run: Run | None = None) -> Slurm:
+        if self._slurm is None:
+            conf = (run.extra.get("slurm_conf") if run else None) or os.environ.get("SLURM_CONF")
+            self._slurm = Slurm(conf)
+        return self._slurm
+
+    # -- render / submit ------------------------------------------------------------------------------
+
+    def render(self, job: Job, run_dir: str) -> Artifacts:
+        return render(job, run_dir)
+
+    def submit(self, job: Job, artifacts: Artifacts) -> Run:
+        """sbatch each step after the previous one; if a later sbatch is refused, cancel the earlier ones."""
+        slurm = self._client()
+        subs = plan(job, artifacts.run_dir)
+        s = job.cluster.slurm
+        values = {"cluster.slurm.partition": s.partition, "cluster.slurm.account": s.account,
+                  "cluster.slurm.qos": s.qos, "cluster.slurm.time": s.time, "cluster.slurm.mem": s.mem,
+                  "cluster.slurm.cpus_per_task": s.cpus_per_task, "cluster.nodes": job.cluster.nodes,
+                  "cluster.procs_per_node": job.cluster.procs_per_node}
+        for sub_dir in (exitcodes.LOGS_DIR, exitcodes.STATE_DIR):  # slurmd opens the log before the script runs
+            Path(artifacts.run_dir, sub_dir).mkdir(parents=True, exist_ok=True)
+        ids: dict[str, str] = {}
+        try:
+            for sub in subs:
+                ids[sub.step] = slurm.submit(submit_argv(sub, ids.get(sub.after or "")), values)
+        except BaseException:
+            slurm.cancel(ids.values())
+            raise
+        extra = {"job_names": {sub.step: sub.job_name for sub in subs}}
+        if os.environ.get("SLURM_CONF"):
+            extra["slurm_conf"] = os.environ["SLURM_CONF"]
+        return Run(backend=self.name, run_dir=artifacts.run_dir, name=job.name, ids=ids, extra=extra)
+
+    # -- status ---------------------------------------------------------------------------------------
+
+    def jobs(self, run: Run) -> list[tuple[str, str]]:
+        """(step label, job id) for every job of the run, including successors queued by the train job."""
+        out = list(run.ids.items())
+        for i, job_id in enumerate(_successors(run), start=2):
+            out.append((f"train#{i}", job_id))
+        return out
+
+    def query(self, run: Run, ids: list[str]) -> dict[str, JobInfo]:
+        """squeue for every id at once; scontrol for what squeue lacks or for exit codes of ended jobs;
+        sacct (accounting clusters only) and then the run dir's exit files for jobs Slurm has forgotten."""
+        slurm = self._client(run)
+        info = slurm.squeue(ids)
+        detail = [i for i in ids if i not in info or neutral(info[i].state) not in ACTIVE]
+        for job_id, rec in slurm.scontrol(detail).items():
+            if job_id in info and not rec.reason:
+                rec.reason = info[job_id].reason
+            info[job_id] = rec
+        missing = [i for i in ids if i not in info]
+        if missing:
+            info.update(slurm.sacct(missing))
+        for job_id in [i for i in ids if i not in info]:
+            code = _exit_file(run, job_id)
+            if code is not None:
+                info[job_id] = JobInfo(id=job_id, state="COMPLETED" if code == 0 else "FAILED",
+                                       exit_code=code, source="run dir")
+        return info
+
+    def status(self, run: Run) -> list[StepStatus]:
+        jobs = self.jobs(run)
+        info = self.query(run, [i for _, i in jobs])
+        final = _final(run)
+        out = []
+        for label, job_id in jobs:
+            rec = info.get(job_id)
+            if rec is None:
+                out.append(StepStatus(label, "UNKNOWN", job_id, reason="Slurm no longer knows this job and "
+                                      "the run dir has no exit record"))
+                continue
+            st = StepStatus(label, neutral(rec.state), job_id, exit_code=rec.exit_code,
+                            reason=self._reason(run, label, rec, final))
+            if st.state == "FAILED":
+                step = label.split("#")[0]
+                path = Path(rec.stdout) if rec.stdout and "%" not in rec.stdout else \
+                    logfiles.log_path(run.run_dir, step, job_id)
+                try:
+                    st.log_tail = logfiles.failing_tail(path.read_text(errors="replace"))
+                except OSError:
+                    st.log_tail = [f"(no log at {path})"]
+            out.append(st)
+        return out
+
+    def _reason(self, run: Run, label: str, rec: JobInfo, final: str | None) -> str:
+        parts = []
+        state = neutral(rec.state)
+        if rec.state not in STATES or rec.state != state:
+            parts.append(rec.state.lower())
+        if rec.reason == "DependencyNeverSatisfied":
+            parts.append("cancelled because the step before it failed")
+        elif rec.reason and state == "PENDING":
+            parts.append(f"waiting: {rec.reason}")
+        elif rec.reason and rec.reason not in ("NonZeroExitCode",):
+            parts.append(rec.reason)
+        if rec.restarts:
+            parts.append(f"restarts={rec.restarts}")
+        if label.startswith("train"):
+            event = _last_event(run, rec.id)
+            if event:
+                parts.append(event)
+            if final in FINAL_REASONS and state not in ACTIVE:
+                parts.append(FINAL_REASONS[final])
+        if rec.signal:
+            parts.append(f"killed by signal {rec.signal}")
+        return "; ".join(parts)
+
+    # -- logs -----------------------------------------------------------------------------------------
+
+    def logs(self, run: Run, follow: bool = False, step: str | None = None,
+             node: str | None = None) -> Iterator[str]:
+        step = step or _latest_step(run)
+        if step not in run.ids:
+            raise ValueError(f"--step {step!r}: this run has {', '.join(run.ids)}")
+        done: set[str] = set()
+        while True:
+            ids = [run.ids[step], *(_successors(run) if step == "train" else [])]
+            todo = [i for i in ids if i not in done]
+            if not todo:
+                return
+            job_id = todo[0]
+            path = logfiles.log_path(run.run_dir, step, job_id)
+            if not follow:
+                yield from logfiles.read_lines(path, _node_index(run, job_id, node))
+                done.add(job_id)
+                continue
+            yield from self._follow(run, step, job_id, path, node)
+            done.add(job_id)
+            if _final(run) is not None and step == "train":
+                return
+
+    def _follow(self, run: Run, step: str, job_id: str, path: Path, node: str | None) -> Iterator[str]:
+        """Stream one job's log until the job has ended (a requeued job keeps its file: keep going)."""
+        tail = logfiles.Tail(path)
+        index = None
+        while True:
+            if index is None and node is not None:
+                hosts = logfiles.node_hosts(run.run_dir, job_id)
+                index = logfiles.node_index(node, hosts) if (hosts or node.isdigit()) else None
+            lines = tail.read()
+            for line in lines:
+                if node is None or (index is not None and logfiles.keep(line, index)):
+                    yield line
+            state = neutral(self.query(run, [job_id]).get(job_id, JobInfo(job_id, "UNKNOWN")).state)
+            if state not in ACTIVE:
+                for line in tail.read(final=True):
+                    if node is None or (index is not None and logfiles.keep(line, index)):
+                        yield line
+                return
+            if not lines:
+                time.sleep(1.0)
+
+    # -- cancel ---------------------------------------------------------------------------------------
+
+    def cancel(self, run: Run, wait: float = 120.0) -> None:
+        """scancel every job of the run (ids, successors, and by name); safe to repeat. Waits until Slurm
+        reports none of them pending or running, so nothing of the run is left when this returns."""
+        final = Path(run.run_dir) / exitcodes.STATE_DIR / "final"
+        if not final.exists():
+            atomic_write(final, "cancelled\n")
+        slurm = self._client(run)
+        ids = [i for _, i in self.jobs(run)]
+        names = list(run.extra.get("job_names", {}).values()) or [f"{job_base(run.run_dir)}-{s}" for s in run.ids]
+        slurm.cancel(ids, names)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            info = slurm.squeue(ids)
+            if not any(neutral(rec.state) in ACTIVE for rec in info.values()):
+                return
+            time.sleep(0.5)
+
+
+def _state_file(run: Run, name: str) -> Path:
+    return Path(run.run_dir) / exitcodes.STATE_DIR / name
+
+
+def _successors(run: Run) -> list[str]:
+    try:
+        text = _state_file(run, "successors").read_text()
+    except OSError:
+        return []
+    return [line.strip() for line in text.splitlines() if line.strip().isdigit()]
+
+
+def _final(run: Run) -> str | None:
+    try:
+        return _state_file(run, "final").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _exit_file(run: Run, job_id: str) -> int | None:
+    for path in Path(run.run_dir, exitcodes.STATE_DIR).glob(f"*.{job_id}.exit"):
+        try:
+            return int(path.read_text().strip())
+        except (OSError, ValueError):
+            return None
+    return None
+
+
+def _last_event(run: Run, job_id: str) -> str:
+    """The newest line of state/events.log about this job, without its timestamp and ids."""
+    try:
+        lines = _state_file(run, "events.log").read_text().splitlines()
+    except OSError:
+        return ""
+    for line in reversed(lines):
+        parts = line.split(" ", 4)
+        if len(parts) == 5 and parts[2] == job_id and not parts[4].startswith("start "):
+            return parts[4]
+    return ""
+
+
+def _latest_step(run: Run) -> str:
+    """The last step whose log exists (what is running or just ran), else the first step."""
+    steps = list(run.ids)
+    for step in reversed(steps):
+        if logfiles.log_path(run.run_dir, step, run.ids[step]).exists():
+            return step
+    return steps[0]
+
+
+def _node_index(run: Run, job_id: str, node: str | None) -> int | None:
+    return logfiles.node_index(node, logfiles.node_hosts(run.run_dir, job_id))

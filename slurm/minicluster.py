@@ -1,0 +1,212 @@
+"""A real two-node Slurm cluster on one Linux machine, for integration tests and demos.
+
+munged, slurmctld and two slurmd (``node1``, ``node2``) run inside one private pid + mount namespace so that
+a private ``/etc/hosts`` can name the nodes and one ``kill -KILL`` of the namespace holder ends every daemon
+and every job step. Each slurmd gets its own UTS namespace (its own hostname), which torchrun's c10d
+rendezvous needs to decide which node hosts the store. Needs root, Debian's ``slurm-wlm`` (built with
+multiple-slurmd support) and ``munge``. Clients only need ``SLURM_CONF`` (see :meth:`MiniCluster.env`).
+
+    python -m mtk.slurm.minicluster DIR     # start, print the SLURM_CONF line, run until Ctrl-C
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+NODES = {"node1": "127.0.1.1", "node2": "127.0.1.2"}
+REQUIRED = ("munged", "slurmctld", "slurmd", "unshare", "setsid", "sinfo", "scontrol")
+
+_SUPERVISOR = """\
+#!/bin/bash
+# pid 1 of the cluster's namespace: private /etc/hosts, then the daemons; ends when the namespace is killed.
+set -eu
+cd "$MINI_DIR"
+mount --bind "$MINI_DIR/hosts" /etc/hosts
+munged --force --socket="$MINI_DIR/munge/munged.sock" --key-file="$MINI_DIR/munge/munge.key" \\
+  --pid-file="$MINI_DIR/munge/munged.pid" --log-file="$MINI_DIR/log/munged.log" \\
+  --seed-file="$MINI_DIR/munge/munged.seed"
+slurmctld -D -f "$MINI_DIR/slurm.conf" >>"$MINI_DIR/log/slurmctld.out" 2>&1 &
+for node in node1 node2; do
+  unshare --uts bash -c 'hostname "$1" && exec slurmd -D -N "$1" -f "$2"' slurmd-"$node" "$node" \\
+    "$MINI_DIR/slurm.conf" >>"$MINI_DIR/log/slurmd-$node.out" 2>&1 &
+done
+wait
+"""
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports that were free a moment ago."""
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+def slurm_conf(root: Path, ctld_port: int, node_ports: dict[str, int], cpus: int = 2) -> str:
+    """A slurm.conf for the namespaced cluster: no accounting, no cgroups, fast scheduling for tests."""
+    lines = [
+        "ClusterName=mtkmini",
+        "SlurmctldHost=localhost(127.0.0.1)",
+        f"SlurmctldPort={ctld_port}",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        f"AuthInfo=socket={root}/munge/munged.sock,cred_expire=10",
+        f"StateSaveLocation={root}/state",
+        f"SlurmdSpoolDir={root}/spool/%n",
+        f"SlurmctldPidFile={root}/run/slurmctld.pid",
+        f"SlurmdPidFile={root}/run/slurmd-%n.pid",
+        f"SlurmctldLogFile={root}/log/slurmctld.log",
+        f"SlurmdLogFile={root}/log/slurmd-%n.log",
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "JobAcctGatherType=jobacct_gather/none",
+        "AccountingStorageType=accounting_storage/none",
+        "JobCompType=jobcomp/none",
+        "SchedulerParameters=sched_interval=1,bf_interval=1",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core",
+        "MpiDefault=none",
+        "ReturnToService=2",
+        "KillWait=5",
+        "MinJobAge=600",
+        "InactiveLimit=0",
+        "SlurmdTimeout=60",
+    ]
+    for name, addr in NODES.items():
+        lines.append(f"NodeName={name} NodeHostname={name} NodeAddr={addr} Port={node_ports[name]} "
+                     f"CPUs={cpus} RealMemory=2000 State=UNKNOWN")
+    lines.append(f"PartitionName=debug Nodes={','.join(NODES)} Default=YES MaxTime=INFINITE State=UP")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class MiniCluster:
+    """Start with :meth:`start`, stop with :meth:`stop` (idempotent). ``root`` holds config, state and logs."""
+
+    root: Path
+    cpus_per_node: int = 2
+    proc: subprocess.Popen | None = field(default=None, repr=False)
+
+    @property
+    def conf(self) -> Path:
+        return self.root / "slurm.conf"
+
+    def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """Environment for Slurm clients (sbatch, squeue, ...) talking to this cluster."""
+        env = dict(os.environ if base is None else base)
+        env["SLURM_CONF"] = str(self.conf)
+        return env
+
+    def start(self, timeout: float = 30.0) -> MiniCluster:
+        missing = [tool for tool in REQUIRED if shutil.which(tool) is None]
+        if missing:
+            raise RuntimeError(f"cannot start the Slurm test cluster: {', '.join(missing)} not found; "
+                               "install the Debian packages slurm-wlm and munge")
+        if os.geteuid() != 0:
+            raise RuntimeError("the Slurm test cluster needs root (namespaces, bind-mounted /etc/hosts)")
+        root = self.root = Path(self.root).absolute()
+        for sub in ("munge", "state", "spool", "run", "log"):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+        # munged refuses sockets under directories other users cannot traverse (pytest tmp dirs are 0700).
+        for p in [root, *root.parents[:-1]]:
+            if not p.stat().st_mode & 0o001:
+                p.chmod(p.stat().st_mode | 0o011)
+        (root / "munge").chmod(0o755)
+        key = root / "munge" / "munge.key"
+        if not key.exists():
+            key.write_bytes(os.urandom(1024))
+            key.chmod(0o400)
+        ctld, p1, p2 = free_ports(3)
+        self.conf.write_text(slurm_conf(root, ctld, {"node1": p1, "node2": p2}, self.cpus_per_node))
+        hosts = Path("/etc/hosts").read_text()
+        (root / "hosts").write_text(hosts.rstrip("\n") + "\n" + "".join(f"{a} {n}\n" for n, a in NODES.items()))
+        (root / "supervisor.sh").write_text(_SUPERVISOR)
+        env = {**os.environ, "MINI_DIR": str(root)}
+        env.pop("SLURM_CONF", None)
+        log = open(root / "log" / "supervisor.out", "ab")  # noqa: SIM115 - lives as long as the cluster
+        self.proc = subprocess.Popen(
+            ["setsid", "unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--mount",
+             "--propagation", "private", "bash", str(root / "supervisor.sh")],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
+        log.close()
+        try:
+            self._wait_idle(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_idle(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"the Slurm test cluster exited early ({self.proc.returncode}); "
+                                   f"see {self.root}/log/\n{self.diagnostics()}")
+            out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], env=self.env(), capture_output=True,
+                                 text=True, timeout=10)
+            last = out.stdout + out.stderr
+            states = dict(line.split() for line in out.stdout.splitlines() if len(line.split()) == 2)
+            if out.returncode == 0 and all(states.get(n) == "idle" for n in NODES):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"the Slurm test cluster did not reach two idle nodes in {timeout:.0f} s; "
+                           f"last sinfo: {last.strip()!r}\n{self.diagnostics()}")
+
+    def diagnostics(self, lines: int = 15) -> str:
+        """The tails of every daemon log, for error messages."""
+        out = []
+        for path in sorted((self.root / "log").glob("*")):
+            tail = path.read_text(errors="replace").splitlines()[-lines:]
+            out.append(f"--- {path.name}\n" + "\n".join(tail))
+        return "\n".join(out)
+
+    def stop(self) -> None:
+        """Kill the namespace holder: the kernel then ends every daemon and job process inside."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+        self.proc = None
+
+    def __enter__(self) -> MiniCluster:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    cluster = MiniCluster(Path(argv[0])).start()
+    print(f"export SLURM_CONF={cluster.conf}", flush=True)
+    try:
+        signal.pause()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
