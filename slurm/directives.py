@@ -22,15 +22,17 @@ MANAGED: dict[str, str] = {
 }
 
 # Other sbatch long options (Slurm 22.05) a user may pass through extra_sbatch.
-PASSTHROUGH = frozenset("""
-acctg-freq batch bb bbf begin cluster-constraint clusters comment constraint container contiguous core-spec
-cores-per-socket cpu-freq cpus-per-gpu deadline delay-boot distribution exclude extra-node-info get-user-env
-gid gpu-bind gpu-freq gpus-per-socket gpus-per-task gres gres-flags hint hold kill-on-invalid-dep licenses
-mail-type mail-user mcs-label mem-bind mem-per-cpu mem-per-gpu mincpus network nice no-kill nodefile
-nodelist ntasks-per-core ntasks-per-gpu ntasks-per-socket overcommit oversubscribe power priority profile
-propagate reboot reservation sockets-per-node spread-job switches thread-spec threads-per-core time-min tmp
-use-min-nodes wait-all-nodes wckey
-""".split())
+PASSTHROUGH = frozenset({
+    "acctg-freq", "batch", "bb", "bbf", "begin", "cluster-constraint", "clusters", "comment", "constraint",
+    "container", "contiguous", "core-spec", "cores-per-socket", "cpu-freq", "cpus-per-gpu", "deadline",
+    "delay-boot", "distribution", "exclude", "extra-node-info", "get-user-env", "gid", "gpu-bind",
+    "gpu-freq", "gpus-per-socket", "gpus-per-task", "gres", "gres-flags", "hint", "hold",
+    "kill-on-invalid-dep", "licenses", "mail-type", "mail-user", "mcs-label", "mem-bind", "mem-per-cpu",
+    "mem-per-gpu", "mincpus", "network", "nice", "no-kill", "nodefile", "nodelist", "ntasks-per-core",
+    "ntasks-per-gpu", "ntasks-per-socket", "overcommit", "oversubscribe", "power", "priority", "profile",
+    "propagate", "reboot", "reservation", "sockets-per-node", "spread-job", "switches", "thread-spec",
+    "threads-per-core", "time-min", "tmp", "use-min-nodes", "wait-all-nodes", "wckey",
+})
 
 _KEY = re.compile(r"^[a-z][a-z0-9-]*$")
 

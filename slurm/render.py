@@ -146,7 +146,7 @@ def _header(job: Job, run_dir: str, sub: Submission, problems: list[Problem]) ->
 
 
 def _values(job: Job, run_dir: str, sub: Submission, problems: list[Problem]) -> list[str]:
-    c, s = job.cluster, job.cluster.slurm
+    s = job.cluster.slurm
     train = sub.step == "train"
     assign: list[tuple[str, object, str]] = [
         ("MTK_STEP", sub.step, ""),
