@@ -28,8 +28,12 @@ def step_argv(step: str, run_dir: str) -> list[str]:
 
 
 def _run_script(job: Job, run_dir: str, steps: list[list[str]], torchrun: list[str]) -> str:
-    lines = ["#!/usr/bin/env bash", f"# mtk local run of {job.name}: generated, do not edit.",
-             "set -euo pipefail", f"cd {shlex.quote(run_dir)}"]
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# mtk local run of {job.name}: generated, do not edit.",
+        "set -euo pipefail",
+        f"cd {shlex.quote(run_dir)}",
+    ]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in job.cluster.env.items()]
     for argv in steps:
         if argv[1] == "train":
@@ -45,25 +49,36 @@ class LocalBackend:
         from .train_step import torchrun_argv
 
         steps = [step_argv(s, run_dir) for s in job.steps()]
-        torchrun, _ = torchrun_argv(job, run_dir, f"{run_dir}/{exitcodes.JOB_FILE}", env={},
-                                    program=["torchrun"])
-        plan = {"steps": [{"step": s, "argv": argv} for s, argv in zip(job.steps(), steps, strict=True)],
-                "env": dict(job.cluster.env)}
+        torchrun, _ = torchrun_argv(job, run_dir, f"{run_dir}/{exitcodes.JOB_FILE}", env={}, program=["torchrun"])
+        plan = {
+            "steps": [{"step": s, "argv": argv} for s, argv in zip(job.steps(), steps, strict=True)],
+            "env": dict(job.cluster.env),
+        }
         files = {
             exitcodes.JOB_FILE: job.to_json(),
             STEPS_FILE: json.dumps(plan, indent=2, sort_keys=True) + "\n",
             "run.sh": _run_script(job, run_dir, steps, torchrun),
         }
-        return Artifacts(backend=self.name, run_dir=run_dir, files=files, commands=steps,
-                         notes=[f"train runs: {shlex.join(torchrun)}"], modes={"run.sh": 0o755})
+        return Artifacts(
+            backend=self.name,
+            run_dir=run_dir,
+            files=files,
+            commands=steps,
+            notes=[f"train runs: {shlex.join(torchrun)}"],
+            modes={"run.sh": 0o755},
+        )
 
     def submit(self, job: Job, artifacts: Artifacts) -> Run:
         run_dir = Path(artifacts.run_dir)
         (run_dir / exitcodes.LOGS_DIR).mkdir(parents=True, exist_ok=True)
         with open(run_dir / exitcodes.LOGS_DIR / "runner.log", "ab") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "mtk.launcher.local_runner", str(run_dir)],
-                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "mtk.launcher.local_runner", str(run_dir)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         deadline = time.time() + 10
         while not read_state(run_dir) and time.time() < deadline and proc.poll() is None:
             time.sleep(0.05)
@@ -79,12 +94,19 @@ class LocalBackend:
             if s in ("RUNNING", "PENDING") and not alive and not state.get("done"):
                 s, reason = "FAILED", "the runner process is gone (killed?)"
             tail = _tail(info.get("log")) if s == "FAILED" else []
-            out.append(StepStatus(step=step, state=s, id=str(info.get("pid", "")),
-                                  exit_code=info.get("exit_code"), reason=reason, log_tail=tail))
+            out.append(
+                StepStatus(
+                    step=step,
+                    state=s,
+                    id=str(info.get("pid", "")),
+                    exit_code=info.get("exit_code"),
+                    reason=reason,
+                    log_tail=tail,
+                )
+            )
         return out
 
-    def logs(self, run: Run, follow: bool = False, step: str | None = None,
-             node: str | None = None) -> Iterator[str]:
+    def logs(self, run: Run, follow: bool = False, step: str | None = None, node: str | None = None) -> Iterator[str]:
         logs_dir = Path(run.run_dir) / exitcodes.LOGS_DIR
         plan = json.loads((Path(run.run_dir) / STEPS_FILE).read_text())
         names = [s["step"] for s in plan["steps"] if step in (None, s["step"])]

@@ -70,8 +70,11 @@ def run(run_dir: Path) -> int:
             entry.update(state="RUNNING", pid=proc.pid, started=time.time(), log=str(log))
             _save(run_dir, state)
             rc = proc.wait()
-        entry.update(ended=time.time(), exit_code=rc,
-                     state="CANCELLED" if current.get("cancelled") else ("COMPLETED" if rc == 0 else "FAILED"))
+        entry.update(
+            ended=time.time(),
+            exit_code=rc,
+            state="CANCELLED" if current.get("cancelled") else ("COMPLETED" if rc == 0 else "FAILED"),
+        )
         _save(run_dir, state)
     state["done"] = True
     _save(run_dir, state)

@@ -84,8 +84,9 @@ def slurm_port(job: Job, env: Mapping[str, str], job_id: int) -> int:
     return SLURM_PORT_BASE + job_id % SLURM_PORT_SPAN
 
 
-def from_environment(job: Job, env: Mapping[str, str],
-                     hostnames: Callable[[str], list[str]] = slurm_hostnames) -> Rendezvous:
+def from_environment(
+    job: Job, env: Mapping[str, str], hostnames: Callable[[str], list[str]] = slurm_hostnames
+) -> Rendezvous:
     """Pick the rendezvous for this process's environment. Kubeflow wins over Slurm wins over local."""
     procs = str(job.cluster.procs_per_node)
     if any(key.startswith("PET_") for key in env):
@@ -95,11 +96,20 @@ def from_environment(job: Job, env: Mapping[str, str],
     if job.cluster.nodes != 1:
         raise RendezvousError(
             f"cluster.nodes is {job.cluster.nodes} but neither Slurm (SLURM_JOB_ID, SLURM_JOB_NODELIST) nor "
-            "Kubeflow (PET_*) variables are set; run through `mtk launch --backend slurm|eks`")
+            "Kubeflow (PET_*) variables are set; run through `mtk launch --backend slurm|eks`"
+        )
     args = ["--standalone", "--nnodes", "1", "--nproc-per-node", procs]
     if job.cluster.local.rdzv_port:
-        args = ["--nnodes", "1", "--nproc-per-node", procs, "--master-addr", "127.0.0.1",
-                "--master-port", str(job.cluster.local.rdzv_port)]
+        args = [
+            "--nnodes",
+            "1",
+            "--nproc-per-node",
+            procs,
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(job.cluster.local.rdzv_port),
+        ]
     return Rendezvous("local", args, "local")
 
 
@@ -111,17 +121,33 @@ def _slurm(job: Job, env: Mapping[str, str], procs: str, hostnames) -> Rendezvou
         raise RendezvousError(f"SLURM_NODEID={node_id} is not below SLURM_NNODES={nnodes}")
     hosts = hostnames(env["SLURM_JOB_NODELIST"])
     if len(hosts) != nnodes:
-        raise RendezvousError(f"SLURM_JOB_NODELIST={env['SLURM_JOB_NODELIST']!r} expands to {len(hosts)} hosts "
-                              f"but SLURM_NNODES={nnodes}")
+        raise RendezvousError(
+            f"SLURM_JOB_NODELIST={env['SLURM_JOB_NODELIST']!r} expands to {len(hosts)} hosts but SLURM_NNODES={nnodes}"
+        )
     if nnodes != job.cluster.nodes:
-        raise RendezvousError(f"SLURM_NNODES={nnodes} differs from cluster.nodes={job.cluster.nodes}; "
-                              "submit with `mtk launch` so the allocation matches the spec")
+        raise RendezvousError(
+            f"SLURM_NNODES={nnodes} differs from cluster.nodes={job.cluster.nodes}; "
+            "submit with `mtk launch` so the allocation matches the spec"
+        )
     endpoint = f"{hosts[0]}:{slurm_port(job, env, job_id)}"
     # A requeued job keeps its id; a fresh rendezvous id per restart keeps stale agents out.
     rdzv_id = f"{job_id}-{env.get('SLURM_RESTART_COUNT', '0')}"
-    args = ["--nnodes", str(nnodes), "--nproc-per-node", procs, "--node-rank", str(node_id),
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id,
-            "--max-restarts", "0"]
+    args = [
+        "--nnodes",
+        str(nnodes),
+        "--nproc-per-node",
+        procs,
+        "--node-rank",
+        str(node_id),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        endpoint,
+        "--rdzv-id",
+        rdzv_id,
+        "--max-restarts",
+        "0",
+    ]
     return Rendezvous("slurm", args, env.get("SLURMD_NODENAME") or hosts[node_id])
 
 
@@ -139,9 +165,20 @@ def _kubeflow(job: Job, env: Mapping[str, str], procs: str) -> Rendezvous:
         nnodes = env.get("PET_NNODES")
         if not nnodes or not re.fullmatch(r"\d+(:\d+)?", nnodes):
             raise RendezvousError(f"PET_NNODES={nnodes!r} must be N or MIN:MAX")
-        args = ["--nnodes", nnodes, "--nproc-per-node", nproc, "--rdzv-backend", backend,
-                "--rdzv-endpoint", endpoint, "--rdzv-id", env.get("PET_RDZV_ID") or job.name,
-                "--max-restarts", env.get("PET_MAX_RESTARTS") or str(job.cluster.eks.max_restarts)]
+        args = [
+            "--nnodes",
+            nnodes,
+            "--nproc-per-node",
+            nproc,
+            "--rdzv-backend",
+            backend,
+            "--rdzv-endpoint",
+            endpoint,
+            "--rdzv-id",
+            env.get("PET_RDZV_ID") or job.name,
+            "--max-restarts",
+            env.get("PET_MAX_RESTARTS") or str(job.cluster.eks.max_restarts),
+        ]
         if env.get("PET_RDZV_CONF"):
             args += ["--rdzv-conf", env["PET_RDZV_CONF"]]
         return Rendezvous("kubeflow-elastic", args, node)
@@ -151,6 +188,16 @@ def _kubeflow(job: Job, env: Mapping[str, str], procs: str) -> Rendezvous:
     if not addr:
         raise RendezvousError("PET_MASTER_ADDR is not set (static PyTorchJob without elasticPolicy)")
     port = _int_var(env, "PET_MASTER_PORT" if env.get("PET_MASTER_PORT") else "MASTER_PORT", 1)
-    args = ["--nnodes", str(nnodes), "--nproc-per-node", nproc, "--node-rank", str(rank),
-            "--master-addr", addr, "--master-port", str(port)]
+    args = [
+        "--nnodes",
+        str(nnodes),
+        "--nproc-per-node",
+        nproc,
+        "--node-rank",
+        str(rank),
+        "--master-addr",
+        addr,
+        "--master-port",
+        str(port),
+    ]
     return Rendezvous("kubeflow-static", args, node)

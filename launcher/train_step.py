@@ -9,6 +9,7 @@ engine's ``state/last_exit.json`` to return REQUEUE / STOPPED instead of a gener
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -26,8 +27,9 @@ FORWARDED = (signal.SIGUSR2, signal.SIGTERM)
 # Signals Slurm/Kubernetes use to end a step; handled, not fatal, so the workers can save first.
 
 
-def torchrun_argv(job, run_dir: str, job_file: str, env: dict[str, str] | None = None,
-                  program: list[str] | None = None) -> tuple[list[str], str]:
+def torchrun_argv(
+    job, run_dir: str, job_file: str, env: dict[str, str] | None = None, program: list[str] | None = None
+) -> tuple[list[str], str]:
     """The full torchrun command for this node, and a node label for log lines."""
     rdzv = from_environment(job, os.environ if env is None else env)
     program = program or [sys.executable, "-m", "torch.distributed.run"]
@@ -61,13 +63,10 @@ def _forward(agent: subprocess.Popen, received: list[int]):
         received.append(signum)
         workers = _descendants(agent.pid)
         name = signal.Signals(signum).name
-        print(f"mtk: {name} received, forwarding to {len(workers)} worker process(es) to save and exit",
-              flush=True)
+        print(f"mtk: {name} received, forwarding to {len(workers)} worker process(es) to save and exit", flush=True)
         for pid in workers:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
-            except ProcessLookupError:
-                pass
 
     return handler
 

@@ -18,9 +18,8 @@ from .common import backend_option, handles_spec_errors, job_argument, load, set
 def command(job_file, overrides, backend, dry_run, run_dir, follow):
     """Launch JOB.yaml on a backend."""
     from ..backends import get_backend
-    from ..runs import new_run_dir
-
     from ..paths import resolve_paths
+    from ..runs import new_run_dir
 
     job = load(job_file, overrides, backend, check_files=backend in ("local", "slurm"))
     job = resolve_paths(job, backend)
@@ -38,8 +37,16 @@ def command(job_file, overrides, backend, dry_run, run_dir, follow):
         click.echo(f"{step}: {ident}")
     click.echo(f"run: {run.run_dir}")
     if follow if follow is not None else backend == "local":
-        for line in impl.logs(run, follow=True):
-            click.echo(line, nl=False)
+        try:
+            for line in impl.logs(run, follow=True):
+                click.echo(line, nl=False)
+        except KeyboardInterrupt:
+            if backend != "local":
+                click.echo(f"\nstopped following; the run goes on: mtk logs -f {run.run_dir}", err=True)
+                raise SystemExit(130) from None
+            click.echo("\ninterrupted: cancelling the run (it saves a checkpoint first)", err=True)
+            impl.cancel(run)
+            raise SystemExit(130) from None
         states = impl.status(run)
         failed = [s for s in states if s.state != "COMPLETED"]
         if failed:

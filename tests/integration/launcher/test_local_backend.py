@@ -83,7 +83,7 @@ def test_kill_and_relaunch_resumes_exactly(uninterrupted, tmp_path):
     states = json.loads(mtk("status", str(first), "--json").stdout)
     assert states[0]["state"] in ("CANCELLED", "FAILED")
 
-    out, second = launch(runs, "resumed", "train.iterations=12", "train.checkpoint.save_interval=4")
+    _out, second = launch(runs, "resumed", "train.iterations=12", "train.checkpoint.save_interval=4")
     resumed = losses(second)
     assert min(resumed) == saved + 1, f"resumed at {min(resumed)}, checkpoint was {saved}"
     reference = losses(straight_dir)

@@ -19,8 +19,10 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dist")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
-                    str(ROOT)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(ROOT)],
+        check=True,
+    )
     return next(out.glob("mtk-*.whl"))
 
 
@@ -56,8 +58,11 @@ def test_wheel_imports_in_fresh_venv(wheel, tmp_path):
     )
     out = subprocess.run([py, "-c", script], capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    expected = sorted(Path(t).name for t in source_templates()
-                      if t.split("/")[1] in ("slurm", "k8s", "containers") and "/templates/" in t)
+    expected = sorted(
+        Path(t).name
+        for t in source_templates()
+        if t.split("/")[1] in ("slurm", "k8s", "containers") and "/templates/" in t
+    )
     assert out.stdout.strip().split(",") == expected or (not expected and out.stdout.strip() == "")
     help_out = subprocess.run([env_dir / "bin" / "mtk", "--help"], capture_output=True, text=True)
     assert help_out.returncode == 0 and "launch" in help_out.stdout

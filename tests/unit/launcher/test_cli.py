@@ -21,7 +21,8 @@ def _modules_after(code: str) -> set[str]:
 
 def test_help_imports_nothing_heavy():
     mods = _modules_after(
-        "from mtk.launcher.cli import cli\ntry:\n    cli.main(['--help'], standalone_mode=False)\nexcept SystemExit:\n    pass")
+        "from mtk.launcher.cli import cli\ntry:\n    cli.main(['--help'], standalone_mode=False)\nexcept SystemExit:\n    pass"
+    )
     assert not {m for m in mods if m.split(".")[0] in HEAVY}
 
 
@@ -36,16 +37,19 @@ def test_dry_run_imports_no_sdk(backend, tmp_path):
     args = ["launch", str(spec), "--backend", backend, "--dry-run", "--run-dir", str(tmp_path / "run")]
     for s in sets:
         args += ["--set", s]
-    code = ("from mtk.launcher.cli import cli\ntry:\n"
-            f"    cli.main({args!r}, standalone_mode=False)\nexcept SystemExit:\n    pass")
+    code = (
+        "from mtk.launcher.cli import cli\ntry:\n"
+        f"    cli.main({args!r}, standalone_mode=False)\nexcept SystemExit:\n    pass"
+    )
     mods = _modules_after(code)
     assert (tmp_path / "run" / "job.json").exists(), "dry run wrote no files"
     assert not {m for m in mods if m.split(".")[0] in ("torch", "megatron", "docker", "kubernetes", "boto3")}
 
 
 def test_validate_prints_figures():
-    out = subprocess.run([sys.executable, "-m", "mtk", "validate", str(EXAMPLES / "tiny.yaml"), "-q"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "mtk", "validate", str(EXAMPLES / "tiny.yaml"), "-q"], capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stderr
     assert "world size:              2" in out.stdout and "data parallel:           1" in out.stdout
     assert "micro-batches per step:  4" in out.stdout
@@ -53,8 +57,11 @@ def test_validate_prints_figures():
 
 def test_dry_run_shows_torchrun_and_submits_nothing(tmp_path):
     run = tmp_path / "r"
-    out = subprocess.run([sys.executable, "-m", "mtk", "launch", str(EXAMPLES / "tiny.yaml"), "--dry-run",
-                          "--run-dir", str(run)], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "mtk", "launch", str(EXAMPLES / "tiny.yaml"), "--dry-run", "--run-dir", str(run)],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     assert "torchrun --standalone --nnodes 1 --nproc-per-node 2 -m mtk.training.worker" in out.stdout
     assert "dry run: nothing submitted" in out.stdout
@@ -67,8 +74,12 @@ def test_render_is_deterministic(tmp_path):
     outs = []
     for i in range(2):
         d = tmp_path / f"o{i}"
-        subprocess.run([sys.executable, "-m", "mtk", "render", str(EXAMPLES / "tiny.yaml"), "--out", str(tmp_path / "same")],
-                       check=True, capture_output=True, cwd=tmp_path)
+        subprocess.run(
+            [sys.executable, "-m", "mtk", "render", str(EXAMPLES / "tiny.yaml"), "--out", str(tmp_path / "same")],
+            check=True,
+            capture_output=True,
+            cwd=tmp_path,
+        )
         outs.append({p.name: p.read_bytes() for p in (tmp_path / "same").iterdir() if p.is_file()})
         d.mkdir()
     assert outs[0] == outs[1] and outs[0]

@@ -3,20 +3,35 @@
 from __future__ import annotations
 
 import pytest
-
 from mtk.launcher.figures import bytes_per_parameter, compute, padded_vocab
 from mtk.launcher.spec import validate
 
 
 def figures(preset: str, **parallel):
-    return compute(validate({"name": "f", "model": {"preset": preset}, "parallel": parallel,
-                             "cluster": {"nodes": 8, "procs_per_node": 8}, "train": {"global_batch_size": 512}}))
+    return compute(
+        validate(
+            {
+                "name": "f",
+                "model": {"preset": preset},
+                "parallel": parallel,
+                "cluster": {"nodes": 8, "procs_per_node": 8},
+                "train": {"global_batch_size": 512},
+            }
+        )
+    )
 
 
-@pytest.mark.parametrize(("preset", "billions", "tolerance"), [
-    ("gpt-1.7b", 1.7, 0.06), ("gpt-7.5b", 7.5, 0.04), ("gpt-39.1b", 39.1, 0.03),
-    ("llama2-7b", 6.74, 0.02), ("llama2-70b", 68.98, 0.02), ("llama3-8b", 8.03, 0.02),
-])
+@pytest.mark.parametrize(
+    ("preset", "billions", "tolerance"),
+    [
+        ("gpt-1.7b", 1.7, 0.06),
+        ("gpt-7.5b", 7.5, 0.04),
+        ("gpt-39.1b", 39.1, 0.03),
+        ("llama2-7b", 6.74, 0.02),
+        ("llama2-70b", 68.98, 0.02),
+        ("llama3-8b", 8.03, 0.02),
+    ],
+)
 def test_parameter_count_matches_name(preset, billions, tolerance):
     got = figures(preset).parameters / 1e9
     assert abs(got - billions) / billions < tolerance, got
@@ -30,8 +45,14 @@ def test_distributed_optimizer_shards_state():
 
 
 def test_moe_active_parameters_below_total():
-    job = validate({"name": "m", "model": {"preset": "tiny", "moe": {"num_experts": 8, "router_topk": 2}},
-                    "cluster": {"nodes": 1, "procs_per_node": 2, "device": "cpu"}, "parallel": {"ep": 2}})
+    job = validate(
+        {
+            "name": "m",
+            "model": {"preset": "tiny", "moe": {"num_experts": 8, "router_topk": 2}},
+            "cluster": {"nodes": 1, "procs_per_node": 2, "device": "cpu"},
+            "parallel": {"ep": 2},
+        }
+    )
     f = compute(job)
     assert f.active_parameters < f.parameters
 

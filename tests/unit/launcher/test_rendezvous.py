@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from mtk.launcher import exitcodes
 from mtk.launcher.rendezvous import RendezvousError, expand_nodelist, from_environment
 from mtk.launcher.spec import validate
@@ -11,8 +10,13 @@ from mtk.launcher.train_step import outcome, torchrun_argv
 
 
 def job(nodes=1, procs=2, **slurm):
-    return validate({"name": "rdzv", "model": {"preset": "tiny"},
-                     "cluster": {"nodes": nodes, "procs_per_node": procs, "device": "cpu", "slurm": slurm}})
+    return validate(
+        {
+            "name": "rdzv",
+            "model": {"preset": "tiny"},
+            "cluster": {"nodes": nodes, "procs_per_node": procs, "device": "cpu", "slurm": slurm},
+        }
+    )
 
 
 def opt(args: list[str], flag: str) -> str:
@@ -48,16 +52,21 @@ def test_slurm_restart_gets_fresh_rendezvous_id():
 def test_slurm_port_override_order():
     env = {**SLURM, "MTK_RDZV_PORT": "23456"}
     assert opt(from_environment(job(2, 1), env, expand_nodelist).args, "--rdzv-endpoint") == "node1:23456"
-    assert opt(from_environment(job(2, 1, rdzv_port=31000), SLURM, expand_nodelist).args,
-               "--rdzv-endpoint") == "node1:31000"
+    assert (
+        opt(from_environment(job(2, 1, rdzv_port=31000), SLURM, expand_nodelist).args, "--rdzv-endpoint")
+        == "node1:31000"
+    )
 
 
-@pytest.mark.parametrize(("changes", "variable"), [
-    ({"SLURM_NNODES": "two"}, "SLURM_NNODES"),
-    ({"SLURM_NODEID": "2"}, "SLURM_NODEID"),
-    ({"SLURM_NNODES": "3"}, "SLURM_JOB_NODELIST"),
-    ({"SLURM_NODEID": ""}, "SLURM_NODEID"),
-])
+@pytest.mark.parametrize(
+    ("changes", "variable"),
+    [
+        ({"SLURM_NNODES": "two"}, "SLURM_NNODES"),
+        ({"SLURM_NODEID": "2"}, "SLURM_NODEID"),
+        ({"SLURM_NNODES": "3"}, "SLURM_JOB_NODELIST"),
+        ({"SLURM_NODEID": ""}, "SLURM_NODEID"),
+    ],
+)
 def test_slurm_bad_variables_are_named(changes, variable):
     with pytest.raises(RendezvousError, match=variable):
         from_environment(job(2, 1), {**SLURM, **changes}, hostnames=expand_nodelist)
@@ -68,8 +77,14 @@ def test_slurm_allocation_must_match_spec():
         from_environment(job(4, 1), SLURM, hostnames=expand_nodelist)
 
 
-PET = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "1", "PET_RDZV_BACKEND": "etcd-v2",
-       "PET_RDZV_ENDPOINT": "etcd:2379", "PET_RDZV_ID": "run-1", "PET_MAX_RESTARTS": "5"}
+PET = {
+    "PET_NNODES": "2",
+    "PET_NPROC_PER_NODE": "1",
+    "PET_RDZV_BACKEND": "etcd-v2",
+    "PET_RDZV_ENDPOINT": "etcd:2379",
+    "PET_RDZV_ID": "run-1",
+    "PET_MAX_RESTARTS": "5",
+}
 
 
 def test_kubeflow_elastic_reads_operator_variables():
@@ -83,11 +98,14 @@ def test_kubeflow_elastic_min_max_nodes():
     assert opt(from_environment(job(2, 1), {**PET, "PET_NNODES": "1:2"}).args, "--nnodes") == "1:2"
 
 
-@pytest.mark.parametrize(("changes", "variable"), [
-    ({"PET_RDZV_BACKEND": ""}, "PET_RDZV_BACKEND"),
-    ({"PET_RDZV_ENDPOINT": "etcd"}, "PET_RDZV_ENDPOINT"),
-    ({"PET_NNODES": "x"}, "PET_NNODES"),
-])
+@pytest.mark.parametrize(
+    ("changes", "variable"),
+    [
+        ({"PET_RDZV_BACKEND": ""}, "PET_RDZV_BACKEND"),
+        ({"PET_RDZV_ENDPOINT": "etcd"}, "PET_RDZV_ENDPOINT"),
+        ({"PET_NNODES": "x"}, "PET_NNODES"),
+    ],
+)
 def test_kubeflow_bad_variables_are_named(changes, variable):
     with pytest.raises(RendezvousError, match=variable):
         from_environment(job(2, 1), {**PET, **changes})
@@ -100,12 +118,15 @@ def test_kubeflow_static_master():
     assert opt(r.args, "--node-rank") == "1"
 
 
-@pytest.mark.parametrize(("nodelist", "hosts"), [
-    ("node1", ["node1"]),
-    ("node[1-3]", ["node1", "node2", "node3"]),
-    ("gpu-[01-02,7],cpu5", ["gpu-01", "gpu-02", "gpu-7", "cpu5"]),
-    ("a[9-11]", ["a9", "a10", "a11"]),
-])
+@pytest.mark.parametrize(
+    ("nodelist", "hosts"),
+    [
+        ("node1", ["node1"]),
+        ("node[1-3]", ["node1", "node2", "node3"]),
+        ("gpu-[01-02,7],cpu5", ["gpu-01", "gpu-02", "gpu-7", "cpu5"]),
+        ("a[9-11]", ["a9", "a10", "a11"]),
+    ],
+)
 def test_expand_nodelist(nodelist, hosts):
     assert expand_nodelist(nodelist) == hosts
 
@@ -116,13 +137,16 @@ def test_torchrun_argv_runs_the_worker_module():
     assert argv[-6:] == ["-m", "mtk.training.worker", "--job", "/runs/r/job.json", "--run-dir", "/runs/r"]
 
 
-@pytest.mark.parametrize(("rc", "last", "signalled", "expected"), [
-    (0, None, False, 0),
-    (1, {"code": exitcodes.REQUEUE}, True, exitcodes.REQUEUE),
-    (1, {"code": exitcodes.STOPPED}, False, exitcodes.STOPPED),
-    (1, None, True, exitcodes.FAILED),
-    (7, None, False, 7),
-    (1, {"code": 0}, False, 1),
-])
+@pytest.mark.parametrize(
+    ("rc", "last", "signalled", "expected"),
+    [
+        (0, None, False, 0),
+        (1, {"code": exitcodes.REQUEUE}, True, exitcodes.REQUEUE),
+        (1, {"code": exitcodes.STOPPED}, False, exitcodes.STOPPED),
+        (1, None, True, exitcodes.FAILED),
+        (7, None, False, 7),
+        (1, {"code": 0}, False, 1),
+    ],
+)
 def test_outcome_prefers_engine_exit_reason(rc, last, signalled, expected):
     assert outcome(rc, last, signalled) == expected

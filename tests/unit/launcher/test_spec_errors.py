@@ -8,7 +8,6 @@ import sys
 
 import pytest
 import yaml
-
 from mtk.launcher.spec import SpecError, validate
 
 BASE = {
@@ -53,17 +52,30 @@ CASES = [
     ({"train.checkpoint.save_intervall": 5}, None, "train.checkpoint.save_intervall", "did you mean 'save_interval'"),
     ({"parallel.tp": 3}, None, "cluster.procs_per_node", "not divisible by parallel.tp × pp × cp"),
     ({"parallel.tp": 16, "cluster.nodes": 4}, None, "model.num_attention_heads", "multiple of parallel.tp (16)"),
-    ({"parallel.pp": 5, "cluster.nodes": 5, "parallel.tp": 1}, None, "model.num_layers",
-     "multiple of parallel.pp (5)"),
+    ({"parallel.pp": 5, "cluster.nodes": 5, "parallel.tp": 1}, None, "model.num_layers", "multiple of parallel.pp (5)"),
     ({"parallel.virtual_pp": 5}, None, "model.num_layers", "parallel.pp × virtual_pp"),
-    ({"parallel.sequence_parallel": True, "parallel.tp": 1}, None, "parallel.sequence_parallel", "needs parallel.tp > 1"),
-    ({"parallel.cp": 2, "model.seq_length": 2046, "model.max_position_embeddings": 4096}, None, "model.seq_length",
-     "multiple of 2 × parallel.cp"),
+    (
+        {"parallel.sequence_parallel": True, "parallel.tp": 1},
+        None,
+        "parallel.sequence_parallel",
+        "needs parallel.tp > 1",
+    ),
+    (
+        {"parallel.cp": 2, "model.seq_length": 2046, "model.max_position_embeddings": 4096},
+        None,
+        "model.seq_length",
+        "multiple of 2 × parallel.cp",
+    ),
     ({"model.seq_length": 4096}, None, "model.seq_length", "exceeds model.max_position_embeddings (2048)"),
     ({"model.num_query_groups": 5}, None, "model.num_query_groups", "must divide num_attention_heads"),
     ({"model.hidden_size": 2300}, None, "model.hidden_size", "multiple of num_attention_heads"),
     ({"parallel.ep": 2}, None, "parallel.ep", "needs model.moe.num_experts > 0"),
-    ({"model.moe": {"num_experts": 6}, "parallel.ep": 4}, None, "model.moe.num_experts", "divisible by parallel.ep (4)"),
+    (
+        {"model.moe": {"num_experts": 6}, "parallel.ep": 4},
+        None,
+        "model.moe.num_experts",
+        "divisible by parallel.ep (4)",
+    ),
     ({"model.moe": {"num_experts": 4, "router_topk": 5}}, None, "model.moe.router_topk", "cannot exceed"),
     ({"model.moe": {"num_experts": 8}, "parallel.ep": 8}, None, "parallel.ep", "must divide the 16 GPUs"),
     ({"cluster.device": "cpu", "train.precision": "fp16"}, None, "train.precision", "fp16 needs a GPU"),
@@ -72,25 +84,46 @@ CASES = [
     ({"cluster.slurm.runtime": "docker"}, None, "cluster.slurm.runtime", "'bare' or 'pyxis'"),
     ({}, "local", "cluster.nodes", "local backend runs on this machine only"),
     ({}, "slurm", "cluster.slurm.container_image", "pyxis runtime needs an image"),
-    ({"cluster.slurm.runtime": "bare", "cluster.slurm.venv": "/v", "cluster.slurm.conda_env": "c"}, "slurm",
-     "cluster.slurm.conda_env", "either cluster.slurm.venv or conda_env"),
+    (
+        {"cluster.slurm.runtime": "bare", "cluster.slurm.venv": "/v", "cluster.slurm.conda_env": "c"},
+        "slurm",
+        "cluster.slurm.conda_env",
+        "either cluster.slurm.venv or conda_env",
+    ),
     ({}, "eks", "image.registry", "pull the image from a registry"),
-    ({"image.registry": "r.example", "cluster.runs_dir": "/home/runs"}, "eks", "cluster.runs_dir",
-     "must be under cluster.eks.fsx_mount (/fsx)"),
-    ({"image.registry": "r.example", "cluster.runs_dir": "/fsx/r", "data.dir": "/fsx/d",
-      "cluster.eks.min_nodes": 3}, "eks", "cluster.eks.min_nodes", "cannot exceed cluster.nodes (2)"),
-    ({"data.tokenizer": {"type": "GPT2BPETokenizer"}}, None, "data.tokenizer.vocab_file",
-     "required for tokenizer type GPT2BPETokenizer"),
-    ({"data.corpus": {"input": "c.jsonl", "output_prefix": "c"}}, None, "data.tokenizer.type",
-     "preprocessing a corpus needs a real tokenizer"),
+    (
+        {"image.registry": "r.example", "cluster.runs_dir": "/home/runs"},
+        "eks",
+        "cluster.runs_dir",
+        "must be under cluster.eks.fsx_mount (/fsx)",
+    ),
+    (
+        {"image.registry": "r.example", "cluster.runs_dir": "/fsx/r", "data.dir": "/fsx/d", "cluster.eks.min_nodes": 3},
+        "eks",
+        "cluster.eks.min_nodes",
+        "cannot exceed cluster.nodes (2)",
+    ),
+    (
+        {"data.tokenizer": {"type": "GPT2BPETokenizer"}},
+        None,
+        "data.tokenizer.vocab_file",
+        "required for tokenizer type GPT2BPETokenizer",
+    ),
+    (
+        {"data.corpus": {"input": "c.jsonl", "output_prefix": "c"}},
+        None,
+        "data.tokenizer.type",
+        "preprocessing a corpus needs a real tokenizer",
+    ),
     ({"data.split": "90,10"}, None, "data.split", "three comma-separated numbers"),
     ({"data.fetch": [{"url": "http://x/y", "sha256": "abc"}]}, None, "data.fetch.0.sha256", "should match pattern"),
     ({"data.blend": [{"prefix": "p", "weight": 0}]}, None, "data.blend.0.weight", "greater than 0"),
 ]
 
 
-@pytest.mark.parametrize(("changes", "backend", "path", "fragment"), CASES,
-                         ids=[c[2] + ("@" + c[1] if c[1] else "") for c in CASES])
+@pytest.mark.parametrize(
+    ("changes", "backend", "path", "fragment"), CASES, ids=[c[2] + ("@" + c[1] if c[1] else "") for c in CASES]
+)
 def test_bad_spec_names_field_and_fix(changes, backend, path, fragment):
     data = copy.deepcopy(BASE)
     for key, value in changes.items():
@@ -131,8 +164,11 @@ def test_every_problem_reported_at_once():
 
 def test_missing_files_are_named(tmp_path):
     data = copy.deepcopy(BASE)
-    data["data"] = {"dir": str(tmp_path), "blend": [{"prefix": "missing/p"}],
-                    "tokenizer": {"type": "GPT2BPETokenizer", "vocab_file": "v.json", "merge_file": "m.txt"}}
+    data["data"] = {
+        "dir": str(tmp_path),
+        "blend": [{"prefix": "missing/p"}],
+        "tokenizer": {"type": "GPT2BPETokenizer", "vocab_file": "v.json", "merge_file": "m.txt"},
+    }
     with pytest.raises(SpecError) as info:
         validate(data, check_files=True)
     paths = {p.path for p in info.value.problems}
@@ -143,8 +179,11 @@ def test_files_produced_by_earlier_steps_are_not_required(tmp_path):
     data = copy.deepcopy(BASE)
     data["data"] = {
         "dir": str(tmp_path),
-        "fetch": [{"url": "https://example.org/vocab.json"}, {"url": "https://example.org/merges.txt"},
-                  {"url": "https://example.org/corpus.jsonl.xz"}],
+        "fetch": [
+            {"url": "https://example.org/vocab.json"},
+            {"url": "https://example.org/merges.txt"},
+            {"url": "https://example.org/corpus.jsonl.xz"},
+        ],
         "corpus": {"input": "corpus.jsonl", "output_prefix": "gpt2"},
         "blend": [{"prefix": "gpt2_text_document"}],
         "tokenizer": {"type": "GPT2BPETokenizer", "vocab_file": "vocab.json", "merge_file": "merges.txt"},
@@ -158,8 +197,9 @@ def test_cli_exits_2_without_traceback(tmp_path):
     spec["parallel"]["tp"] = 3
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(spec))
-    out = subprocess.run([sys.executable, "-m", "mtk.launcher.cli", "validate", str(path)],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "mtk.launcher.cli", "validate", str(path)], capture_output=True, text=True
+    )
     assert out.returncode == 2
     assert "Traceback" not in out.stderr
     assert "cluster.procs_per_node" in out.stderr and "parallel.tp × pp × cp" in out.stderr
@@ -168,8 +208,9 @@ def test_cli_exits_2_without_traceback(tmp_path):
 def test_yaml_syntax_error_names_line(tmp_path):
     path = tmp_path / "broken.yaml"
     path.write_text("name: x\nmodel: [unclosed\n")
-    out = subprocess.run([sys.executable, "-m", "mtk.launcher.cli", "validate", str(path)],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "mtk.launcher.cli", "validate", str(path)], capture_output=True, text=True
+    )
     assert out.returncode == 2
     assert "line 3" in out.stderr or "line 2" in out.stderr
 
@@ -177,6 +218,9 @@ def test_yaml_syntax_error_names_line(tmp_path):
 def test_set_override_type_error_names_field(tmp_path):
     path = tmp_path / "ok.yaml"
     path.write_text(yaml.safe_dump(BASE))
-    out = subprocess.run([sys.executable, "-m", "mtk.launcher.cli", "validate", str(path), "--set",
-                          "train.iterations=lots"], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "mtk.launcher.cli", "validate", str(path), "--set", "train.iterations=lots"],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 2 and "train.iterations" in out.stderr
