@@ -19,10 +19,11 @@ def _modules_after(code: str) -> set[str]:
     return set(out.stdout.split())
 
 
+HELP = "from mtk.launcher.cli import cli\ntry:\n    cli.main(['--help'], standalone_mode=False)\nexcept SystemExit:\n    pass"
+
+
 def test_help_imports_nothing_heavy():
-    mods = _modules_after(
-        "from mtk.launcher.cli import cli\ntry:\n    cli.main(['--help'], standalone_mode=False)\nexcept SystemExit:\n    pass"
-    )
+    mods = _modules_after(HELP)
     assert not {m for m in mods if m.split(".")[0] in HEAVY}
 
 

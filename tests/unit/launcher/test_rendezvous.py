@@ -73,7 +73,7 @@ def test_slurm_bad_variables_are_named(changes, variable):
 
 
 def test_slurm_allocation_must_match_spec():
-    with pytest.raises(RendezvousError, match="cluster.nodes"):
+    with pytest.raises(RendezvousError, match=r"cluster\.nodes"):
         from_environment(job(4, 1), SLURM, hostnames=expand_nodelist)
 
 
