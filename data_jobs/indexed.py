@@ -1,0 +1,85 @@
+"""Megatron's ``.bin``/``.idx`` format, written by streaming so memory does not grow with the corpus.
+
+The bytes equal what ``megatron.core.datasets.indexed_dataset.IndexedDatasetBuilder`` writes for the same
+ids (little-endian, no padding)::
+
+    magic "MMIDIDX\\0\\0" | u64 version=1 | u8 dtype code | u64 S sequences | u64 D = documents + 1
+    int32[S] sequence lengths | int64[S] byte offsets into .bin | int64[D] document indices
+
+The ``.idx`` is assembled from per-shard parts in three streamed passes (lengths, offsets, document
+indices), one shard's arrays in memory at a time.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+MAGIC = b"MMIDIDX\x00\x00"
+DTYPE_CODES = {"uint8": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "float64": 6, "float32": 7,
+               "uint16": 8}
+
+
+@dataclass(frozen=True)
+class PartFiles:
+    """One shard's output for one key: ids, sequence lengths (int32), per-document sequence counts (int64)."""
+
+    bin: str
+    lengths: str
+    doc_seqs: str
+
+
+def write_part(part: PartFiles, lengths: np.ndarray, doc_seqs: np.ndarray) -> None:
+    """Write a shard's index arrays (each via temp + rename); its ``.bin`` is streamed by the caller."""
+    for path, arr in ((part.lengths, lengths.astype(np.int32)),
+                      (part.doc_seqs, doc_seqs.astype(np.int64))):
+        tmp = f"{path}.tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(arr.tobytes(order="C"))
+        os.replace(tmp, path)
+
+
+def merge_parts(parts: Sequence[PartFiles], dtype: str, bin_path: str, idx_path: str) -> tuple[int, int]:
+    """Concatenate shard parts into the final ``.bin``/``.idx`` (temp names, renamed at the end).
+
+    Returns (sequences, documents). The ``.idx`` is renamed last, so a complete ``.idx`` implies its ``.bin``.
+    """
+    itemsize = np.dtype(dtype).itemsize
+    bin_tmp, idx_tmp = f"{bin_path}.tmp", f"{idx_path}.tmp"
+    with open(bin_tmp, "wb") as out:
+        for part in parts:
+            with open(part.bin, "rb") as src:
+                shutil.copyfileobj(src, out, 8 << 20)
+    n_seq = sum(os.path.getsize(p.lengths) // 4 for p in parts)
+    n_doc = sum(os.path.getsize(p.doc_seqs) // 8 for p in parts)
+    with open(idx_tmp, "wb") as out:
+        out.write(MAGIC + struct.pack("<Q", 1) + struct.pack("<B", DTYPE_CODES[dtype]))
+        out.write(struct.pack("<Q", n_seq) + struct.pack("<Q", n_doc + 1))
+        for part in parts:
+            out.write(np.fromfile(part.lengths, dtype=np.int32).tobytes())
+        offset = 0
+        for part in parts:
+            lengths = np.fromfile(part.lengths, dtype=np.int32).astype(np.int64)
+            pointers = np.empty_like(lengths)
+            if lengths.size:
+                pointers[0] = 0
+                np.cumsum(lengths[:-1] * itemsize, out=pointers[1:])
+                pointers += offset
+                offset += int(lengths.sum()) * itemsize
+            out.write(pointers.tobytes())
+        out.write(np.zeros(1, dtype=np.int64).tobytes())
+        seen = 0
+        for part in parts:
+            counts = np.fromfile(part.doc_seqs, dtype=np.int64)
+            out.write((np.cumsum(counts) + seen).tobytes())
+            seen += int(counts.sum())
+    if offset != os.path.getsize(bin_tmp):
+        raise RuntimeError(f"internal error: {bin_tmp} has {os.path.getsize(bin_tmp)} bytes, lengths say {offset}")
+    os.replace(bin_tmp, bin_path)
+    os.replace(idx_tmp, idx_path)
+    return n_seq, n_doc

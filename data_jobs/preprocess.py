@@ -1,0 +1,512 @@
+"""``mtk-entrypoint preprocess``: JSONL -> Megatron ``{prefix}_{key}_document.bin/.idx``, exact, fast, resumable.
+
+    mtk-entrypoint preprocess --job RUN/job.json            # data.corpus + data.tokenizer from the spec
+    mtk-entrypoint preprocess --input X.jsonl --output-prefix out/x --tokenizer-type GPT2BPETokenizer \\
+        --vocab-file vocab.json --merge-file merges.txt --append-eod --workers 8   # Megatron's own flags
+
+How it works: the input is cut into shards (byte ranges of plain files; one per compressed file). Worker
+processes tokenize whole shards in large batches (no per-line IPC) and write each shard's ids and lengths
+under ``{prefix}.mtk-parts/`` (temp + rename, then a ``.done`` marker). A manifest pins the plan and the
+tokenizer; a rerun after a kill or a time limit redoes only shards without a marker. Finally the parts are
+streamed into the final files (temp names, renamed at the end) and a ``{prefix}.mtk-preprocess.json``
+record is written; with it in place a rerun does nothing. Output bytes do not depend on worker count,
+shard size, engine or interruptions.
+
+Documents follow Megatron's ``tools/preprocess_data.py``: one sequence per non-empty document, EOD appended
+with ``--append-eod``; an empty document adds no sequence but still ends a document. Bad lines (malformed
+JSON, invalid UTF-8, lone surrogates, missing keys, documents over ``--max-doc-mb``) stop the run with
+file:line, or with ``--skip-bad-lines`` are skipped and counted. Blank lines are not documents (counted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .jsonl import BadLine, InputError, Shard, input_files, line_number, parse_document, plan_shards, read_lines
+
+if TYPE_CHECKING:
+    from mtk.launcher.spec.data import TokenizerSpec
+
+    from .tokenizers import Tokenizer
+
+MANIFEST_VERSION = 1
+BATCH_CHARS = 1 << 20  # tokenize in batches of about this many characters
+BATCH_DOCS = 1024
+
+
+class PreprocessError(RuntimeError):
+    """A failure the user must fix (bad input, unreadable tokenizer); the message says where and how."""
+
+
+@dataclass
+class PreprocessConfig:
+    """Everything that decides the output, plus how to get there (workers, shard size, engine)."""
+
+    input: str
+    output_prefix: str
+    tokenizer: TokenizerSpec
+    data_dir: str = "."
+    json_keys: list[str] = field(default_factory=lambda: ["text"])
+    append_eod: bool = True
+    workers: int | None = None
+    skip_bad_lines: bool = False
+    engine: str = "auto"  # auto: the verified fast BPE engine where it applies; hf: reference libraries only
+    shard_mb: float = 32.0
+    max_doc_mb: float = 16.0
+    progress: bool | None = None  # None: a live line on a TTY, periodic lines otherwise
+
+    def output_paths(self, key: str) -> tuple[str, str]:
+        base = f"{self.output_prefix}_{key}_document"
+        return f"{base}.bin", f"{base}.idx"
+
+
+@dataclass
+class ShardResult:
+    index: int
+    docs: int = 0
+    empty_docs: int = 0
+    blank_lines: int = 0
+    tokens: int = 0
+    input_bytes: int = 0
+    skipped: list[dict] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- worker side
+
+_WORKER: dict[str, Any] = {}
+
+
+def _load_tokenizer(spec: TokenizerSpec, data_dir: str, engine: str, verified: bool,
+                    log: Any = print) -> Tokenizer:
+    from .bpe_fast import fast_gpt2
+    from .tokenizers import TokenizerError, build_tokenizer
+
+    try:
+        tok = build_tokenizer(spec, data_dir)
+    except TokenizerError as exc:
+        raise PreprocessError(str(exc)) from None
+    if engine == "auto":
+        tok = fast_gpt2(tok, log=log, verified=verified)
+    return tok
+
+
+def _init_worker(spec_json: str, data_dir: str, engine: str) -> None:
+    from mtk.launcher.spec.data import TokenizerSpec
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    spec = TokenizerSpec.model_validate_json(spec_json)
+    _WORKER["tok"] = _load_tokenizer(spec, data_dir, engine, verified=True, log=lambda *_: None)
+
+
+def _part_files(parts_dir: str, index: int, key: str):
+    from .indexed import PartFiles
+
+    base = os.path.join(parts_dir, f"shard-{index:06d}.{key}")
+    return PartFiles(f"{base}.bin", f"{base}.len", f"{base}.docs")
+
+
+def _done_path(parts_dir: str, index: int) -> str:
+    return os.path.join(parts_dir, f"shard-{index:06d}.done")
+
+
+class _KeyBuffer:
+    """Ids and index data of one key for one shard, flushed to disk in batches."""
+
+    def __init__(self, path: str, dtype: str):
+        import numpy as np
+
+        self.np = np
+        self.dtype = dtype
+        self.fh = open(path, "wb")  # noqa: SIM115 - closed in finish()
+        self.lengths: list[int] = []
+        self.doc_seqs: list[int] = []
+        self.tokens = 0
+
+    def add(self, batch: list[list[int]], eod: int | None) -> None:
+        np = self.np
+        flat: list[int] = []
+        for ids in batch:
+            if ids:
+                if eod is not None:
+                    ids.append(eod)
+                flat.extend(ids)
+                self.lengths.append(len(ids))
+                self.doc_seqs.append(1)
+            else:
+                self.doc_seqs.append(0)
+        self.fh.write(np.asarray(flat, dtype=self.dtype).tobytes())
+        self.tokens += len(flat)
+
+    def finish(self) -> tuple[Any, Any]:
+        self.fh.close()
+        return self.np.asarray(self.lengths, dtype=self.np.int32), self.np.asarray(self.doc_seqs, dtype=self.np.int64)
+
+
+def process_shard(shard: Shard, parts_dir: str, keys: list[str], append_eod: bool, skip_bad: bool,
+                  max_line: int, tok: Tokenizer | None = None) -> ShardResult:
+    """Tokenize one shard into its part files and mark it done. Raises PreprocessError on a bad line."""
+    from .indexed import write_part
+
+    tok = tok or _WORKER["tok"]
+    eod = tok.eod if append_eod else None
+    res = ShardResult(shard.index)
+    parts = {k: _part_files(parts_dir, shard.index, k) for k in keys}
+    bufs = {k: _KeyBuffer(parts[k].bin + ".tmp", tok.dtype) for k in keys}
+    batch: list[list[str]] = []
+    chars = 0
+
+    def flush() -> None:
+        nonlocal batch, chars
+        if not batch:
+            return
+        for i, key in enumerate(keys):
+            bufs[key].add(tok.encode_batch([texts[i] for texts in batch]), eod)
+        batch, chars = [], 0
+
+    def bad(n: int, reason: str) -> None:
+        line = line_number(shard.path, shard.start) + n - 1 if shard.start else n
+        entry = BadLine(shard.path, line, reason)
+        if not skip_bad:
+            raise PreprocessError(f"{entry}\n  fix the line, or pass --skip-bad-lines (data.corpus.skip_bad_lines) "
+                                  "to skip and count such lines")
+        res.skipped.append(asdict(entry))
+
+    try:
+        for n, raw in read_lines(shard, max_line):
+            if raw is None:
+                bad(n, f"document longer than {max_line / 2**20:g} MiB (raise --max-doc-mb)")
+                continue
+            res.input_bytes += len(raw)
+            if not raw.strip():
+                res.blank_lines += 1
+                continue
+            texts = parse_document(raw, keys)
+            if isinstance(texts, str):
+                bad(n, texts)
+                continue
+            batch.append(texts)
+            res.docs += 1
+            res.empty_docs += sum(not t for t in texts)
+            chars += sum(map(len, texts))
+            if chars >= BATCH_CHARS or len(batch) >= BATCH_DOCS:
+                flush()
+        flush()
+    except BaseException:
+        for buf in bufs.values():
+            buf.fh.close()
+        raise
+    for key in keys:
+        lengths, doc_seqs = bufs[key].finish()
+        os.replace(parts[key].bin + ".tmp", parts[key].bin)
+        write_part(parts[key], lengths, doc_seqs)
+        res.tokens += bufs[key].tokens
+    _atomic_json(_done_path(parts_dir, shard.index), asdict(res))
+    return res
+
+
+def _run_one(args: tuple) -> ShardResult:
+    return process_shard(*args)
+
+
+# ---------------------------------------------------------------- coordinator side
+
+def _atomic_json(path: str, obj: Any) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(obj, fh, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def _plan(cfg: PreprocessConfig, tok: Tokenizer) -> dict:
+    files = input_files(cfg.input)
+    shards = plan_shards(files, max(1, int(cfg.shard_mb * 2**20)))
+    return {
+        "version": MANIFEST_VERSION,
+        "inputs": [{"path": os.path.abspath(p), "size": os.path.getsize(p), "mtime": os.path.getmtime(p)}
+                   for p in files],
+        "shards": [s.to_dict() for s in shards],
+        "keys": cfg.json_keys,
+        "append_eod": cfg.append_eod,
+        "tokenizer": {"type": tok.type, "fingerprint": tok.fingerprint(), "vocab_size": tok.vocab_size,
+                      "eod": tok.eod},
+        "dtype": tok.dtype,
+        "max_doc_mb": cfg.max_doc_mb,
+        "skip_bad_lines": cfg.skip_bad_lines,
+    }
+
+
+def _plan_id(plan: dict) -> str:
+    return hashlib.sha256(json.dumps(plan, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class _Progress:
+    """A live line on a terminal; a plain line every ``every`` seconds in batch logs."""
+
+    def __init__(self, total_bytes: int, live: bool | None, every: float = 10.0):
+        self.total = max(1, total_bytes)
+        self.live = sys.stderr.isatty() if live is None else live
+        self.every = every
+        self.t0 = self.last = time.monotonic()
+
+    def update(self, done_bytes: int, docs: int, tokens: int, shards: str, final: bool = False) -> None:
+        now = time.monotonic()
+        if not (self.live or final or now - self.last >= self.every):
+            return
+        self.last = now
+        dt = max(now - self.t0, 1e-9)
+        line = (f"preprocess: {100 * done_bytes / self.total:5.1f}% shards {shards} docs {docs:,} "
+                f"tokens {tokens:,} {docs / dt:,.0f} docs/s {done_bytes / 2**20 / dt:,.1f} MB/s")
+        if self.live:
+            print("\r" + line, end="\n" if final else "", file=sys.stderr, flush=True)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+
+def preprocess(cfg: PreprocessConfig, log: Any = print) -> dict:
+    """Run (or resume, or skip when already done) a preprocessing job; returns the summary dict."""
+    t0 = time.monotonic()
+    tok = _load_tokenizer(cfg.tokenizer, cfg.data_dir, cfg.engine, verified=False, log=log)
+    try:
+        plan = _plan(cfg, tok)
+    except InputError as exc:
+        raise PreprocessError(str(exc)) from None
+    plan_id = _plan_id(plan)
+    record_path = f"{cfg.output_prefix}.mtk-preprocess.json"
+    outputs = [p for key in cfg.json_keys for p in cfg.output_paths(key)]
+    if os.path.isfile(record_path) and all(os.path.isfile(p) for p in outputs):
+        with open(record_path) as fh:
+            record = json.load(fh)
+        if record.get("plan_id") == plan_id:
+            log(f"preprocess: {cfg.output_prefix} is complete for these inputs and tokenizer; nothing to do")
+            return {**record["summary"], "already_done": True}
+    parent = os.path.dirname(os.path.abspath(cfg.output_prefix))
+    os.makedirs(parent, exist_ok=True)
+    parts_dir = f"{cfg.output_prefix}.mtk-parts"
+    manifest_path = os.path.join(parts_dir, "manifest.json")
+    if os.path.isfile(manifest_path):
+        with open(manifest_path) as fh:
+            if json.load(fh).get("plan_id") != plan_id:
+                log(f"preprocess: inputs or tokenizer changed since the interrupted run; starting over in {parts_dir}")
+                shutil.rmtree(parts_dir)
+    os.makedirs(parts_dir, exist_ok=True)
+    if not os.path.isfile(manifest_path):
+        _atomic_json(manifest_path, {"plan_id": plan_id, "plan": plan})
+    shards = [Shard(**s) for s in plan["shards"]]
+    results = _run_shards(cfg, tok, shards, parts_dir, log)
+    summary = _finish(cfg, tok, shards, results, parts_dir, plan, time.monotonic() - t0)
+    _atomic_json(record_path, {"plan_id": plan_id, "summary": summary})
+    shutil.rmtree(parts_dir, ignore_errors=True)
+    _print_summary(summary, log)
+    return summary
+
+
+def _completed(parts_dir: str, shards: list[Shard]) -> dict[int, ShardResult]:
+    done = {}
+    for s in shards:
+        path = _done_path(parts_dir, s.index)
+        if os.path.isfile(path):
+            with open(path) as fh:
+                done[s.index] = ShardResult(**json.load(fh))
+    return done
+
+
+def _run_shards(cfg: PreprocessConfig, tok: Tokenizer, shards: list[Shard], parts_dir: str,
+                log: Any) -> dict[int, ShardResult]:
+    from .bpe_fast import FastPathMismatch
+
+    results = _completed(parts_dir, shards)
+    if results:
+        log(f"preprocess: resuming: {len(results)}/{len(shards)} shards already done")
+    todo = [s for s in shards if s.index not in results]
+    workers = max(1, min(cfg.workers or len(os.sched_getaffinity(0)), len(todo) or 1))
+    max_line = int(cfg.max_doc_mb * 2**20)
+    sizes = {s.index: _shard_size(s) for s in shards}
+    progress = _Progress(sum(sizes.values()), cfg.progress)
+    done_bytes = sum(sizes[i] for i in results)
+    args = [(s, parts_dir, cfg.json_keys, cfg.append_eod, cfg.skip_bad_lines, max_line) for s in todo]
+    try:
+        for res in _map(cfg, tok, args, workers):
+            results[res.index] = res
+            done_bytes += sizes[res.index]
+            progress.update(done_bytes, sum(r.docs for r in results.values()),
+                            sum(r.tokens for r in results.values()), f"{len(results)}/{len(shards)}")
+    except FastPathMismatch as exc:
+        log(f"preprocess: WARNING {exc}; redoing every shard with the reference engine")
+        for name in os.listdir(parts_dir):
+            if name.startswith("shard-"):
+                os.unlink(os.path.join(parts_dir, name))
+        cfg.engine = "hf"
+        return _run_shards(cfg, _load_tokenizer(cfg.tokenizer, cfg.data_dir, "hf", False, log), shards,
+                           parts_dir, log)
+    return results
+
+
+def _shard_size(s: Shard) -> int:
+    total = os.path.getsize(s.path)
+    return (total if s.end < 0 else s.end) - s.start
+
+
+def _map(cfg: PreprocessConfig, tok: Tokenizer, args: list[tuple], workers: int):
+    """Results of process_shard over ``args``: in this process for one worker, else a spawn pool."""
+    if workers == 1:
+        for a in args:
+            yield process_shard(*a, tok=tok)
+        return
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    from .bpe_fast import FastGPT2
+
+    init = (cfg.tokenizer.model_dump_json(), cfg.data_dir, "auto" if isinstance(tok, FastGPT2) else "hf")
+    with ctx.Pool(workers, initializer=_init_worker, initargs=init) as pool:
+        yield from pool.imap_unordered(_run_one, args)
+
+
+def _finish(cfg: PreprocessConfig, tok: Tokenizer, shards: list[Shard], results: dict[int, ShardResult],
+            parts_dir: str, plan: dict, elapsed: float) -> dict:
+    from .indexed import merge_parts
+
+    outputs = {}
+    for key in cfg.json_keys:
+        bin_path, idx_path = cfg.output_paths(key)
+        parts = [_part_files(parts_dir, s.index, key) for s in shards]
+        n_seq, n_doc = merge_parts(parts, tok.dtype, bin_path, idx_path)
+        outputs[key] = {"bin": bin_path, "idx": idx_path, "sequences": n_seq, "documents": n_doc}
+    rs = [results[s.index] for s in shards]
+    skipped = [b for r in rs for b in r.skipped]
+    docs = sum(r.docs for r in rs)
+    mb = sum(r.input_bytes for r in rs) / 2**20
+    return {
+        "output_prefix": cfg.output_prefix,
+        "outputs": outputs,
+        "docs": docs,
+        "empty_docs": sum(r.empty_docs for r in rs),
+        "blank_lines": sum(r.blank_lines for r in rs),
+        "tokens": sum(r.tokens for r in rs),
+        "skipped_lines": len(skipped),
+        "skipped_by_reason": dict(Counter(b["reason"].split(" (")[0] for b in skipped)),
+        "skipped_examples": [str(BadLine(**b)) for b in skipped[:5]],
+        "input_mb": round(mb, 3),
+        "seconds": round(elapsed, 3),
+        "docs_per_s": round(docs / max(elapsed, 1e-9), 1),
+        "mb_per_s": round(mb / max(elapsed, 1e-9), 3),
+        "tokenizer": plan["tokenizer"],
+        "engine": type(tok).__name__,
+    }
+
+
+def _print_summary(s: dict, log: Any) -> None:
+    log(f"preprocess: done: {s['docs']:,} docs ({s['empty_docs']:,} empty), {s['tokens']:,} tokens in "
+        f"{s['seconds']:.1f} s = {s['docs_per_s']:,.0f} docs/s, {s['mb_per_s']:.1f} MB/s [{s['engine']}]")
+    if s["skipped_lines"]:
+        log(f"preprocess: SKIPPED {s['skipped_lines']} bad lines: {s['skipped_by_reason']}")
+        for ex in s["skipped_examples"]:
+            log(f"  e.g. {ex}")
+    if s["blank_lines"]:
+        log(f"preprocess: ignored {s['blank_lines']} blank lines")
+    for key, out in s["outputs"].items():
+        log(f"preprocess: {key}: {out['bin']} + .idx ({out['sequences']:,} sequences, {out['documents']:,} docs)")
+
+
+# ---------------------------------------------------------------- command line
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="mtk-entrypoint preprocess", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--job", help="job.json: take data.corpus and data.tokenizer from the spec")
+    ap.add_argument("--run-dir", help="run directory (accepted for symmetry with other steps)")
+    meg = ap.add_argument_group("Megatron tools/preprocess_data.py flags")
+    meg.add_argument("--input")
+    meg.add_argument("--output-prefix")
+    meg.add_argument("--json-keys", nargs="+")
+    meg.add_argument("--tokenizer-type",
+                     choices=["GPT2BPETokenizer", "HuggingFaceTokenizer", "GPTSentencePieceTokenizer"])
+    meg.add_argument("--vocab-file")
+    meg.add_argument("--merge-file")
+    meg.add_argument("--tokenizer-model")
+    meg.add_argument("--append-eod", action="store_true", default=None)
+    meg.add_argument("--workers", type=int)
+    meg.add_argument("--split-sentences", action="store_true", help="not supported (sentence splitting)")
+    for ignored in ("--partitions", "--log-interval", "--keep-sequential-samples", "--keep-newlines"):
+        meg.add_argument(ignored, nargs="?", const=True, help=argparse.SUPPRESS)
+    ext = ap.add_argument_group("mtk")
+    ext.add_argument("--skip-bad-lines", action="store_true", default=None)
+    ext.add_argument("--legacy-eod-as-text", action="store_true", default=None)
+    ext.add_argument("--engine", choices=["auto", "hf"], default="auto",
+                     help="auto: verified fast BPE engine where it applies; hf: reference libraries only")
+    ext.add_argument("--shard-mb", type=float, default=32.0)
+    ext.add_argument("--max-doc-mb", type=float, default=16.0)
+    ext.add_argument("--no-progress", action="store_true")
+    return ap
+
+
+def config_from_args(argv: list[str]) -> PreprocessConfig:
+    """Build the config from ``--job`` and/or Megatron-style flags (flags override the spec)."""
+    from mtk.launcher.spec.data import TokenizerSpec
+
+    args = _parser().parse_args(argv)
+    if args.split_sentences:
+        raise PreprocessError("--split-sentences is not supported: mtk writes one sequence per document")
+    if args.job:
+        from mtk.launcher.spec import load_job_json
+
+        data = load_job_json(args.job).data
+        if data.corpus is None:
+            raise PreprocessError(f"{args.job}: data.corpus is not set; there is nothing to preprocess")
+        c = data.corpus
+        cfg = PreprocessConfig(input=data.resolve(c.input), output_prefix=data.resolve(c.output_prefix),
+                               tokenizer=data.tokenizer, data_dir=data.dir, json_keys=list(c.json_keys),
+                               append_eod=c.append_eod, workers=c.workers, skip_bad_lines=c.skip_bad_lines)
+    else:
+        missing = [f for f, v in (("--input", args.input), ("--output-prefix", args.output_prefix),
+                                  ("--tokenizer-type", args.tokenizer_type)) if not v]
+        if missing:
+            raise PreprocessError(f"missing {', '.join(missing)} (or pass --job JOB.json)")
+        model = args.tokenizer_model
+        if model and os.path.isdir(model) and args.tokenizer_type == "HuggingFaceTokenizer":
+            model = os.path.join(model, "tokenizer.json")
+        spec = TokenizerSpec(type=args.tokenizer_type, vocab_file=args.vocab_file, merge_file=args.merge_file,
+                             model=model)
+        cfg = PreprocessConfig(input=args.input, output_prefix=args.output_prefix, tokenizer=spec,
+                               append_eod=False)
+    if args.input:
+        cfg.input = args.input
+    if args.output_prefix:
+        cfg.output_prefix = args.output_prefix
+    if args.json_keys:
+        cfg.json_keys = args.json_keys
+    if args.append_eod:
+        cfg.append_eod = True
+    if args.workers:
+        cfg.workers = args.workers
+    if args.skip_bad_lines:
+        cfg.skip_bad_lines = True
+    if args.legacy_eod_as_text:
+        cfg.tokenizer = cfg.tokenizer.model_copy(update={"legacy_eod_as_text": True})
+    cfg.engine, cfg.shard_mb, cfg.max_doc_mb = args.engine, args.shard_mb, args.max_doc_mb
+    if args.no_progress:
+        cfg.progress = False
+    return cfg
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        cfg = config_from_args(argv)
+        preprocess(cfg, log=lambda msg: print(msg, flush=True))
+    except PreprocessError as exc:
+        print(f"preprocess: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
