@@ -59,7 +59,8 @@ def load_api_client():
         except config.ConfigException:
             pass
     try:
-        config.load_kube_config()
+        # Read KUBECONFIG now: the client snapshots it at import time otherwise.
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None)
     except (config.ConfigException, OSError) as exc:
         raise KubeError(f"no Kubernetes credentials: {exc}. Set KUBECONFIG or run "
                         "`aws eks update-kubeconfig --name <cluster>` first") from None

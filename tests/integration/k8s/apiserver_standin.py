@@ -1,0 +1,276 @@
+"""A STAND-IN for the Kubernetes API server (no real one can run on this machine), on 127.0.0.1.
+
+It is not Kubernetes. It speaks just enough of the REST API for mtk's client — server-side apply (PATCH
+``application/apply-patch+yaml``), get, list with an equality ``labelSelector``, delete, pod logs (plain
+and ``follow``) — records every request, and plays three tiny controllers so the waiting logic has
+something to wait for: a Deployment becomes ready after a few reads, a batch Job creates a pod and
+completes (or fails, for names in ``fail_jobs``), a PyTorchJob creates its worker pods and turns Running.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+COLLECTIONS = {
+    ("", "v1", "configmaps"): "ConfigMap", ("", "v1", "services"): "Service", ("", "v1", "pods"): "Pod",
+    ("apps", "v1", "deployments"): "Deployment", ("batch", "v1", "jobs"): "Job",
+    ("kubeflow.org", "v1", "pytorchjobs"): "PyTorchJob",
+}
+PATH = re.compile(r"^/(?:api/(?P<cv>v1)|apis/(?P<group>[^/]+)/(?P<gv>[^/]+))/namespaces/(?P<ns>[^/]+)/"
+                  r"(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>log))?$")
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    query: dict
+    content_type: str
+    authorization: bool
+    body: dict | None = None
+
+    @property
+    def kind(self) -> str:
+        m = PATH.match(self.path)
+        return COLLECTIONS.get((m["group"] or "", m["cv"] or m["gv"], m["plural"]), "?") if m else "?"
+
+    @property
+    def name(self) -> str | None:
+        m = PATH.match(self.path)
+        return m["name"] if m else None
+
+
+@dataclass
+class State:
+    objects: dict = field(default_factory=dict)  # (ns, plural, name) -> object
+    requests: list[Request] = field(default_factory=list)
+    reads: dict = field(default_factory=dict)  # (ns, plural, name) -> GET count
+    fail_jobs: set = field(default_factory=set)
+    missing_plurals: set = field(default_factory=set)  # answer 404 as if the CRD were not installed
+    ready_after: int = 2  # reads before a Deployment reports ready / a Job finishes
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    tokens_seen: set = field(default_factory=set)
+
+    def seed(self, obj: dict) -> None:
+        """Put an object in place directly (e.g. something that belongs to someone else)."""
+        plural = {v: k[2] for k, v in COLLECTIONS.items()}[obj["kind"]]
+        with self.lock:
+            self.objects[(obj["metadata"].get("namespace", "default"), plural, obj["metadata"]["name"])] = obj
+
+    def of_kind(self, kind: str) -> list[dict]:
+        plural = {v: k[2] for k, v in COLLECTIONS.items()}[kind]
+        return [o for (_, p, _), o in sorted(self.objects.items()) if p == plural]
+
+
+def pod_log_text(pod: str) -> str:
+    return "".join(f"{pod}: line {i}\n" for i in range(1, 4))
+
+
+def _status(code: int, message: str) -> dict:
+    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "code": code,
+            "reason": {404: "NotFound", 400: "BadRequest", 415: "UnsupportedMediaType"}.get(code, "Error")}
+
+
+def _matches(obj: dict, selector: str) -> bool:
+    labels = obj.get("metadata", {}).get("labels") or {}
+    for term in filter(None, selector.split(",")):
+        key, _, value = term.partition("=")
+        if labels.get(key) != value:
+            return False
+    return True
+
+
+class _Controllers:
+    """What the cluster would do after an object is applied or read (deterministic, no threads)."""
+
+    def __init__(self, state: State):
+        self.s = state
+
+    def _pod(self, ns: str, name: str, labels: dict, owner: str, phase: str, exit_code: int | None = None):
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": name, "namespace": ns, "labels": dict(labels),
+                            "creationTimestamp": f"2026-11-22T00:00:{len(self.s.objects) % 60:02d}Z",
+                            "ownerReferences": [{"name": owner}]},
+               "status": {"phase": phase, "containerStatuses": [{"name": "c", "restartCount": 0, "state": {}}]}}
+        if exit_code is not None:
+            pod["status"]["containerStatuses"][0]["state"] = {"terminated": {"exitCode": exit_code,
+                                                                            "reason": "Error"}}
+        self.s.objects[(ns, "pods", name)] = pod
+
+    def applied(self, ns: str, plural: str, obj: dict) -> None:
+        name = obj["metadata"]["name"]
+        if plural == "jobs" and "status" not in obj:
+            obj["status"] = {"active": 1}
+            labels = obj["spec"]["template"]["metadata"]["labels"]
+            self._pod(ns, f"{name}-x7k2p", labels, name, "Running")
+        if plural == "pytorchjobs" and "status" not in obj:
+            obj["status"] = {"conditions": [
+                {"type": "Created", "status": "True", "reason": "PyTorchJobCreated"},
+                {"type": "Running", "status": "True", "reason": "PyTorchJobRunning"}]}
+            worker = obj["spec"]["pytorchReplicaSpecs"]["Worker"]
+            for i in range(worker.get("replicas", 1)):
+                self._pod(ns, f"{name}-worker-{i}", worker["template"]["metadata"]["labels"], name, "Running")
+        if plural == "deployments" and "status" not in obj:
+            obj["status"] = {"replicas": 1, "readyReplicas": 0}
+
+    def read(self, ns: str, plural: str, name: str, obj: dict) -> None:
+        key = (ns, plural, name)
+        self.s.reads[key] = n = self.s.reads.get(key, 0) + 1
+        if n < self.s.ready_after:
+            return
+        if plural == "deployments":
+            obj["status"]["readyReplicas"] = obj["spec"].get("replicas", 1)
+        if plural == "jobs" and not obj["status"].get("conditions"):
+            failed = name in self.s.fail_jobs
+            cond = {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+                    "message": "Job has reached the specified backoff limit"} if failed else \
+                   {"type": "Complete", "status": "True", "reason": "Completed"}
+            obj["status"] = {"conditions": [cond], "failed" if failed else "succeeded": 1}
+            pod = self.s.objects.get((ns, "pods", f"{name}-x7k2p"))
+            if pod:
+                pod["status"]["phase"] = "Failed" if failed else "Succeeded"
+                pod["status"]["containerStatuses"][0]["state"] = {
+                    "terminated": {"exitCode": 1 if failed else 0, "reason": "Error" if failed else "Completed"}}
+
+    def deleted(self, ns: str, name: str) -> None:
+        """Garbage collection of owned pods (background propagation)."""
+        for key, obj in list(self.s.objects.items()):
+            if key[1] == "pods" and any(r.get("name") == name for r in obj["metadata"].get("ownerReferences", [])):
+                del self.s.objects[key]
+
+
+def _handler(state: State):
+    controllers = _Controllers(state)
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):  # quiet
+            pass
+
+        def _send(self, code: int, payload, content_type="application/json"):
+            data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _record(self, body=None) -> tuple[re.Match | None, dict]:
+            url = urlsplit(self.path)
+            query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+            auth = self.headers.get("Authorization", "")
+            if auth.startswith("Bearer "):
+                state.tokens_seen.add(auth[7:])
+            state.requests.append(Request(self.command, url.path, query, self.headers.get("Content-Type", ""),
+                                          bool(auth), body))
+            return PATH.match(url.path), query
+
+        def _read_body(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            return json.loads(self.rfile.read(length) or b"null")
+
+        def do_PATCH(self):
+            body = self._read_body()
+            m, query = self._record(body)
+            if not m or not m["name"]:
+                return self._send(404, _status(404, "no such path"))
+            if self.headers.get("Content-Type") != "application/apply-patch+yaml":
+                return self._send(415, _status(415, "stand-in only does server-side apply"))
+            if not query.get("fieldManager"):
+                return self._send(400, _status(400, "fieldManager is required for apply patch"))
+            if body["metadata"]["name"] != m["name"]:
+                return self._send(400, _status(400, "name in body does not match the URL"))
+            key = (m["ns"], m["plural"], m["name"])
+            with state.lock:
+                old = state.objects.get(key)
+                obj = copy.deepcopy(body)
+                if old is not None and "status" in old:
+                    obj["status"] = old["status"]
+                obj["metadata"].setdefault("namespace", m["ns"])
+                state.objects[key] = obj
+                controllers.applied(m["ns"], m["plural"], obj)
+                return self._send(200, obj)
+
+        def do_GET(self):
+            m, query = self._record()
+            if not m or m["plural"] in state.missing_plurals:
+                return self._send(404, _status(404, "the server could not find the requested resource"))
+            with state.lock:
+                if m["sub"] == "log":
+                    return self._log(m, query)
+                if m["name"]:
+                    obj = state.objects.get((m["ns"], m["plural"], m["name"]))
+                    if obj is None:
+                        return self._send(404, _status(404, f'{m["plural"]} "{m["name"]}" not found'))
+                    controllers.read(m["ns"], m["plural"], m["name"], obj)
+                    return self._send(200, obj)
+                items = [o for (ns, p, _), o in sorted(state.objects.items())
+                         if ns == m["ns"] and p == m["plural"] and _matches(o, query.get("labelSelector", ""))]
+                return self._send(200, {"kind": "List", "apiVersion": "v1", "items": items})
+
+        def _log(self, m, query):
+            if (m["ns"], "pods", m["name"]) not in state.objects:
+                return self._send(404, _status(404, f'pods "{m["name"]}" not found'))
+            text = pod_log_text(m["name"])
+            if query.get("tailLines"):
+                text = "".join(text.splitlines(True)[-int(query["tailLines"]):])
+            if query.get("follow") != "true":
+                return self._send(200, text.encode(), "text/plain")
+            # Streamed: lines arrive over time, the connection closes when the "container" ends.
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            state.lock.release()
+            try:
+                for line in text.splitlines(True):
+                    self.wfile.write(line.encode())
+                    self.wfile.flush()
+                    time.sleep(0.05)
+            finally:
+                state.lock.acquire()
+
+        def do_DELETE(self):
+            m, _query = self._record()
+            if not m or not m["name"]:
+                return self._send(404, _status(404, "no such path"))
+            with state.lock:
+                obj = state.objects.pop((m["ns"], m["plural"], m["name"]), None)
+                if obj is None:
+                    return self._send(404, _status(404, f'{m["plural"]} "{m["name"]}" not found'))
+                controllers.deleted(m["ns"], m["name"])
+                return self._send(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+
+    return Handler
+
+
+class StandIn:
+    """Start/stop the stand-in; ``url`` is http://127.0.0.1:<port>."""
+
+    def __init__(self):
+        self.state = State()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self.state))
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> StandIn:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
