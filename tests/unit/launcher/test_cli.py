@@ -19,7 +19,10 @@ def _modules_after(code: str) -> set[str]:
     return set(out.stdout.split())
 
 
-HELP = "from mtk.launcher.cli import cli\ntry:\n    cli.main(['--help'], standalone_mode=False)\nexcept SystemExit:\n    pass"
+HELP = (
+    "from mtk.launcher.cli import cli\n"
+    "try:\n    cli.main(['--help'], standalone_mode=False)\nexcept SystemExit:\n    pass"
+)
 
 
 def test_help_imports_nothing_heavy():
