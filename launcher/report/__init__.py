@@ -1,0 +1,71 @@
+"""``mtk report``: plots and a summary from a run's ``metrics.jsonl``.
+
+``build_report(run_dir)`` reads the metrics (tolerantly: unknown keys ignored, a truncated last line skipped
+with a note), writes PNG plots plus ``summary.json``/``summary.md`` into ``<run_dir>/report/`` and returns the
+summary. matplotlib is the optional ``report`` extra; without it the summary is still written.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mtk.launcher import exitcodes
+from mtk.launcher.backends import atomic_write
+
+from .gpus import detect_gpu
+from .records import Metrics, read_metrics
+from .summary import Summary, summarize, to_markdown, to_text
+
+REPORT_DIR = "report"
+
+__all__ = ["REPORT_DIR", "Metrics", "Summary", "build_report", "read_metrics", "summarize", "to_text"]
+
+
+def _job_dict(run_dir: Path) -> dict | None:
+    """The run's job.json as plain data (no validation: a report must work for older specs too)."""
+    try:
+        data = json.loads((run_dir / exitcodes.JOB_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *, gpu: str | None = None,
+                 peak_tflops: float | None = None, plots: bool = True, wandb: bool = True) -> Summary:
+    """Write plots and summary files; raises FileNotFoundError when the run has no metrics file yet."""
+    run_dir = Path(run_dir)
+    path = run_dir / exitcodes.METRICS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: the training step has not logged an iteration yet "
+                                "(see `mtk status` / `mtk logs`)")
+    job = _job_dict(run_dir)
+    interval = ((job or {}).get("train") or {}).get("log_interval")
+    metrics = read_metrics(path, interval if isinstance(interval, int) and interval > 0 else None)
+    if not metrics.train:
+        metrics.notes.append("no train records: nothing to plot")
+    summary = summarize(metrics, detect_gpu(run_dir, job, gpu, peak_tflops))
+    out = Path(out_dir) if out_dir is not None else run_dir / REPORT_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    if plots and metrics.train:
+        try:
+            written, notes = _render(metrics, out)
+            summary.plots, summary.notes = written, summary.notes + notes
+        except ImportError:
+            summary.notes.append("plots skipped: matplotlib is not installed (pip install 'mtk[report]')")
+    name = (job or {}).get("name") or run_dir.name
+    if wandb:
+        from .wandb_log import log_to_wandb
+
+        note = log_to_wandb(metrics, run_dir.name, summary.to_dict())
+        if note:
+            summary.notes.append(note)
+    atomic_write(out / "summary.json", json.dumps(summary.to_dict(), indent=2, sort_keys=True) + "\n")
+    atomic_write(out / "summary.md", to_markdown(summary, f"Run report: {name} ({run_dir.name})"))
+    return summary
+
+
+def _render(metrics: Metrics, out: Path) -> tuple[list[str], list[str]]:
+    from .plots import render_plots
+
+    return render_plots(metrics, out)

@@ -1,0 +1,135 @@
+"""Read ``metrics.jsonl`` tolerantly and split it into the segments a resumed run leaves behind.
+
+The engine (``mtk.training.metrics``) appends one JSON object per line: train records (``kind`` "train" or
+absent) and eval records (``kind`` "eval"). A run that resumes from an earlier checkpoint appends again, so
+iterations after that checkpoint appear twice. Here a *restart* is a train record whose iteration does not
+move forward, or whose ``restart_count`` changed; the iterations redone are counted from the resume point,
+estimated as (first iteration logged after the restart − log interval). That is exact when checkpoints fall on
+multiples of the log interval (always true with ``train.log_interval: 1``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+Record = dict[str, Any]
+
+
+@dataclass
+class Restart:
+    """One resume: training went back to ``resume_iteration`` after having logged ``previous_iteration``."""
+
+    line: int
+    previous_iteration: int
+    resume_iteration: int
+    first_iteration: int
+
+    @property
+    def lost(self) -> int:
+        return max(0, self.previous_iteration - self.resume_iteration)
+
+
+@dataclass
+class Metrics:
+    """Everything read from one metrics file, in file order, plus what had to be skipped."""
+
+    train: list[Record] = field(default_factory=list)
+    eval: list[Record] = field(default_factory=list)
+    restarts: list[Restart] = field(default_factory=list)
+    log_interval: int = 1
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def iterations_lost(self) -> int:
+        return sum(r.lost for r in self.restarts)
+
+    def timeline(self) -> tuple[list[Record], list[Record]]:
+        """(records of the final lineage sorted by iteration, records superseded by a restart)."""
+        live: dict[int, Record] = {}
+        superseded: list[Record] = []
+        cuts = {r.line: r.resume_iteration for r in self.restarts}
+        for rec in self.train:
+            if rec["_line"] in cuts:
+                resume = cuts[rec["_line"]]
+                for it in [i for i in live if i > resume]:
+                    superseded.append(live.pop(it))
+            if rec["iteration"] in live:
+                superseded.append(live[rec["iteration"]])
+            live[rec["iteration"]] = rec
+        return [live[i] for i in sorted(live)], sorted(superseded, key=lambda r: r["_line"])
+
+    def values(self, key: str, records: list[Record] | None = None) -> list[tuple[int, float]]:
+        """(iteration, value) for records that carry a finite number under ``key``."""
+        out = []
+        for rec in self.train if records is None else records:
+            v = rec.get(key)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                out.append((rec["iteration"], float(v)))
+        return out
+
+
+def _parse(lines: list[str], notes: list[str]) -> list[Record]:
+    records: list[Record] = []
+    bad: list[int] = []
+    for n, raw in enumerate(lines, start=1):
+        text = raw.strip()
+        if not text:
+            continue
+        try:
+            rec = json.loads(text)
+        except json.JSONDecodeError:
+            if n == len(lines) and not raw.endswith("\n"):
+                notes.append(f"ignored a truncated last line ({len(text)} characters, line {n}): "
+                             "the writer stopped mid-line, e.g. a crash")
+            else:
+                bad.append(n)
+            continue
+        if not isinstance(rec, dict) or not isinstance(rec.get("iteration"), int) or isinstance(
+                rec.get("iteration"), bool):
+            bad.append(n)
+            continue
+        rec["_line"] = n
+        records.append(rec)
+    if bad:
+        shown = ", ".join(map(str, bad[:5])) + (" ..." if len(bad) > 5 else "")
+        notes.append(f"ignored {len(bad)} line(s) that are not a JSON object with an integer 'iteration': {shown}")
+    return records
+
+
+def _infer_log_interval(train: list[Record]) -> int:
+    gaps = [b["iteration"] - a["iteration"] for a, b in itertools.pairwise(train)
+            if b["iteration"] > a["iteration"] and b.get("restart_count") == a.get("restart_count")]
+    return max(1, int(statistics.median(gaps))) if gaps else 1
+
+
+def _find_restarts(train: list[Record], interval: int) -> list[Restart]:
+    restarts = []
+    for prev, rec in itertools.pairwise(train):
+        backwards = rec["iteration"] <= prev["iteration"]
+        requeued = rec.get("restart_count") != prev.get("restart_count")
+        if backwards or requeued:
+            resume = max(0, rec["iteration"] - interval)
+            restarts.append(Restart(rec["_line"], prev["iteration"], resume, rec["iteration"]))
+    return restarts
+
+
+def read_metrics(path: str | Path, log_interval: int | None = None) -> Metrics:
+    """Parse ``path``; ``log_interval`` (from the job spec) overrides the interval inferred from the file."""
+    path = Path(path)
+    notes: list[str] = []
+    text = path.read_text(errors="replace")
+    records = _parse(text.splitlines(keepends=True), notes)
+    train = [r for r in records if r.get("kind", "train") == "train"]
+    evals = [r for r in records if r.get("kind") == "eval"]
+    other = len(records) - len(train) - len(evals)
+    if other:
+        notes.append(f"ignored {other} record(s) of an unknown kind")
+    interval = log_interval or _infer_log_interval(train)
+    return Metrics(train=train, eval=evals, restarts=_find_restarts(train, interval), log_interval=interval,
+                   notes=notes)

@@ -1,0 +1,142 @@
+"""The numbers people quote from a run, computed from its metrics records.
+
+Definitions (so anyone can recompute them from ``metrics.jsonl``):
+
+* final loss / final eval loss: ``lm_loss`` of the last train / eval record in the file;
+* median tokens/s and TFLOP/s per GPU: median over every train record (work redone after a restart was
+  real work, so it counts as a throughput sample);
+* MFU: median TFLOP/s per GPU ÷ the GPU's dense bf16 peak (``gpus.PEAKS``), only when the GPU is known;
+* restarts and iterations lost: see ``records``.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+
+from .gpus import Gpu
+from .records import Metrics
+
+
+@dataclass
+class Summary:
+    final_iteration: int | None
+    train_records: int
+    eval_records: int
+    final_loss: float | None
+    final_eval_loss: float | None
+    final_eval_iteration: int | None
+    median_tokens_per_s: float | None
+    median_tflops_per_gpu: float | None
+    gpu: str
+    gpu_source: str
+    peak_tflops: float | None
+    mfu: float | None
+    restarts: int
+    iterations_lost: int
+    skipped_iterations: int
+    nan_iterations: int
+    plots: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """JSON-safe: NaN/inf become null (strict JSON readers reject NaN)."""
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
+
+
+def _median(metrics: Metrics, key: str) -> float | None:
+    vals = [v for _, v in metrics.values(key)]
+    return statistics.median(vals) if vals else None
+
+
+def _last_number(records: list[dict], key: str) -> float | None:
+    """``key`` of the last record that has it (NaN kept: a run that ended in NaN must say so)."""
+    for rec in reversed(records):
+        v = rec.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v)
+    return None
+
+
+def summarize(metrics: Metrics, gpu: Gpu) -> Summary:
+    notes = list(metrics.notes)
+    live, _ = metrics.timeline()
+    last_eval = metrics.eval[-1] if metrics.eval else None
+    final_loss = _last_number(metrics.train, "lm_loss")
+    if final_loss is not None and not math.isfinite(final_loss):
+        notes.append("the last train record has a non-finite lm_loss (the run ended diverged)")
+    tokens = _median(metrics, "tokens_per_s")
+    tflops = _median(metrics, "tflops_per_gpu")
+    for key, value in (("tokens_per_s", tokens), ("tflops_per_gpu", tflops)):
+        if value is None and metrics.train:
+            notes.append(f"no train record has '{key}': its median is unknown")
+    mfu = tflops / gpu.peak_tflops if tflops is not None and gpu.peak_tflops else None
+    if mfu is None and tflops is not None:
+        notes.append(f"MFU unknown: GPU peak not known ({gpu.source})")
+    return Summary(
+        final_iteration=live[-1]["iteration"] if live else None,
+        train_records=len(metrics.train),
+        eval_records=len(metrics.eval),
+        final_loss=final_loss,
+        final_eval_loss=_last_number(metrics.eval, "lm_loss"),
+        final_eval_iteration=last_eval["iteration"] if last_eval else None,
+        median_tokens_per_s=tokens,
+        median_tflops_per_gpu=tflops,
+        gpu=gpu.name,
+        gpu_source=gpu.source,
+        peak_tflops=gpu.peak_tflops,
+        mfu=mfu,
+        restarts=len(metrics.restarts),
+        iterations_lost=metrics.iterations_lost,
+        skipped_iterations=int(sum(r.get("skipped") or 0 for r in live if isinstance(r.get("skipped"), int))),
+        nan_iterations=int(sum(r.get("nan") or 0 for r in live if isinstance(r.get("nan"), int))),
+        notes=notes,
+    )
+
+
+def _fmt(value: float | None, spec: str, unit: str = "") -> str:
+    if value is None:
+        return "unknown"
+    if not math.isfinite(value):
+        return "nan"
+    return f"{value:{spec}}{unit}"
+
+
+def rows(s: Summary) -> list[tuple[str, str]]:
+    """(label, value) pairs shared by the terminal and Markdown renderings."""
+    eval_at = f" (iteration {s.final_eval_iteration})" if s.final_eval_iteration is not None else ""
+    if s.gpu == "unknown":
+        gpu = f"unknown ({s.gpu_source})"
+    else:
+        peak = "peak unknown" if s.peak_tflops is None else f"peak {s.peak_tflops:g} TFLOP/s bf16"
+        gpu = f"{s.gpu} ({peak}; from {s.gpu_source})"
+    return [
+        ("final iteration", "unknown" if s.final_iteration is None else str(s.final_iteration)),
+        ("final loss", _fmt(s.final_loss, ".4f")),
+        ("final eval loss", _fmt(s.final_eval_loss, ".4f") + (eval_at if s.final_eval_loss is not None else "")),
+        ("median tokens/s", _fmt(s.median_tokens_per_s, ",.0f")),
+        ("median TFLOP/s per GPU", _fmt(s.median_tflops_per_gpu, ".3f")),
+        ("GPU", gpu),
+        ("MFU", _fmt(None if s.mfu is None else s.mfu * 100, ".1f", "%")),
+        ("restarts", str(s.restarts)),
+        ("iterations lost to restarts", str(s.iterations_lost)),
+        ("skipped / NaN iterations", f"{s.skipped_iterations} / {s.nan_iterations}"),
+    ]
+
+
+def to_text(s: Summary) -> str:
+    width = max(len(k) for k, _ in rows(s))
+    lines = [f"{k:<{width}}  {v}" for k, v in rows(s)]
+    lines += [f"note: {n}" for n in s.notes]
+    return "\n".join(lines)
+
+
+def to_markdown(s: Summary, title: str) -> str:
+    lines = [f"# {title}", "", "| metric | value |", "|---|---|"]
+    lines += [f"| {k} | {v.replace('|', '/')} |" for k, v in rows(s)]
+    if s.plots:
+        lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in s.plots]
+    if s.notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in s.notes]
+    return "\n".join(lines) + "\n"
