@@ -1,0 +1,350 @@
+"""``mtk-entrypoint getdata``: fetch the corpus and tokenizer files of ``data.fetch`` into ``data.dir``.
+
+    mtk-entrypoint getdata --job RUN/job.json [--run-dir RUN]
+
+Each item goes through three names: ``DEST.part`` (the raw bytes as downloaded, appended to on resume with an
+HTTP ``Range`` request or an S3 ranged GET), ``DEST.tmp`` (decompressed .xz/.gz/.zst output, streamed from the
+part file, SHA-256 computed on the way) and finally ``DEST`` by rename. The raw part file is what makes a
+resume possible after a time limit or a dropped connection: a decompressor's state cannot be resumed, bytes
+can. A checksum mismatch deletes both temp files and fails naming the URL, expected and actual digests.
+A ``DEST.mtk-fetch.json`` record (URL, digest, size, mtime) makes a second run a no-op.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import http.client
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mtk.launcher.spec.data import FetchItem
+
+CHUNK = 1 << 20
+RETRIES = 5
+TIMEOUT = 60.0
+DECOMPRESSORS = (".xz", ".gz", ".zst")
+
+
+class FetchError(RuntimeError):
+    """A file that could not be fetched or verified; the message names the URL and what to do."""
+
+
+@dataclass
+class FetchResult:
+    url: str
+    path: str
+    status: str  # "fetched" | "present"
+    bytes: int
+    seconds: float
+
+
+class _Progress:
+    """A live bar on a terminal, a plain line every ``every`` seconds in batch logs."""
+
+    def __init__(self, name: str, total: int | None, live: bool | None = None, every: float = 10.0):
+        self.name, self.total = name, total
+        self.live = sys.stderr.isatty() if live is None else live
+        self.every = every
+        self.t0 = self.last = time.monotonic()
+
+    def __call__(self, done: int, final: bool = False) -> None:
+        now = time.monotonic()
+        if not (final or (self.live and now - self.last >= 0.2) or now - self.last >= self.every):
+            return
+        self.last = now
+        rate = done / 2**20 / max(now - self.t0, 1e-9)
+        if self.total:
+            pct = 100 * done / self.total
+            bar = "#" * int(pct / 5)
+            text = f"getdata: {self.name} [{bar:<20}] {pct:5.1f}% {done / 2**20:,.1f} MiB {rate:,.1f} MiB/s"
+        else:
+            text = f"getdata: {self.name} {done / 2**20:,.1f} MiB {rate:,.1f} MiB/s"
+        if self.live:
+            print("\r" + text, end="\n" if final else "", file=sys.stderr, flush=True)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+
+def destination(item: FetchItem, data_dir: str) -> str:
+    """Where ``item`` ends up: ``item.path`` or the URL's file name (minus a compression suffix it undoes)."""
+    if item.path:
+        return item.path if os.path.isabs(item.path) else os.path.join(data_dir, item.path)
+    name = os.path.basename(urllib.parse.urlparse(item.url).path) or "download"
+    if item.decompress:
+        name = next((name[: -len(s)] for s in DECOMPRESSORS if name.endswith(s) and len(name) > len(s)), name)
+    return os.path.join(data_dir, name)
+
+
+def _compression(item: FetchItem) -> str:
+    path = urllib.parse.urlparse(item.url).path
+    return next((s for s in DECOMPRESSORS if path.endswith(s)), "") if item.decompress else ""
+
+
+# ---------------------------------------------------------------- sources: yield chunks from an offset
+
+def _http_chunks(url: str, offset: int, on_total: Callable[[int | None], None]) -> Iterator[bytes]:
+    headers = {"User-Agent": "mtk-getdata", "Accept-Encoding": "identity"}
+    if offset:
+        headers["Range"] = f"bytes={offset}-"
+    req = urllib.request.Request(url, headers=headers)
+    try:
+        resp = urllib.request.urlopen(req, timeout=TIMEOUT)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 416 and offset:  # nothing left to fetch
+            on_total(offset)
+            return
+        raise FetchError(f"{url}: HTTP {exc.code} {exc.reason}") from None
+    with resp:
+        length = resp.headers.get("Content-Length")
+        if offset and resp.status == 206:
+            start = int((resp.headers.get("Content-Range") or "bytes 0-").split()[1].split("-")[0])
+            if start != offset:
+                raise _Restart
+            on_total(offset + int(length) if length else None)
+        elif offset:
+            raise _Restart  # server ignored Range: start over
+        else:
+            on_total(int(length) if length else None)
+        while chunk := resp.read(CHUNK):
+            yield chunk
+
+
+def _s3_chunks(url: str, offset: int, on_total: Callable[[int | None], None]) -> Iterator[bytes]:
+    import boto3  # only S3 users pay for it
+
+    parsed = urllib.parse.urlparse(url)
+    bucket, key = parsed.netloc, parsed.path.lstrip("/")
+    kwargs = {"Bucket": bucket, "Key": key}
+    if offset:
+        kwargs["Range"] = f"bytes={offset}-"
+    client = boto3.client("s3", endpoint_url=os.environ.get("AWS_ENDPOINT_URL_S3") or None)
+    try:
+        obj = client.get_object(**kwargs)
+    except client.exceptions.NoSuchKey:
+        raise FetchError(f"{url}: no such S3 object") from None
+    on_total(offset + obj["ContentLength"])
+    body = obj["Body"]
+    while chunk := body.read(CHUNK):
+        yield chunk
+
+
+def _file_chunks(url: str, offset: int, on_total: Callable[[int | None], None]) -> Iterator[bytes]:
+    path = urllib.request.url2pathname(urllib.parse.urlparse(url).path) if url.startswith("file://") else url
+    if not os.path.isfile(path):
+        raise FetchError(f"{url}: file not found")
+    on_total(os.path.getsize(path))
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        while chunk := fh.read(CHUNK):
+            yield chunk
+
+
+class _Restart(Exception):
+    """The server cannot resume at our offset: discard the part file and start again."""
+
+
+def _source(url: str):
+    scheme = urllib.parse.urlparse(url).scheme
+    if scheme in ("http", "https"):
+        return _http_chunks
+    if scheme == "s3":
+        return _s3_chunks
+    if scheme in ("file", ""):
+        return _file_chunks
+    raise FetchError(f"{url}: unsupported scheme '{scheme}'; use http(s)://, s3://, file:// or a local path")
+
+
+# ---------------------------------------------------------------- download, decompress, verify
+
+def _attempt(url: str, part: str, name: str, live: bool | None) -> None:
+    """One pass: append to ``part`` from its current size; raises ConnectionError on a short read."""
+    chunks = _source(url)
+    done = os.path.getsize(part) if os.path.exists(part) else 0
+    state: dict = {"total": None, "progress": None}
+
+    def set_total(n: int | None) -> None:
+        state["total"] = n
+        state["progress"] = _Progress(name, n, live)
+
+    with open(part, "ab") as out:
+        for chunk in chunks(url, done, set_total):
+            out.write(chunk)
+            done += len(chunk)
+            state["progress"](done)
+    if state["total"] is not None and done < state["total"]:
+        raise ConnectionError(f"connection closed at {done} of {state['total']} bytes")
+    if state["progress"]:
+        state["progress"](done, final=True)
+
+
+def _download(url: str, part: str, progress_live: bool | None) -> None:
+    """Fill ``part`` with the whole object, resuming from its current size after a dropped connection."""
+    name = os.path.basename(part).removesuffix(".part")
+    for attempt in range(RETRIES + 1):
+        try:
+            _attempt(url, part, name, progress_live)
+            return
+        except _Restart:
+            os.unlink(part)
+        except FetchError:
+            raise
+        except (OSError, urllib.error.URLError, ConnectionError, http.client.HTTPException) as exc:
+            if attempt == RETRIES:
+                have = os.path.getsize(part) if os.path.exists(part) else 0
+                raise FetchError(f"{url}: giving up after {RETRIES + 1} attempts: {exc}; rerun getdata to resume "
+                                 f"from byte {have}") from None
+            wait = min(2.0**attempt, 30.0) * 0.1
+            print(f"getdata: {url}: {exc}; resuming in {wait:.1f} s (attempt {attempt + 2}/{RETRIES + 1})",
+                  file=sys.stderr, flush=True)
+            time.sleep(wait)
+
+
+def _open_decompressed(path: str, kind: str) -> IO[bytes]:
+    if kind == ".gz":
+        import gzip
+
+        return gzip.open(path, "rb")
+    if kind == ".xz":
+        import lzma
+
+        return lzma.open(path, "rb")
+    if kind == ".zst":
+        try:
+            import zstandard
+        except ImportError:
+            raise FetchError("decompressing .zst needs the 'zstandard' package (pip install zstandard)") from None
+        return zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True)
+    return open(path, "rb")
+
+
+def _finalize(part: str, tmp: str, kind: str, url: str) -> str:
+    """Stream ``part`` (decompressing) into ``tmp``; return the SHA-256 of what was written."""
+    digest = hashlib.sha256()
+    try:
+        with _open_decompressed(part, kind) as src, open(tmp, "wb") as out:
+            while block := src.read(CHUNK):
+                digest.update(block)
+                out.write(block)
+    except (OSError, EOFError, ValueError) as exc:
+        for p in (part, tmp):
+            if os.path.exists(p):
+                os.unlink(p)
+        raise FetchError(f"{url}: cannot decompress ({exc}); the download was discarded, rerun getdata") from None
+    return digest.hexdigest()
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _record_path(dest: str) -> str:
+    return f"{dest}.mtk-fetch.json"
+
+
+def _is_complete(item: FetchItem, dest: str) -> bool:
+    if not os.path.isfile(dest):
+        return False
+    st = os.stat(dest)
+    try:
+        with open(_record_path(dest)) as fh:
+            rec = json.load(fh)
+        if rec.get("url") == item.url and rec.get("size") == st.st_size and rec.get("mtime") == st.st_mtime:
+            return item.sha256 in (None, rec.get("sha256"))
+    except (OSError, ValueError):
+        pass
+    if item.sha256 is None:
+        return True  # a file put there by hand; nothing to verify it against
+    if _sha256(dest) == item.sha256:
+        _write_record(item, dest, item.sha256)
+        return True
+    return False
+
+
+def _write_record(item: FetchItem, dest: str, sha: str) -> None:
+    st = os.stat(dest)
+    rec = {"url": item.url, "sha256": sha, "size": st.st_size, "mtime": st.st_mtime}
+    tmp = f"{_record_path(dest)}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(rec, fh)
+    os.replace(tmp, _record_path(dest))
+
+
+def fetch(item: FetchItem, data_dir: str, progress: bool | None = None) -> FetchResult:
+    """Fetch one item (idempotent, resumable, verified); raises FetchError with the URL on failure."""
+    t0 = time.monotonic()
+    dest = destination(item, data_dir)
+    if _is_complete(item, dest):
+        return FetchResult(item.url, dest, "present", os.path.getsize(dest), 0.0)
+    os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
+    part, tmp = f"{dest}.part", f"{dest}.tmp"
+    _download(item.url, part, progress)
+    kind = _compression(item)
+    if kind:
+        sha = _finalize(part, tmp, kind, item.url)
+    else:
+        sha = _sha256(part)
+        tmp = part
+    if item.sha256 and sha != item.sha256:
+        for p in {part, tmp}:
+            if os.path.exists(p):
+                os.unlink(p)
+        raise FetchError(f"{item.url}: SHA-256 mismatch: expected {item.sha256}, got {sha}; the download was "
+                         "deleted. Check data.fetch[].sha256 or the source.")
+    os.replace(tmp, dest)
+    if os.path.exists(part):
+        os.unlink(part)
+    _write_record(item, dest, sha)
+    return FetchResult(item.url, dest, "fetched", os.path.getsize(dest), time.monotonic() - t0)
+
+
+def fetch_all(items: list[FetchItem], data_dir: str, progress: bool | None = None,
+              log: Callable[[str], None] = print) -> list[FetchResult]:
+    """Fetch every item in order; stops at the first failure (already fetched files stay)."""
+    results = []
+    for item in items:
+        res = fetch(item, data_dir, progress)
+        if res.status == "present":
+            log(f"getdata: {res.path}: complete, nothing to do")
+        else:
+            log(f"getdata: {res.path}: {res.bytes / 2**20:,.1f} MiB in {res.seconds:.1f} s")
+        results.append(res)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="mtk-entrypoint getdata", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--job", required=True, help="job.json of the run (data.fetch and data.dir)")
+    ap.add_argument("--run-dir", help="run directory (accepted for symmetry with other steps)")
+    ap.add_argument("--data-dir", help="override data.dir")
+    args = ap.parse_args(list(sys.argv[1:] if argv is None else argv))
+    from mtk.launcher.spec import load_job_json
+
+    data = load_job_json(args.job).data
+    data_dir = args.data_dir or data.dir
+    if not data.fetch:
+        print("getdata: data.fetch is empty; nothing to fetch")
+        return 0
+    try:
+        fetch_all(data.fetch, data_dir, log=lambda m: print(m, flush=True))
+    except FetchError as exc:
+        print(f"getdata: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
