@@ -204,23 +204,11 @@ class EksBackend:
     # ------------------------------------------------------------------------------------------------- logs
     def logs(self, run: Run, follow: bool = False, step: str | None = None,
              node: str | None = None) -> Iterator[str]:
-        """Lines of the run's pods, prefixed with the pod name; ``node`` picks one pod (name or suffix)."""
+        """Lines of the run's pods, prefixed with the pod name when there are several; ``node`` picks one pod
+        (its full name or the ``worker-1`` suffix). Following waits for pods and containers to start."""
         kube = self._kube(run.extra.get("namespace", "default"))
         run_name = run.extra.get("run_id") or names.run_id(run.run_dir)
-        candidates = [step] if step else ["train", "preprocess", "getdata"]
-        pods: list[str] = []
-        chosen = candidates[0]
-        for chosen in candidates:
-            items = kube.list("Pod", names.selector(run_name, chosen))
-            pods = sorted(p["metadata"]["name"] for p in items)
-            if node:
-                pods = [p for p in pods if p == node or p.endswith(node)]
-            if pods:
-                break
-        if not pods:
-            what = f"step {step}" if step else "any step"
-            raise FileNotFoundError(f"no pods of run {run_name} for {what}"
-                                    + (f" matching {node}" if node else ""))
+        chosen, pods = self._find_pods(kube, run_name, step, node, wait=follow)
         container = CONTAINERS.get(chosen)
         multi = len(pods) > 1
         if not follow:
@@ -229,9 +217,38 @@ class EksBackend:
                     yield f"[{pod}] {line}" if multi else line
             return
         if not multi:
-            yield from kube.follow_pod_log(pods[0], container)
+            yield from self._follow(kube, pods[0], container)
             return
-        yield from _merge_streams({pod: kube.follow_pod_log(pod, container) for pod in pods})
+        yield from _merge_streams({pod: self._follow(kube, pod, container) for pod in pods})
+
+    def _find_pods(self, kube, run: str, step: str | None, node: str | None, wait: bool) -> tuple[str, list[str]]:
+        candidates = [step] if step else ["train", "preprocess", "getdata"]
+        deadline = time.monotonic() + (self.etcd_timeout if wait else 0)
+        while True:
+            for chosen in candidates:
+                pods = sorted(p["metadata"]["name"] for p in kube.list("Pod", names.selector(run, chosen)))
+                if node:
+                    pods = [p for p in pods if p == node or p.endswith(f"-{node}")]
+                if pods:
+                    return chosen, pods
+            if time.monotonic() >= deadline:
+                what = f"step {step}" if step else "any step"
+                raise FileNotFoundError(f"no pods of run {run} for {what}" + (f" matching {node}" if node else ""))
+            time.sleep(self.poll)
+
+    def _follow(self, kube, pod: str, container: str | None) -> Iterator[str]:
+        """Follow one pod; while its container is still being created the API answers 400: retry."""
+        from .client import KubeError
+
+        deadline = time.monotonic() + self.etcd_timeout
+        while True:
+            try:
+                yield from kube.follow_pod_log(pod, container)
+                return
+            except KubeError as exc:
+                if exc.status != 400 or time.monotonic() >= deadline:
+                    raise
+                time.sleep(self.poll)
 
     # ----------------------------------------------------------------------------------------------- cancel
     def cancel(self, run: Run) -> None:

@@ -54,6 +54,7 @@ class State:
     reads: dict = field(default_factory=dict)  # (ns, plural, name) -> GET count
     fail_jobs: set = field(default_factory=set)
     missing_plurals: set = field(default_factory=set)  # answer 404 as if the CRD were not installed
+    log_not_ready: dict = field(default_factory=dict)  # pod -> how many log reads answer 400 (ContainerCreating)
     ready_after: int = 2  # reads before a Deployment reports ready / a Job finishes
     lock: threading.Lock = field(default_factory=threading.Lock)
     tokens_seen: set = field(default_factory=set)
@@ -219,6 +220,10 @@ def _handler(state: State):
         def _log(self, m, query):
             if (m["ns"], "pods", m["name"]) not in state.objects:
                 return self._send(404, _status(404, f'pods "{m["name"]}" not found'))
+            if state.log_not_ready.get(m["name"], 0) > 0:
+                state.log_not_ready[m["name"]] -= 1
+                return self._send(400, _status(400, f'container "c" in pod "{m["name"]}" is waiting to start: '
+                                                    "ContainerCreating"))
             text = pod_log_text(m["name"])
             if query.get("tailLines"):
                 text = "".join(text.splitlines(True)[-int(query["tailLines"]):])

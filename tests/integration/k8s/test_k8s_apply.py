@@ -136,6 +136,11 @@ def test_logs_plain_follow_and_one_pod(standin, k8s_jobs, tmp_path):
     for i in (0, 1):  # each pod's lines stay in order when interleaved
         mine = [line for line in followed if line.startswith(f"[{run_name}-worker-{i}]")]
         assert mine == [line for line in lines if line.startswith(f"[{run_name}-worker-{i}]")]
+    # A container still being created answers 400; following waits for it.
+    standin.state.log_not_ready[f"{run_name}-worker-0"] = 2
+    assert list(backend.logs(run, follow=True, node="worker-0")) == [
+        f"{run_name}-worker-0: line {n}\n" for n in (1, 2, 3)]
+    assert standin.state.log_not_ready[f"{run_name}-worker-0"] == 0
     data = list(backend.logs(run, step="preprocess"))
     assert data == [f"{run_name}-preprocess-x7k2p: line {n}\n" for n in (1, 2, 3)]
     follow_params = [r.query for r in standin.state.requests if r.path.endswith("/log")]

@@ -20,7 +20,7 @@ from mtk.launcher.paths import resolve_paths
 
 pytestmark = pytest.mark.integration
 
-ITERATIONS = 24
+ITERATIONS = 20
 SAVE_INTERVAL = 4
 
 

@@ -1,0 +1,93 @@
+"""Status mapping tables (PyTorchJob conditions, Job conditions, pods) and the lazy-import contract."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from mtk.k8s import states
+
+
+def _cond(type_, status="True", reason="", message=""):
+    return {"type": type_, "status": status, "reason": reason, "message": message}
+
+
+@pytest.mark.parametrize(("conditions", "want"), [
+    ([], "PENDING"),
+    ([_cond("Created")], "PENDING"),
+    ([_cond("Created"), _cond("Running")], "RUNNING"),
+    ([_cond("Created"), _cond("Running", "False"), _cond("Restarting", reason="PyTorchJobRestarting")], "RUNNING"),
+    ([_cond("Created"), _cond("Running", "False"), _cond("Succeeded")], "COMPLETED"),
+    ([_cond("Created"), _cond("Failed", message="worker-1 exited 1")], "FAILED"),
+    ([_cond("Suspended")], "PENDING"),
+    ([_cond("SomethingNew")], "UNKNOWN"),
+])
+def test_pytorchjob_state(conditions, want):
+    state, reason = states.pytorchjob_state({"status": {"conditions": conditions}})
+    assert state == want
+    if conditions and conditions[-1]["message"]:
+        assert conditions[-1]["message"] in reason
+
+
+def test_missing_objects_are_unknown():
+    assert states.pytorchjob_state(None) == ("UNKNOWN", "not found")
+    assert states.job_state(None) == ("UNKNOWN", "not found")
+    assert states.deployment_ready(None) is False
+
+
+@pytest.mark.parametrize(("status", "want"), [
+    ({}, "PENDING"),
+    ({"active": 1}, "RUNNING"),
+    ({"conditions": [_cond("Complete")], "succeeded": 1}, "COMPLETED"),
+    ({"conditions": [_cond("FailureTarget"), _cond("Failed", message="BackoffLimitExceeded")]}, "FAILED"),
+    ({"active": 1, "conditions": [_cond("Suspended", "False")]}, "RUNNING"),
+])
+def test_job_state(status, want):
+    assert states.job_state({"status": status})[0] == want
+
+
+def test_deployment_ready_counts_ready_replicas():
+    assert not states.deployment_ready({"spec": {"replicas": 1}, "status": {"replicas": 1}})
+    assert states.deployment_ready({"spec": {"replicas": 1}, "status": {"readyReplicas": 1}})
+
+
+def test_pod_status_reports_restarts_waiting_reason_and_exit_code():
+    crashloop = {"metadata": {"name": "r-worker-1"}, "status": {"phase": "Running", "containerStatuses": [
+        {"restartCount": 3, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+         "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}}
+    s = states.pod_status(crashloop, "train")
+    assert (s.step, s.state, s.id) == ("train", "RUNNING", "pod/r-worker-1")
+    assert "restarts=3" in s.reason and "CrashLoopBackOff" in s.reason and "137 (OOMKilled)" in s.reason
+    done = {"metadata": {"name": "r-getdata-abc"}, "status": {"phase": "Failed", "containerStatuses": [
+        {"restartCount": 0, "state": {"terminated": {"exitCode": 2, "reason": "Error"}}}]}}
+    s = states.pod_status(done, "getdata")
+    assert (s.state, s.exit_code) == ("FAILED", 2) and "Error" in s.reason
+    evicted = {"metadata": {"name": "p"}, "status": {"phase": "Failed", "reason": "Evicted"}}
+    assert "Evicted" in states.pod_status(evicted, "train").reason
+    assert states.pod_status({"metadata": {"name": "p"}, "status": {"phase": "Weird"}}, "x").state == "UNKNOWN"
+
+
+def test_backend_imports_and_renders_without_the_kubernetes_client(tmp_path):
+    """The eks backend's render path (and mtk --help) never import kubernetes: block it and render."""
+    code = f"""
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name == "kubernetes" or name.startswith("kubernetes."):
+            raise ImportError("kubernetes blocked for this test")
+sys.meta_path.insert(0, Block())
+from mtk.launcher.backends import get_backend
+from mtk.launcher.spec import load_job
+job = load_job({str(tmp_path / 'job.yaml')!r}, backend="eks")
+art = get_backend("eks").render(job, "/fsx/runs/x-1")
+assert "manifests/all.yaml" in art.files
+assert not any(m.startswith("kubernetes") for m in sys.modules)
+print("ok")
+"""
+    (tmp_path / "job.yaml").write_text(
+        "name: x\nimage: {registry: r.example.com}\ncluster: {nodes: 2, procs_per_node: 1, device: cpu,\n"
+        "  runs_dir: /fsx/runs}\ndata: {dir: /fsx/data}\nmodel: {preset: tiny}\n"
+        "train: {global_batch_size: 4, micro_batch_size: 2, precision: fp32}\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
