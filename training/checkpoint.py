@@ -191,13 +191,25 @@ def _prefill_adam_state(optimizer) -> None:
                     st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
 
 
-def _untie_adam_steps(optimizer) -> None:
-    """After a distributed-optimizer load every param shares ONE ``step`` tensor; torch Adam increments
-    it in place once per param, so training would drift. Give each param its own copy."""
+def _restore_adam_steps(optimizer) -> None:
+    """Give every Adam param its own, correct ``step`` tensor after a load.
+
+    The distributed optimizer stores ``step`` once per param group; on load (no Apex/TE) it either assigns
+    ONE shared tensor to all params — torch Adam increments it in place once per param, so training
+    drifts — or leaves the pre-filled 0. Both break bias correction. The group's value is authoritative.
+    """
+    import torch
+
     for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
-        for st in opt.optimizer.state.values():
-            if "step" in st and hasattr(st["step"], "clone"):
-                st["step"] = st["step"].detach().clone()
+        inner = opt.optimizer
+        for group in inner.param_groups:
+            group_step = group.get("step")
+            for p in group["params"]:
+                st = inner.state.get(p)
+                if not st or "step" not in st:
+                    continue
+                value = group_step if group_step is not None else st["step"]
+                st["step"] = torch.tensor(float(value), dtype=torch.float32)
 
 
 def _fork_results_queue() -> None:
@@ -297,7 +309,7 @@ class CheckpointManager:
             chunk.load_state_dict(loaded[_model_key(i, len(model))], strict=True)
         with torch.no_grad():
             optimizer.load_state_dict(loaded["optimizer"])
-        _untie_adam_steps(optimizer)
+        _restore_adam_steps(optimizer)
         scheduler.load_state_dict(loaded["opt_param_scheduler"])
         if same_topology:
             _set_rng_state(loaded["rng_state"])

@@ -7,8 +7,10 @@ grad clipping). On a machine without CUDA :func:`install` patches exactly those 
 
 * a ``TorchFunctionMode`` that rewrites ``device='cuda' | 'cuda:N' | N`` to ``'cpu'`` in every torch
   call and turns ``Tensor.cuda()`` / ``.to('cuda')`` into CPU no-ops;
-* ``torch.cuda.current_device`` → 0, ``current_stream``/``synchronize``/``set_device`` → no-ops;
+* ``torch.cuda.current_device`` → the CPU device; ``synchronize``/``set_device`` → no-ops; ``Stream``/``Event``/
+  ``current_stream``/``stream()`` → one do-nothing stream (MoE's token dispatcher creates side streams);
 * ``Tensor.type()`` (no argument) reports ``torch.cuda.*Tensor`` so the clip-grad assertion holds;
+* ``torch.distributed.all_to_all_single`` accepts tensor split sizes (MoE dispatcher on gloo);
 * if ``triton`` is not installed, a stub for ``megatron.core.transformer.moe.ops.paged_stash`` (the one
   module that imports triton at ``import megatron.core`` time; its kernels are GPU-only anyway).
 
@@ -19,6 +21,7 @@ already needs the triton stub).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import importlib.metadata
@@ -146,16 +149,43 @@ _CUDA_TYPE_NAMES = {
 }
 
 
+class _NullEvent:
+    """Stands in for a CUDA event: CPU work is already complete when it is recorded."""
+
+    def __init__(self, *_a: Any, **_k: Any) -> None: ...
+
+    def record(self, *_a: Any) -> None: ...
+
+    def wait(self, *_a: Any) -> None: ...
+
+    def synchronize(self) -> None: ...
+
+    def query(self) -> bool:
+        return True
+
+
 class _NullStream:
-    """Stands in for a CUDA stream: waiting and recording are no-ops on CPU."""
+    """Stands in for a CUDA stream. There is one: every "new" stream is the current one, so code that
+    compares streams (``current_stream() != side_stream``) sees no side stream and skips record_stream."""
+
+    _instance: _NullStream | None = None
+
+    def __new__(cls, *_a: Any, **_k: Any):
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
 
     def wait_stream(self, *_a: Any) -> None: ...
 
     def wait_event(self, *_a: Any) -> None: ...
 
-    def record_event(self, *_a: Any) -> None: ...
+    def record_event(self, *_a: Any) -> _NullEvent:
+        return _NullEvent()
 
     def synchronize(self) -> None: ...
+
+    def query(self) -> bool:
+        return True
 
     def __enter__(self):
         return self
@@ -175,11 +205,36 @@ def _patch_cuda_module() -> None:
         return original_type(self, dtype, non_blocking, **kwargs)
 
     torch.Tensor.type = type_
-    torch.cuda.current_device = lambda: 0
+    # A device object rather than 0: megatron passes it as ``device=`` in code the function mode cannot
+    # see (e.g. autograd backward of recomputed blocks runs inside the mode's own handler, mode disabled).
+    cpu = torch.device("cpu")
+    torch.cuda.current_device = lambda: cpu
     torch.cuda.set_device = lambda *_a, **_k: None
     torch.cuda.synchronize = lambda *_a, **_k: None
     torch.cuda.current_stream = lambda *_a, **_k: _NullStream()
     torch.cuda.default_stream = lambda *_a, **_k: _NullStream()
+    # Recompute (tensor_parallel.checkpoint) saves and restores the "CUDA" RNG around the recomputed
+    # region; on CPU the generator that matters is the CPU one (megatron's setter is lazily queued, a no-op).
+    torch.cuda.random.get_rng_state = torch.cuda.get_rng_state = lambda *_a, **_k: torch.get_rng_state()
+    torch.cuda.Stream = _NullStream
+    torch.cuda.Event = _NullEvent
+    torch.cuda.stream = lambda *_a, **_k: contextlib.nullcontext()
+
+
+def _patch_all_to_all() -> None:
+    """MoE's token dispatcher passes split sizes as tensors it expects to have moved to host memory as
+    numpy arrays; on CPU they were never "on the GPU", stay tensors, and gloo's binding rejects them."""
+    import torch.distributed as dist
+
+    original = dist.all_to_all_single
+
+    def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, *args, **kwargs):
+        def as_list(v):
+            return v.tolist() if hasattr(v, "tolist") else v
+
+        return original(output, input, as_list(output_split_sizes), as_list(input_split_sizes), *args, **kwargs)
+
+    dist.all_to_all_single = all_to_all_single
 
 
 def install() -> bool:
@@ -195,6 +250,7 @@ def install() -> bool:
     if cuda_available():
         return False
     _patch_cuda_module()
+    _patch_all_to_all()
     mode = _device_mode_class()()
     mode.__enter__()  # stays active for the whole process (the worker's lifetime)
     _state["mode"] = mode

@@ -175,6 +175,20 @@ class Trainer:
             self.scheduler.step(increment=self.job.train.global_batch_size)
         return losses, not ok, grad_norm
 
+    def _moe_aux_loss(self) -> tuple[float, float]:
+        """(this rank's mean router load-balancing loss per MoE layer and micro-batch, 1) or (0, 0)."""
+        if not self.job.model.moe.num_experts:
+            return 0.0, 0.0
+        from megatron.core.transformer.moe.moe_logging import get_moe_metrics_tracker
+
+        tracker = get_moe_metrics_tracker()
+        entry = tracker.metrics.get("load_balancing_loss")
+        if entry is None:
+            return 0.0, 0.0
+        value = float(entry.values.float().sum()) / (self.job.model.num_layers * self.num_microbatches)
+        tracker.clear()
+        return value, 1.0
+
     def evaluate(self) -> float:
         import torch
         import torch.distributed as dist
@@ -231,13 +245,14 @@ class Trainer:
             self.consumed += t.global_batch_size
             log_now = nxt % t.log_interval == 0 or nxt == t.iterations
             s, n = _mean_loss(losses)
+            aux, aux_n = self._moe_aux_loss()
             flags = self.control.local_flags(check_triggers=log_now)
-            red = torch.tensor([s, n, *flags], dtype=torch.float64)
+            red = torch.tensor([s, n, aux, aux_n, *flags], dtype=torch.float64)
             if self.world > 1:
                 dist.all_reduce(red)
             loss = float(red[0] / red[1]) if red[1] > 0 else float("nan")
-            decision = self.control.decision(red[2:].tolist())
-            self.metrics.step(loss, step_s, skipped)
+            decision = self.control.decision(red[4:].tolist())
+            self.metrics.step(loss, step_s, skipped, float(red[2] / red[3]) if red[3] > 0 else None)
             if log_now:
                 lr = self.optimizer.param_groups[0]["lr"]
                 gn = None if grad_norm is None else float(grad_norm)

@@ -120,6 +120,7 @@ class MetricsWriter:
         self._skipped = 0
         self._nan = 0
         self._aux = 0.0
+        self._aux_n = 0
 
     def step(self, loss: float, step_time_s: float, skipped: bool, aux_loss: float | None = None) -> None:
         """Accumulate one iteration (call on every rank: cheap; only rank 0 keeps the numbers)."""
@@ -133,6 +134,7 @@ class MetricsWriter:
         self._skipped += int(skipped)
         if aux_loss is not None:
             self._aux += aux_loss
+            self._aux_n += 1
 
     def log(self, iteration: int, consumed: int, lr: float, grad_norm: float | None,
             loss_scale: float) -> dict[str, Any] | None:
@@ -156,8 +158,8 @@ class MetricsWriter:
             "restart_count": self.restarts,
             "time": time.time(),
         }
-        if self.job.model.moe.num_experts:
-            rec["moe_aux_loss"] = self._aux / self._iters
+        if self._aux_n:
+            rec["moe_aux_loss"] = self._aux / self._aux_n
         self._reset()
         if self.enabled:
             print(format_line(rec, self.job.train.iterations), flush=True)

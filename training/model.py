@@ -102,15 +102,33 @@ def transformer_config(job: Job, cpu: bool):
     return TransformerConfig(**transformer_config_kwargs(job, cpu))
 
 
-def layer_spec(job: Job, use_te: bool):
-    """The per-layer module spec: TE when available, megatron.core's local modules otherwise."""
+def have_apex() -> bool:
+    return importlib.util.find_spec("apex") is not None
+
+
+def layer_spec(job: Job, use_te: bool, config=None, vp_stage: int | None = None):
+    """The module spec: TE when available, megatron.core's local modules otherwise.
+
+    Local spec + sequence parallel without Apex: the norms are swapped for ``SequenceParallelTorchNorm``
+    (megatron's torch fallback refuses SP), which needs a block-level spec to reach the final norm too.
+    """
     from megatron.core.models.gpt import gpt_layer_specs as specs
 
     experts = job.model.moe.num_experts or None
     if use_te:
         return specs.get_gpt_layer_with_transformer_engine_spec(num_experts=experts, moe_grouped_gemm=False)
-    return specs.get_gpt_layer_local_spec(num_experts=experts, moe_grouped_gemm=False,
+    spec = specs.get_gpt_layer_local_spec(num_experts=experts, moe_grouped_gemm=False,
                                           normalization=job.model.normalization)
+    if not (job.parallel.sequence_parallel and not have_apex()):
+        return spec
+    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
+
+    from .norms import SequenceParallelTorchNorm
+
+    spec.submodules.input_layernorm = SequenceParallelTorchNorm
+    spec.submodules.pre_mlp_layernorm = SequenceParallelTorchNorm
+    n = get_num_layers_to_build(config, vp_stage=vp_stage)
+    return TransformerBlockSubmodules(layer_specs=[spec] * n, layer_norm=SequenceParallelTorchNorm)
 
 
 def model_vocab_size(job: Job, vocab_size: int | None = None) -> int:
@@ -125,10 +143,10 @@ def build_model(job: Job, config, vocab_size: int | None, use_te: bool) -> list:
     from megatron.core.models.gpt import GPTModel
 
     m = job.model
-    spec = layer_spec(job, use_te)
     vp = job.parallel.virtual_pp
     chunks = []
     for stage in range(vp or 1):
+        spec = layer_spec(job, use_te, config, stage if vp else None)
         pre = ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=stage if vp else None)
         post = ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=stage if vp else None)
         chunks.append(GPTModel(
