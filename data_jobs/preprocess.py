@@ -301,7 +301,7 @@ def preprocess(cfg: PreprocessConfig, log: Any = print) -> dict:
     if not os.path.isfile(manifest_path):
         _atomic_json(manifest_path, {"plan_id": plan_id, "plan": plan})
     shards = [Shard(**s) for s in plan["shards"]]
-    results = _run_shards(cfg, tok, shards, parts_dir, log)
+    results, tok = _run_shards(cfg, tok, shards, parts_dir, log)
     summary = _finish(cfg, tok, shards, results, parts_dir, plan, time.monotonic() - t0)
     _atomic_json(record_path, {"plan_id": plan_id, "summary": summary})
     shutil.rmtree(parts_dir, ignore_errors=True)
@@ -320,7 +320,8 @@ def _completed(parts_dir: str, shards: list[Shard]) -> dict[int, ShardResult]:
 
 
 def _run_shards(cfg: PreprocessConfig, tok: Tokenizer, shards: list[Shard], parts_dir: str,
-                log: Any) -> dict[int, ShardResult]:
+                log: Any) -> tuple[dict[int, ShardResult], Tokenizer]:
+    """Process every shard without a done marker; returns the results and the tokenizer that made them."""
     from .bpe_fast import FastPathMismatch
 
     results = _completed(parts_dir, shards)
@@ -347,7 +348,7 @@ def _run_shards(cfg: PreprocessConfig, tok: Tokenizer, shards: list[Shard], part
         cfg.engine = "hf"
         return _run_shards(cfg, _load_tokenizer(cfg.tokenizer, cfg.data_dir, "hf", False, log), shards,
                            parts_dir, log)
-    return results
+    return results, tok
 
 
 def _shard_size(s: Shard) -> int:
