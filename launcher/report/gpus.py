@@ -84,5 +84,5 @@ def detect_gpu(run_dir: Path, job: dict | None, gpu: str | None = None,
         return Gpu(INSTANCE_GPUS[instance], found[1] if found else None, f"cluster.instance_type {instance}")
     device = ((job or {}).get("cluster") or {}).get("device")
     if device == "cpu":
-        return Gpu("unknown", None, "CPU run (cluster.device: cpu)")
+        return Gpu("unknown", None, "CPU run: cluster.device is cpu")
     return Gpu("unknown", None, "no env dump with devices, no known instance type; pass --gpu")

@@ -56,13 +56,13 @@ def _line_plot(metrics: Metrics, key: str, title: str, ylabel: str, path: Path, 
             ax.axvline(r.resume_iteration, ls="--", lw=0.9, color="tab:red", label="resume point" if i == 0 else None)
         if extra is not None:
             extra(ax)
-        if log_y and min(ys + gy) > 0:
+        if log_y and min(ys + gy) > 0 and max(ys + gy) / min(ys + gy) > 20:  # log only when spikes dwarf the rest
             ax.set_yscale("log")
         ax.set_title(title)
         ax.set_xlabel("iteration")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
+        if len(ax.get_legend_handles_labels()[0]) > 1:  # a lone "train" entry says nothing
             ax.legend(fontsize=8)
         _save(fig, path)
     finally:

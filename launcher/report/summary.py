@@ -116,7 +116,7 @@ def rows(s: Summary) -> list[tuple[str, str]]:
         ("final loss", _fmt(s.final_loss, ".4f")),
         ("final eval loss", _fmt(s.final_eval_loss, ".4f") + (eval_at if s.final_eval_loss is not None else "")),
         ("median tokens/s", _fmt(s.median_tokens_per_s, ",.0f")),
-        ("median TFLOP/s per GPU", _fmt(s.median_tflops_per_gpu, ".3f")),
+        ("median TFLOP/s per GPU", _fmt(s.median_tflops_per_gpu, ".4g")),
         ("GPU", gpu),
         ("MFU", _fmt(None if s.mfu is None else s.mfu * 100, ".1f", "%")),
         ("restarts", str(s.restarts)),
