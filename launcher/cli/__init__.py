@@ -18,6 +18,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "status": ("mtk.launcher.cli.status", "Show the state of each step of a run."),
     "logs": ("mtk.launcher.cli.logs", "Print (or follow) a run's logs."),
     "cancel": ("mtk.launcher.cli.cancel", "Cancel every step of a run."),
+    "report": ("mtk.launcher.cli.report", "Plot a run's metrics and summarize it (loss, tokens/s, MFU, restarts)."),
     "build-image": ("mtk.launcher.cli.build_image", "Build the training image; optionally .sqsh, .sif and push."),
     "save": ("mtk.launcher.cli.triggers:save_command", "Ask a running job to checkpoint now and continue."),
     "stop": ("mtk.launcher.cli.triggers:stop_command", "Ask a running job to checkpoint and stop cleanly."),
