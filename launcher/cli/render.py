@@ -18,7 +18,6 @@ from .common import backend_option, handles_spec_errors, job_argument, load, set
 def command(job_file, overrides, backend, out):
     """Write the run files for JOB.yaml into --out (same bytes for the same spec)."""
     from ..backends import get_backend
-
     from ..paths import resolve_paths
 
     job = resolve_paths(load(job_file, overrides, backend), backend)
