@@ -32,6 +32,14 @@ CONTAINERS = {"train": manifests.CONTAINER, "etcd": "etcd", "getdata": "getdata"
 class SubmitError(RuntimeError):
     """A step of the launch failed on the cluster; the message carries the reason and the pod's log tail."""
 
+    user_facing = True
+
+
+class NoPods(FileNotFoundError):
+    """``mtk logs`` found no pod to read."""
+
+    user_facing = True
+
 
 def _step_file(step: str) -> str:
     return f"manifests/{step}.yaml"
@@ -233,7 +241,7 @@ class EksBackend:
                     return chosen, pods
             if time.monotonic() >= deadline:
                 what = f"step {step}" if step else "any step"
-                raise FileNotFoundError(f"no pods of run {run} for {what}" + (f" matching {node}" if node else ""))
+                raise NoPods(f"no pods of run {run} for {what}" + (f" matching {node}" if node else ""))
             time.sleep(self.poll)
 
     def _follow(self, kube, pod: str, container: str | None) -> Iterator[str]:

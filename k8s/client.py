@@ -20,6 +20,8 @@ APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 class KubeError(RuntimeError):
     """An API call failed; ``status`` is the HTTP status (404 = not found), 0 when no response came back."""
 
+    user_facing = True  # the CLI prints the message, not a traceback
+
     def __init__(self, message: str, status: int = 0):
         super().__init__(message)
         self.status = status
@@ -90,8 +92,6 @@ class Kube:
 
     def _call(self, kind: str, verb: str, name: str | None = None, **kwargs):
         """Call ``<verb>_<suffix>`` for ``kind``; decode the JSON body; turn ApiException into KubeError."""
-        from kubernetes.client.exceptions import ApiException
-
         k = KINDS[kind]
         api = self._api(k.api)
         if k.plural:  # custom resources take (group, version, namespace, plural[, name]) positionally
@@ -101,11 +101,24 @@ class Kube:
             kwargs["namespace"] = self.namespace
             if name:
                 kwargs["name"] = name
-        try:
+        with self._errors(kind, verb):
             resp = getattr(api, f"{verb}_{k.suffix}")(*args, _preload_content=False, **kwargs)
+        return _decode(resp)
+
+    @contextlib.contextmanager
+    def _errors(self, kind: str, verb: str):
+        """API errors and unreachable servers become one KubeError naming the server, never a traceback."""
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            yield
         except ApiException as exc:
             raise KubeError(_describe(exc, kind, verb), exc.status or 0) from None
-        return _decode(resp)
+        except HTTPError as exc:
+            reason = getattr(exc, "reason", None) or exc
+            raise KubeError(f"{verb} {kind}: cannot reach the Kubernetes API server at "
+                            f"{self.api_client.configuration.host}: {reason}") from None
 
     def apply(self, body: dict) -> dict:
         """Server-side apply: creates or updates, and a repeat with the same body changes nothing."""
@@ -135,28 +148,20 @@ class Kube:
         return True
 
     def pod_log(self, pod: str, container: str | None = None, tail_lines: int | None = None) -> str:
-        from kubernetes.client.exceptions import ApiException
-
         kwargs = {"container": container} if container else {}
         if tail_lines:
             kwargs["tail_lines"] = tail_lines
-        try:
+        with self._errors("Pod", "log"):
             resp = self._api("CoreV1Api").read_namespaced_pod_log(pod, self.namespace, _preload_content=False,
                                                                    **kwargs)
-        except ApiException as exc:
-            raise KubeError(_describe(exc, "Pod", "log"), exc.status or 0) from None
         return resp.data.decode("utf-8", errors="replace")
 
     def follow_pod_log(self, pod: str, container: str | None = None) -> Iterator[str]:
         """Stream a pod's log lines until the container ends."""
-        from kubernetes.client.exceptions import ApiException
-
         kwargs = {"container": container} if container else {}
-        try:
+        with self._errors("Pod", "log"):
             resp = self._api("CoreV1Api").read_namespaced_pod_log(pod, self.namespace, follow=True,
                                                                    _preload_content=False, **kwargs)
-        except ApiException as exc:
-            raise KubeError(_describe(exc, "Pod", "log"), exc.status or 0) from None
         pending = b""
         try:
             for chunk in resp.stream(4096):
