@@ -72,9 +72,13 @@ def _line_plot(metrics: Metrics, key: str, title: str, ylabel: str, path: Path, 
 
 def _eval_points(metrics: Metrics) -> Callable:
     def draw(ax) -> None:
-        xs, ys = _series(metrics, "lm_loss", metrics.eval)
+        kept, dropped = metrics.eval_timeline()
+        xs, ys = _series(metrics, "lm_loss", kept)
         if xs:
             ax.plot(xs, ys, "o", ms=6, color="tab:orange", label="eval")
+        xs, ys = _series(metrics, "lm_loss", dropped)
+        if xs:
+            ax.plot(xs, ys, "o", ms=6, mfc="none", color="0.55", label="eval, redone after restart")
     return draw
 
 

@@ -64,6 +64,14 @@ class Metrics:
             live[rec["iteration"]] = rec
         return [live[i] for i in sorted(live)], sorted(superseded, key=lambda r: r["_line"])
 
+    def eval_timeline(self) -> tuple[list[Record], list[Record]]:
+        """(eval records kept, eval records a later restart went back before), each in file order."""
+        kept, dropped = [], []
+        for rec in self.eval:
+            gone = any(r.line > rec["_line"] and r.resume_iteration < rec["iteration"] for r in self.restarts)
+            (dropped if gone else kept).append(rec)
+        return kept, dropped
+
     def values(self, key: str, records: list[Record] | None = None) -> list[tuple[int, float]]:
         """(iteration, value) for records that carry a finite number under ``key``."""
         out = []

@@ -134,3 +134,13 @@ def test_empty_file_gives_summary_without_plots(tmp_path, synth):
     assert s.final_loss is None and s.final_iteration is None and s.restarts == 0
     assert _plots_of(run_dir / "report") == []
     assert any("no train records" in n for n in s.notes)
+
+
+def test_eval_before_a_resume_point_is_superseded(resumed_run):
+    run_dir, _ = resumed_run
+    m = read_metrics(run_dir / "metrics.jsonl")
+    kept, dropped = m.eval_timeline()
+    # The checkpoint was at 15: the eval at 20 from before the crash was redone; the one at 10 was not.
+    assert [r["iteration"] for r in dropped] == [20]
+    assert [r["iteration"] for r in kept] == [10, 20, 30]
+    assert kept[1]["restart_count"] == 1
