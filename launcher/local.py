@@ -80,7 +80,7 @@ class LocalBackend:
                 start_new_session=True,
             )
         deadline = time.time() + 10
-        while not read_state(run_dir) and time.time() < deadline and proc.poll() is None:
+        while read_state(run_dir).get("runner_pid") != proc.pid and time.time() < deadline and proc.poll() is None:
             time.sleep(0.05)
         return Run(backend=self.name, run_dir=str(run_dir), name=job.name, ids={"runner": str(proc.pid)})
 
