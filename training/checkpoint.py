@@ -156,7 +156,6 @@ def build_state_dict(model: list, optimizer, scheduler, common: dict[str, Any], 
     """The sharded state dict: model chunks, optimizer, scheduler, per-rank RNG and plain common values."""
     from megatron.core import parallel_state as ps
     from megatron.core.dist_checkpointing.mapping import ShardedObject
-
     from megatron.core.utils import unwrap_model
 
     sd: dict[str, Any] = dict(common)

@@ -12,7 +12,7 @@ continues with exactly the samples the interrupted run would have drawn next.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -39,8 +39,9 @@ def tokenizer_info(job: Job) -> TokenizerInfo:
     return TokenizerInfo(int(t.vocab_size), int(t.eod))
 
 
-def blend(job: Job) -> tuple[list[str], list[float]]:
-    """(prefixes, weights) of the training blend; empty for mock data."""
+def blend(job: Job, log: Callable[[str], None] | None = None) -> tuple[list[str], list[float]]:
+    """(prefixes, weights) of the training blend; empty for mock data. ``log`` gets the folder-mixture
+    table (tokens per source, effective weights)."""
     d = job.data
     prefixes = [d.resolve(b.prefix) for b in d.blend]
     weights = [b.weight for b in d.blend]
@@ -51,7 +52,7 @@ def blend(job: Job) -> tuple[list[str], list[float]]:
     if d.folders:
         from mtk.data_jobs.mixture import expand_folders  # the data helper's module; loaded only here
 
-        for prefix, weight in expand_folders(d):
+        for prefix, weight in expand_folders(d, log=log):
             prefixes.append(prefix)
             weights.append(float(weight))
     return prefixes, weights
@@ -79,13 +80,13 @@ def split_sizes(job: Job) -> list[int]:
     return [train, evals * t.eval_iters * t.global_batch_size, 0]
 
 
-def build_datasets(job: Job, info: TokenizerInfo) -> tuple[Any, Any]:
+def build_datasets(job: Job, info: TokenizerInfo, log: Callable[[str], None] | None = None) -> tuple[Any, Any]:
     """(train, valid) datasets; valid is None when the split gives it no data or eval is off."""
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig, MockGPTDataset
     from megatron.core.tokenizers.text.libraries.null_tokenizer import NullTokenizer
 
-    prefixes, weights = blend(job)
+    prefixes, weights = blend(job, log)
     mock = not prefixes
     if not mock:
         check_prefixes(prefixes)

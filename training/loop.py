@@ -12,7 +12,7 @@ import os
 import time
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mtk.launcher import exitcodes
 
@@ -71,11 +71,16 @@ class Trainer:
     """Holds the built model, optimizer, data and state of one worker process."""
 
     def __init__(self, job: Job, run_dir: str | Path):
+        from .control import Control
+
         self.job = job
         self.run_dir = Path(run_dir)
         self.iteration = 0
         self.consumed = 0
         self.last_saved: int | None = None
+        # Handlers go in before the slow imports and setup: a SIGUSR2 during setup must not kill the rank.
+        self.control = Control(self.run_dir, int(os.environ.get("RANK", "0")))
+        self.control.install()
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
@@ -83,7 +88,7 @@ class Trainer:
         from megatron.core import parallel_state as ps
         from megatron.core.distributed import finalize_model_grads
 
-        from . import checkpoint, control, data, debug, distributed, metrics, model, optim
+        from . import checkpoint, data, debug, distributed, metrics, model, optim
 
         job = self.job
         self.cpu = job.cluster.device == "cpu" or not compat.cuda_available()
@@ -99,8 +104,6 @@ class Trainer:
         if job.debug.env_dump:
             debug.dump_environment(self.run_dir, self.rank, topo)
         self.profiler = debug.ProfilerWindow(job.debug.torch_profiler, self.run_dir, self.rank)
-        self.control = control.Control(self.run_dir, self.rank)
-        self.control.install()
 
         self.tok = data.tokenizer_info(job)
         self.config = model.transformer_config(job, self.cpu)
@@ -137,7 +140,7 @@ class Trainer:
                 _log(self.rank, f"[checkpoint] resumed from {state['path']} at iteration {self.iteration}, "
                                 f"consumed samples {self.consumed}")
 
-        train_ds, valid_ds = data.build_datasets(job, self.tok)
+        train_ds, valid_ds = data.build_datasets(job, self.tok, log=lambda m: _log(self.rank, m))
         self.train_sampler = data.ResumableSampler(len(train_ds), self.consumed, job.train.micro_batch_size,
                                                    self.dp_rank, self.dp_size)
         self.train_iter = data.batches(train_ds, self.train_sampler, job.data.num_workers)
@@ -224,7 +227,7 @@ class Trainer:
         import torch
         import torch.distributed as dist
 
-        job, t = self.job, self.job.train
+        t = self.job.train
         ckpt = t.checkpoint
         if self.iteration >= t.iterations:
             _log(self.rank, f"[mtk] checkpoint is at iteration {self.iteration} ≥ train.iterations "
@@ -280,9 +283,11 @@ class Trainer:
         return exitcodes.OK, "completed"
 
     def close(self) -> None:
-        self.profiler.finish()
+        if hasattr(self, "profiler"):
+            self.profiler.finish()
         if hasattr(self, "metrics"):
             self.metrics.close()
+        self.control.uninstall()
 
 
 def train(job: Job, run_dir: str | Path) -> int:
@@ -305,6 +310,9 @@ def train(job: Job, run_dir: str | Path) -> int:
     if rank == 0:
         write_last_exit(run_dir, code, trainer.iteration, reason, _ckpt_iter(trainer))
     _log(rank, f"[mtk] exit {code}: {reason} (iteration {trainer.iteration})")
+    from .distributed import shutdown
+
+    shutdown()
     return code
 
 

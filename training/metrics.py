@@ -108,7 +108,7 @@ class MetricsWriter:
         self._reset()
         if self.enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(self.path, "a", buffering=1)  # line-buffered: tail -f and crash safe per line
+            self._fh = open(self.path, "a", buffering=1)  # noqa: SIM115 - lives as long as the run; line-buffered: tail -f and crash safe per line
             if tensorboard:
                 self.tb = _summary_writer(Path(run_dir) / exitcodes.TENSORBOARD_DIR)
 

@@ -14,7 +14,6 @@ from mtk.launcher.figures import padded_vocab
 
 if TYPE_CHECKING:
     import torch
-
     from mtk.launcher.spec import Job
 
 

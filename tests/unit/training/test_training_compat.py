@@ -8,7 +8,6 @@ import sys
 import textwrap
 
 import pytest
-
 from mtk.training import compat
 
 
@@ -33,6 +32,7 @@ def _run(code: str) -> subprocess.CompletedProcess:
                           timeout=240)
 
 
+@pytest.mark.integration  # imports megatron.core in a fresh interpreter (~10-20 s)
 def test_cpu_mapping_and_megatron_import_in_a_fresh_process():
     proc = _run("""
         import importlib.util, json, torch

@@ -1,0 +1,143 @@
+"""Median step time of mtk's engine vs a bare megatron.core loop (same model, data and process count).
+
+    python benchmarks/train_step.py [--iters 40] [--nproc 2] [--set parallel.tp=2 ...]
+
+Both runs use torchrun with the same job (examples/tiny.yaml + overrides, mock data). The time of an
+iteration is wall-clock between consecutive iteration ends, so everything the engine adds per step
+(loss/flag all-reduce, trigger checks, metrics, logging) is counted; the first ``--warmup`` iterations are
+dropped. The bare loop builds the model with the same TransformerConfig and layer spec, wraps it in
+Megatron DDP, and calls get_forward_backward_func + optimizer.step — nothing else. On CPU both need the
+compat layer (megatron.core cannot run on CPU without it). Goal: engine/bare ≤ 1.05.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def bare_loop(job_path: str, out_path: str, iters: int) -> None:
+    """One rank of the reference loop (run under torchrun)."""
+    from mtk.training import compat
+
+    compat.install()
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+    from megatron.core.distributed import finalize_model_grads
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+    from mtk.launcher.spec import load_job_json
+    from mtk.training import data, distributed, model, optim
+
+    job = load_job_json(job_path)
+    distributed.init(job, cpu=True)
+    info = data.TokenizerInfo(job.model.vocab_size, job.model.vocab_size - 1)
+    config = model.transformer_config(job, cpu=True)
+    chunks = optim.wrap_ddp(job, config, model.build_model(job, config, info.vocab_size, use_te=False))
+    opt = optim.build_optimizer(job, chunks)
+    config.no_sync_func = chunks[0].no_sync
+    config.finalize_model_grads_func = finalize_model_grads
+    train_ds, _ = data.build_datasets(job, info)
+    t = job.train
+    dp = ps.get_data_parallel_world_size()
+    it = data.batches(train_ds, data.ResumableSampler(len(train_ds), 0, t.micro_batch_size,
+                                                      ps.get_data_parallel_rank(), dp), 0)
+
+    def fwd(data_iterator, m):
+        b = next(data_iterator)
+        out = m(b["tokens"], b["position_ids"], None, labels=b["labels"])
+
+        def loss_fn(output):
+            mask = b["loss_mask"].view(-1).float()
+            loss = torch.sum(output.float().view(-1) * mask) / mask.sum()
+            return loss, {"lm loss": loss.detach()}
+
+        return out, loss_fn
+
+    ends = []
+    for _ in range(iters):
+        chunks[0].zero_grad_buffer()
+        opt.zero_grad()
+        get_forward_backward_func()(forward_step_func=fwd, data_iterator=it, model=chunks[0],
+                                    num_microbatches=t.global_batch_size // (t.micro_batch_size * dp),
+                                    seq_length=job.model.seq_length, micro_batch_size=t.micro_batch_size,
+                                    decoder_seq_length=job.model.seq_length, forward_only=False)
+        opt.step()
+        ends.append(time.time())
+    if dist.get_rank() == 0:
+        Path(out_path).write_text(json.dumps(ends))
+    distributed.shutdown()
+
+
+def _torchrun(nproc: int, args: list[str], log: Path) -> None:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *args]
+    with open(log, "w") as fh:
+        rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            timeout=1800).returncode
+    if rc != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed (rc={rc}); see {log}")
+
+
+def _median_step_ms(ends: list[float], warmup: int) -> float:
+    diffs = [b - a for a, b in zip(ends[warmup:-1], ends[warmup + 1:], strict=True)]
+    return statistics.median(diffs) * 1e3
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--iters", type=int, default=40)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--set", action="append", default=[], help="job overrides, e.g. parallel.tp=2")
+    ap.add_argument("--bare", nargs=2, metavar=("JOB", "OUT"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.bare:
+        bare_loop(args.bare[0], args.bare[1], args.iters)
+        return 0
+
+    from mtk.launcher.spec import load_job
+
+    with tempfile.TemporaryDirectory(prefix="mtk-bench-") as tmp:
+        root = Path(tmp)
+        job = load_job(REPO / "examples" / "tiny.yaml", [
+            f"train.iterations={args.iters}", "train.log_interval=1", "train.eval_interval=null",
+            "train.checkpoint.save_interval=null", "train.checkpoint.save_on_exit=false",
+            "train.tensorboard=false", "debug.env_dump=false", "data.num_workers=0",
+            f"cluster.procs_per_node={args.nproc}", f"data.dir={root / 'data'}", *args.set])
+        (root / "job.json").write_text(job.to_json())
+        results = {}
+        # Alternate twice so background load on a shared machine hits both loops alike.
+        for round_ in range(2):
+            run_dir = root / f"engine{round_}"
+            run_dir.mkdir()
+            _torchrun(args.nproc, ["-m", "mtk.training.worker", "--job", str(root / "job.json"),
+                                   "--run-dir", str(run_dir)], root / f"engine{round_}.log")
+            recs = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+            results.setdefault("engine", []).append(
+                _median_step_ms([r["time"] for r in recs if r["kind"] == "train"], args.warmup))
+            out = root / f"bare{round_}.json"
+            _torchrun(args.nproc, [__file__, "--iters", str(args.iters), "--bare", str(root / "job.json"),
+                                   str(out)], root / f"bare{round_}.log")
+            results.setdefault("bare", []).append(_median_step_ms(json.loads(out.read_text()), args.warmup))
+    engine, bare = min(results["engine"]), min(results["bare"])
+    p = job.parallel
+    print(f"model: preset {job.model.preset}, seq {job.model.seq_length}, gbs {job.train.global_batch_size}, "
+          f"mbs {job.train.micro_batch_size}; {args.nproc} procs tp={p.tp} pp={p.pp}; "
+          f"{args.iters} iterations, first {args.warmup} dropped, best of 2 rounds")
+    print(f"engine median step: {engine:.1f} ms   (rounds: {', '.join(f'{x:.1f}' for x in results['engine'])})")
+    print(f"bare   median step: {bare:.1f} ms   (rounds: {', '.join(f'{x:.1f}' for x in results['bare'])})")
+    print(f"ratio engine/bare: {engine / bare:.3f}x (goal <= 1.05x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
