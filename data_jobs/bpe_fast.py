@@ -66,9 +66,12 @@ class FastGPT2(Tokenizer):
         self._seen = 0
 
     def _encode(self, texts: list[str]) -> list[list[int]]:
+        # One call per text in this thread: tiktoken's *_batch helpers add a thread-pool round trip per text.
+        enc = self.encoding
         if self.legacy:
-            return self.encoding.encode_ordinary_batch(texts, num_threads=1)
-        return self.encoding.encode_batch(texts, num_threads=1, allowed_special="all", disallowed_special=())
+            return [enc.encode_ordinary(t) for t in texts]
+        allowed = enc.special_tokens_set
+        return [enc.encode(t, allowed_special=allowed, disallowed_special=()) for t in texts]
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         texts = list(texts)

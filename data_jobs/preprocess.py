@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 MANIFEST_VERSION = 1
 BATCH_CHARS = 1 << 20  # tokenize in batches of about this many characters
 BATCH_DOCS = 1024
+MAX_EXAMPLES = 5  # bad lines kept with file:line per shard (all are counted)
 
 
 class PreprocessError(RuntimeError):
@@ -60,7 +61,7 @@ class PreprocessConfig:
     workers: int | None = None
     skip_bad_lines: bool = False
     engine: str = "auto"  # auto: the verified fast BPE engine where it applies; hf: reference libraries only
-    shard_mb: float = 32.0
+    shard_mb: float | None = None  # None: total input / 64, within [1, 64] MiB (fixed by the inputs alone)
     max_doc_mb: float = 16.0
     progress: bool | None = None  # None: a live line on a TTY, periodic lines otherwise
 
@@ -77,7 +78,8 @@ class ShardResult:
     blank_lines: int = 0
     tokens: int = 0
     input_bytes: int = 0
-    skipped: list[dict] = field(default_factory=list)
+    skipped_by_reason: dict[str, int] = field(default_factory=dict)
+    skipped_examples: list[str] = field(default_factory=list)  # the first few, with file:line
 
 
 # ---------------------------------------------------------------- worker side
@@ -178,7 +180,10 @@ def process_shard(shard: Shard, parts_dir: str, keys: list[str], append_eod: boo
         if not skip_bad:
             raise PreprocessError(f"{entry}\n  fix the line, or pass --skip-bad-lines (data.corpus.skip_bad_lines) "
                                   "to skip and count such lines")
-        res.skipped.append(asdict(entry))
+        kind = reason.split(" (")[0]
+        res.skipped_by_reason[kind] = res.skipped_by_reason.get(kind, 0) + 1
+        if len(res.skipped_examples) < MAX_EXAMPLES:
+            res.skipped_examples.append(str(entry))
 
     try:
         for n, raw in read_lines(shard, max_line):
@@ -228,7 +233,9 @@ def _atomic_json(path: str, obj: Any) -> None:
 
 def _plan(cfg: PreprocessConfig, tok: Tokenizer) -> dict:
     files = input_files(cfg.input)
-    shards = plan_shards(files, max(1, int(cfg.shard_mb * 2**20)))
+    total = sum(os.path.getsize(p) for p in files)
+    shard_bytes = cfg.shard_mb * 2**20 if cfg.shard_mb else min(max(total / 64, 1 << 20), 64 << 20)
+    shards = plan_shards(files, max(1, int(shard_bytes)))
     return {
         "version": MANIFEST_VERSION,
         "inputs": [{"path": os.path.abspath(p), "size": os.path.getsize(p), "mtime": os.path.getmtime(p)}
@@ -383,7 +390,9 @@ def _finish(cfg: PreprocessConfig, tok: Tokenizer, shards: list[Shard], results:
         n_seq, n_doc = merge_parts(parts, tok.dtype, bin_path, idx_path)
         outputs[key] = {"bin": bin_path, "idx": idx_path, "sequences": n_seq, "documents": n_doc}
     rs = [results[s.index] for s in shards]
-    skipped = [b for r in rs for b in r.skipped]
+    by_reason: Counter[str] = Counter()
+    for r in rs:
+        by_reason.update(r.skipped_by_reason)
     docs = sum(r.docs for r in rs)
     mb = sum(r.input_bytes for r in rs) / 2**20
     return {
@@ -393,9 +402,9 @@ def _finish(cfg: PreprocessConfig, tok: Tokenizer, shards: list[Shard], results:
         "empty_docs": sum(r.empty_docs for r in rs),
         "blank_lines": sum(r.blank_lines for r in rs),
         "tokens": sum(r.tokens for r in rs),
-        "skipped_lines": len(skipped),
-        "skipped_by_reason": dict(Counter(b["reason"].split(" (")[0] for b in skipped)),
-        "skipped_examples": [str(BadLine(**b)) for b in skipped[:5]],
+        "skipped_lines": sum(by_reason.values()),
+        "skipped_by_reason": dict(by_reason),
+        "skipped_examples": [e for r in rs for e in r.skipped_examples][:MAX_EXAMPLES],
         "input_mb": round(mb, 3),
         "seconds": round(elapsed, 3),
         "docs_per_s": round(docs / max(elapsed, 1e-9), 1),
@@ -443,7 +452,7 @@ def _parser() -> argparse.ArgumentParser:
     ext.add_argument("--legacy-eod-as-text", action="store_true", default=None)
     ext.add_argument("--engine", choices=["auto", "hf"], default="auto",
                      help="auto: verified fast BPE engine where it applies; hf: reference libraries only")
-    ext.add_argument("--shard-mb", type=float, default=32.0)
+    ext.add_argument("--shard-mb", type=float, help="shard size (default: input size / 64, within 1-64 MiB)")
     ext.add_argument("--max-doc-mb", type=float, default=16.0)
     ext.add_argument("--no-progress", action="store_true")
     return ap

@@ -1,0 +1,154 @@
+"""Preprocessing throughput: mtk vs the reference path (Megatron's way), same corpus, same cores.
+
+    python benchmarks/preprocess.py [--workdir /tmp/mtk-bench] [--mb 100] [--rounds 2] [--workers 2]
+
+Builds (once) a ~100 MB JSONL of real text from this machine (benchmarks/build_corpus.py) and a 32,000-entry
+byte-level BPE trained on it with HF ``tokenizers``; then runs, interleaved, round after round:
+
+- ``reference``: benchmarks/megatron_reference.py (pool, one document per task, HF fast tokenizer,
+  megatron.core's writer), the way tools/preprocess_data.py runs;
+- ``mtk``: ``python -m mtk.data_jobs.preprocess`` with Megatron's flags (default engine);
+- ``mtk-hf``: the same with ``--engine hf`` (reference libraries only), for information.
+
+Each run is a fresh process tree; wall time includes imports. Peak RSS is sampled every 50 ms over the
+whole tree (sum) and per process (max). After the runs, the .bin/.idx of every run must be byte-identical
+to the reference's. Prints a table and the docs/s ratio of mtk over the reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def _prepare(work: Path, mb: float) -> tuple[Path, Path, int]:
+    sys.path.insert(0, str(HERE))
+    from build_corpus import build
+
+    corpus = work / "corpus.jsonl"
+    if not corpus.exists():
+        docs, size = build(str(corpus), mb)
+        print(f"corpus: {docs} docs, {size / 2**20:.1f} MiB")
+    vocab = work / "bpe32k"
+    if not (vocab / "merges.txt").exists():
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+        vocab.mkdir(parents=True, exist_ok=True)
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        with open(corpus, encoding="utf-8") as fh:
+            texts = [json.loads(line)["text"] for _, line in zip(range(4000), fh, strict=False)]
+        tok.train_from_iterator(texts, trainers.BpeTrainer(
+            vocab_size=32000, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+        tok.model.save(str(vocab))
+    with open(corpus, "rb") as fh:
+        docs = sum(1 for _ in fh)
+    return corpus, vocab, docs
+
+
+def _run(argv: list[str], env: dict) -> tuple[float, int, int, str]:
+    """(wall seconds, peak tree RSS, peak single-process RSS, stdout) of one run."""
+    import psutil
+
+    t0 = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
+    root = psutil.Process(proc.pid)
+    peak_tree = peak_one = 0
+    while proc.poll() is None:
+        try:
+            procs = [root, *root.children(recursive=True)]
+            rss = []
+            for p in procs:
+                with contextlib.suppress(psutil.Error):
+                    rss.append(p.memory_info().rss)
+            peak_tree, peak_one = max(peak_tree, sum(rss)), max(peak_one, max(rss, default=0))
+        except psutil.Error:
+            pass
+        time.sleep(0.05)
+    wall = time.monotonic() - t0
+    out = proc.stdout.read()
+    if proc.returncode:
+        raise SystemExit(f"run failed ({proc.returncode}): {' '.join(argv)}\n{out[-3000:]}")
+    return wall, peak_tree, peak_one, out
+
+
+def _digest(prefix: Path) -> str:
+    h = hashlib.sha256()
+    for ext in (".bin", ".idx"):
+        h.update(Path(f"{prefix}_text_document{ext}").read_bytes())
+    return h.hexdigest()[:16]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workdir", default="/tmp/mtk-bench")
+    ap.add_argument("--mb", type=float, default=100.0)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--variants", default="reference,mtk,mtk-hf")
+    args = ap.parse_args(argv)
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    corpus, vocab, docs = _prepare(work, args.mb)
+    env = {**os.environ, "XDG_CACHE_HOME": str(work / "cache")}
+    mtk = [sys.executable, "-m", "mtk.data_jobs.preprocess", "--input", str(corpus), "--tokenizer-type",
+           "GPT2BPETokenizer", "--vocab-file", str(vocab / "vocab.json"), "--merge-file", str(vocab / "merges.txt"),
+           "--append-eod", "--workers", str(args.workers), "--no-progress"]
+    commands = {
+        "reference": lambda out: [sys.executable, str(HERE / "megatron_reference.py"), str(corpus), str(out),
+                                  str(vocab), "--workers", str(args.workers)],
+        "mtk": lambda out: [*mtk, "--output-prefix", str(out)],
+        "mtk-hf": lambda out: [*mtk, "--output-prefix", str(out), "--engine", "hf"],
+    }
+    variants = args.variants.split(",")
+    if "mtk" in variants:  # the fast engine's one-time self-test (cached per vocab + library versions)
+        t0 = time.monotonic()
+        subprocess.run([sys.executable, "-c", "import sys; from mtk.launcher.spec.data import TokenizerSpec; "
+                        "from mtk.data_jobs.tokenizers import build_tokenizer; from mtk.data_jobs.bpe_fast import "
+                        "fast_gpt2; t = build_tokenizer(TokenizerSpec(type='GPT2BPETokenizer', "
+                        f"vocab_file={str(vocab / 'vocab.json')!r}, merge_file={str(vocab / 'merges.txt')!r}), '.');"
+                        "sys.exit(type(fast_gpt2(t)).__name__ != 'FastGPT2')"], env=env, check=True)
+        print(f"fast-engine self-test (once per vocabulary): {time.monotonic() - t0:.1f} s")
+    results: dict[str, list[tuple[float, int, int]]] = {v: [] for v in variants}
+    digests: dict[str, set[str]] = {v: set() for v in variants}
+    for r in range(args.rounds):
+        for v in variants:
+            out = work / "out" / f"{v}-{r}"
+            out.parent.mkdir(exist_ok=True)
+            for stale in out.parent.glob(f"{out.name}*"):
+                if stale.is_file():
+                    stale.unlink()
+            wall, tree, one, _ = _run(commands[v](out), env)
+            results[v].append((wall, tree, one))
+            digests[v].add(_digest(out))
+            print(f"round {r + 1} {v:<10} {wall:7.1f} s  {docs / wall:8.1f} docs/s  peak RSS tree "
+                  f"{tree / 2**20:6.0f} MiB, largest process {one / 2**20:5.0f} MiB", flush=True)
+    print(f"\n{'variant':<10} {'median s':>9} {'docs/s':>9} {'MB/s':>7} {'peak tree MiB':>14} {'peak proc MiB':>14}")
+    size = corpus.stat().st_size / 2**20
+    med = {v: statistics.median(w for w, _, _ in results[v]) for v in variants}
+    for v in variants:
+        print(f"{v:<10} {med[v]:9.1f} {docs / med[v]:9.1f} {size / med[v]:7.2f} "
+              f"{max(t for _, t, _ in results[v]) / 2**20:14.0f} {max(o for _, _, o in results[v]) / 2**20:14.0f}")
+    if "reference" in variants:
+        for v in variants:
+            if v != "reference":
+                print(f"{v} / reference docs/s: {med['reference'] / med[v]:.2f}x (workers={args.workers}, "
+                      f"{docs} docs, {size:.1f} MiB)")
+    all_digests = set().union(*digests.values())
+    print("outputs byte-identical across all runs:", "yes" if len(all_digests) == 1 else f"NO {digests}")
+    return 0 if len(all_digests) == 1 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
