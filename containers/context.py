@@ -98,6 +98,7 @@ def write_context(recipe: Recipe, path: Path, wheel: Path | None) -> Context:
     for name, data in planned_files(recipe).items():
         if data is None:
             if wheel is None:
+                (path / name).unlink(missing_ok=True)  # a wheel from an older build is not this context's
                 files[name], sizes[name] = "(built at build time)", 0
                 continue
             if wheel.resolve() != (path / name).resolve():

@@ -113,36 +113,40 @@ def check_megatron(expect: Expect) -> Check:
     return Check("megatron.core", OK, f"{version}" + (" (triton stubbed: CPU)" if stubbed else ""))
 
 
-def plugin_library() -> str | None:
-    """The library NCCL's net-plugin loader asks for, from NCCL_NET_PLUGIN (None = plugins disabled)."""
+def plugin_library() -> list[str] | None:
+    """The libraries NCCL's net-plugin loader tries, in order, from NCCL_NET_PLUGIN (None = plugins disabled)."""
     name = os.environ.get("NCCL_NET_PLUGIN", "")
     if name.lower() == "none":
         return None
     if not name:
-        return "libnccl-net.so"
-    if "/" in name or name.endswith(".so"):
-        return name
-    return f"libnccl-net-{name}.so"
+        return ["libnccl-net.so"]
+    if "/" in name:
+        return [name]
+    return [f"libnccl-net-{name}.so", name]
 
 
 def check_net_plugin(expect: Expect) -> Check:
-    lib = plugin_library()
+    libs = plugin_library()
     need = expect.device == "gpu" and expect.efa > 0
     miss = FAIL if need else (WARN if expect.device == "gpu" else SKIP)
-    if lib is None:
+    if libs is None:
         return Check("nccl-net-plugin", miss, "NCCL_NET_PLUGIN=none: NCCL uses its built-in sockets/IB",
                      "unset NCCL_NET_PLUGIN or set it to ofi on EFA instances" if need else "")
-    try:
-        handle = ctypes.CDLL(lib)
-    except OSError as exc:
-        return Check("nccl-net-plugin", miss, f"{lib} does not load ({exc}); NCCL would fall back to sockets",
-                     "install aws-ofi-nccl (build-image: image.ofi_nccl) and make it visible to ldconfig"
-                     if need or expect.device == "gpu" else "")
-    versions = [v for v in range(12, 1, -1) if hasattr(handle, f"ncclNetPlugin_v{v}")]
-    if not versions:
-        return Check("nccl-net-plugin", miss, f"{lib} loads but exports no ncclNetPlugin_v* symbol",
-                     "it is not an NCCL net plugin; check NCCL_NET_PLUGIN")
-    return Check("nccl-net-plugin", OK, f"{lib} (net API v{versions[0]})")
+    errors = []
+    for lib in libs:
+        try:
+            handle = ctypes.CDLL(lib)
+        except OSError as exc:
+            errors.append(str(exc))
+            continue
+        versions = [v for v in range(12, 1, -1) if hasattr(handle, f"ncclNetPlugin_v{v}")]
+        if not versions:
+            return Check("nccl-net-plugin", miss, f"{lib} loads but exports no ncclNetPlugin_v* symbol",
+                         "it is not an NCCL net plugin; check NCCL_NET_PLUGIN")
+        return Check("nccl-net-plugin", OK, f"{lib} (net API v{versions[0]})")
+    return Check("nccl-net-plugin", miss, f"{' / '.join(libs)} does not load ({'; '.join(errors)}); NCCL would "
+                 "fall back to sockets", "install aws-ofi-nccl (build-image: image.ofi_nccl) and make it visible "
+                 "to ldconfig" if expect.device == "gpu" else "")
 
 
 def check_libfabric(expect: Expect) -> Check:

@@ -136,6 +136,7 @@ def run(job: Job, opts: Options, echo: Echo) -> Report:
 
     from .build import docker_client, run_build
 
+    client = docker_client()  # fail fast, before the wheel build, when no daemon answers
     echo(f"wheel: building mtk from {source}")
     try:
         wheel = context.build_wheel(source, out / "wheel")
@@ -149,7 +150,6 @@ def run(job: Job, opts: Options, echo: Echo) -> Report:
 
     labels = {"org.opencontainers.image.title": job.image.name, "org.opencontainers.image.version": mtk.__version__,
               "mtk.content-hash": digest, "mtk.job": job.name}
-    client = docker_client()
     echo(f"build: {rec.base} -> {', '.join(report.tags)}")
     result = run_build(client, ctx_dir, report.tags, rec.build_args, labels, echo, network=opts.network,
                        pull=opts.pull, no_cache=opts.no_cache, verbose=opts.verbose)

@@ -1,0 +1,53 @@
+"""Registry helpers: ECR host parsing, idempotent repository creation (moto), secrets kept out of text."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from mtk.containers.registry import Credentials, ecr_login, ensure_ecr_repository, parse_ecr, redacting
+
+
+def test_parse_ecr_hosts():
+    assert parse_ecr("123456789012.dkr.ecr.us-west-2.amazonaws.com") == ("123456789012", "us-west-2")
+    assert parse_ecr("123456789012.dkr.ecr-fips.us-gov-west-1.amazonaws.com") == ("123456789012", "us-gov-west-1")
+    assert parse_ecr("123456789012.dkr.ecr.cn-north-1.amazonaws.com.cn") == ("123456789012", "cn-north-1")
+    for other in ("ghcr.io", "127.0.0.1:5000", "12345.dkr.ecr.us-west-2.amazonaws.com", "x.amazonaws.com.evil"):
+        assert parse_ecr(other) is None
+
+
+def test_secrets_never_render():
+    creds = Credentials("AWS", "s3cr3t-token")
+    assert "s3cr3t" not in repr(creds) and "s3cr3t" not in str(creds)
+    lines: list[str] = []
+    redacting(lines.append, ["s3cr3t-token", ""])("login with s3cr3t-token failed")
+    assert lines == ["login with *** failed"]
+
+
+@pytest.fixture
+def ecr(monkeypatch):
+    import moto
+
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(key, value)
+    with moto.mock_aws():
+        import boto3
+
+        yield boto3.client("ecr", region_name="us-east-1")
+
+
+def test_repository_is_created_once(ecr):
+    lines: list[str] = []
+    assert ensure_ecr_repository(ecr, "mtk-megatron", "123456789012", lines.append) is True
+    assert ensure_ecr_repository(ecr, "mtk-megatron", "123456789012", lines.append) is False
+    assert lines == ["push: created ECR repository mtk-megatron", "push: ECR repository mtk-megatron exists"]
+    assert [r["repositoryName"] for r in ecr.describe_repositories()["repositories"]] == ["mtk-megatron"]
+
+
+def test_ecr_login_returns_the_token_password_without_printing_it(ecr):
+    lines: list[str] = []
+    creds = ecr_login("123456789012.dkr.ecr.us-east-1.amazonaws.com", "mtk", None, None, lines.append)
+    token = ecr.get_authorization_token()["authorizationData"][0]["authorizationToken"]
+    assert f"{creds.username}:{creds.password}" == base64.b64decode(token).decode()
+    assert creds.username == "AWS" and not any(creds.password in line for line in lines)
