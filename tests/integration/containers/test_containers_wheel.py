@@ -6,15 +6,18 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from mtk.containers.context import build_wheel, wheel_digest
+from mtk.containers.context import build_wheel, copy_source, wheel_digest
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[3]
 
 
 def test_wheel_is_reproducible_and_ships_the_templates(tmp_path):
-    first = build_wheel(REPO, tmp_path / "a")
-    second = build_wheel(REPO, tmp_path / "b")
+    snapshot = tmp_path / "src"  # other work may edit the live checkout between the two builds
+    snapshot.mkdir()
+    copy_source(REPO, snapshot)
+    first = build_wheel(snapshot, tmp_path / "a")
+    second = build_wheel(snapshot, tmp_path / "b")
     assert first.name == second.name == f"mtk-{__import__('mtk').__version__}-py3-none-any.whl"
     assert wheel_digest(first) == wheel_digest(second)
     names = zipfile.ZipFile(first).namelist()
