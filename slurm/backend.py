@@ -96,15 +96,15 @@ class SlurmBackend:
             out.append((f"train#{i}", job_id))
         return out
 
-    def query(self, run: Run, ids: list[str]) -> dict[str, JobInfo]:
-        """squeue for every id at once; scontrol for what squeue lacks or for exit codes of ended jobs;
-        sacct (accounting clusters only) and then the run dir's exit files for jobs Slurm has forgotten."""
+    def query(self, run: Run, ids: list[str], detail: bool = True) -> dict[str, JobInfo]:
+        """squeue for every id at once; scontrol for exit codes, restarts and jobs squeue lacks; sacct
+        (accounting clusters only) and then the run dir's exit files for jobs Slurm has forgotten."""
         slurm = self._client(run)
         info = slurm.squeue(ids)
-        detail = [i for i in ids if i not in info or neutral(info[i].state) not in ACTIVE]
-        for job_id, rec in slurm.scontrol(detail).items():
-            if job_id in info and not rec.reason:
-                rec.reason = info[job_id].reason
+        # scontrol adds what squeue lacks: exit code, restarts, log path.
+        for job_id, rec in (slurm.scontrol(ids) if detail else {}).items():
+            if job_id in info:
+                rec.state, rec.reason = info[job_id].state, rec.reason or info[job_id].reason
             info[job_id] = rec
         missing = [i for i in ids if i not in info]
         if missing:
@@ -199,7 +199,8 @@ class SlurmBackend:
             for line in lines:
                 if node is None or (index is not None and logfiles.keep(line, index)):
                     yield line
-            state = neutral(self.query(run, [job_id]).get(job_id, JobInfo(job_id, "UNKNOWN")).state)
+            rec = self.query(run, [job_id], detail=False).get(job_id, JobInfo(job_id, "UNKNOWN"))
+            state = neutral(rec.state)
             if state not in ACTIVE:
                 for line in tail.read(final=True):
                     if node is None or (index is not None and logfiles.keep(line, index)):

@@ -198,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     cluster = MiniCluster(Path(argv[0])).start()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # run the finally below on `kill` too
     print(f"export SLURM_CONF={cluster.conf}", flush=True)
     try:
         signal.pause()

@@ -57,11 +57,6 @@ def directive_value(value: str, field: str) -> str:
     return f'"{escaped}"'
 
 
-def filename_pattern_literal(path: str) -> str:
-    """Escape ``%`` so Slurm's output-file patterns (``%j``, ``%N``...) leave a literal path alone."""
-    return path.replace("%", "%%")
-
-
 def parse_directive_value(text: str) -> str:
     """sbatch's reading of one ``#SBATCH`` value (mirrors ``_get_argument`` in sbatch/opt.c), for tests."""
     out, quoted, escaped = [], False, False

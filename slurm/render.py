@@ -20,7 +20,7 @@ from mtk.launcher.spec.errors import Problem, SpecError
 from mtk.launcher.templating import render_template
 
 from .directives import check_extra, directive
-from .quoting import QuotingError, filename_pattern_literal, sh
+from .quoting import QuotingError, sh
 
 if TYPE_CHECKING:
     from mtk.launcher.spec import Job
@@ -67,6 +67,9 @@ def render(job: Job, run_dir: str) -> Artifacts:
     problems: list[Problem] = []
     if not run_dir.startswith("/"):
         problems.append(Problem("run dir", "must be an absolute path on storage every node sees", run_dir))
+    if "%" in run_dir:
+        problems.append(Problem("run dir", "contains '%', which Slurm expands in log file names (%j, %N, ...) "
+                                "even when doubled; choose a runs_dir / --run-dir without '%'", run_dir))
     subs = plan(job, run_dir)
     files = {"job.json": job.to_json()}
     for sub in subs:
@@ -109,7 +112,7 @@ def render_script(job: Job, run_dir: str, sub: Submission) -> str:
 def _header(job: Job, run_dir: str, sub: Submission, problems: list[Problem]) -> list[str]:
     c, s = job.cluster, job.cluster.slurm
     train = sub.step == "train"
-    log = f"{filename_pattern_literal(run_dir)}/{exitcodes.LOGS_DIR}/{sub.step}-%j.out"
+    log = f"{run_dir}/{exitcodes.LOGS_DIR}/{sub.step}-%j.out"
     wanted: list[tuple[str, str | None, str]] = [
         ("job-name", sub.job_name, "name"),
         ("nodes", str(c.nodes if train else 1), "cluster.nodes"),
@@ -167,6 +170,9 @@ def _values(job: Job, run_dir: str, sub: Submission, problems: list[Problem]) ->
             ("MTK_RDZV_PORT_FIXED", s.rdzv_port or "", ""),
         ]
     exports: list[tuple[str, object, str]] = [("MTK_RUN_DIR", run_dir, "run dir")]
+    if s.venv and ":" in s.venv:
+        problems.append(Problem("cluster.slurm.venv", "contains ':', which splits PATH when the venv is "
+                                "activated; move the virtualenv to a path without ':'", s.venv))
     if s.venv:
         exports.append(("MTK_VENV", s.venv, "cluster.slurm.venv"))
     if s.conda_env:
