@@ -57,10 +57,17 @@ def _prepare(work: Path, mb: float) -> tuple[Path, Path, int]:
     return corpus, vocab, docs
 
 
-def _run(argv: list[str], env: dict) -> tuple[float, int, int, str]:
-    """(wall seconds, peak tree RSS, peak single-process RSS, stdout) of one run."""
+def _run(argv: list[str], env: dict) -> tuple[float, float, int, int, str]:
+    """(wall s, CPU s of the whole tree, peak tree RSS, peak single-process RSS, stdout) of one run.
+
+    CPU seconds come from getrusage(RUSAGE_CHILDREN), which includes every reaped descendant (pool workers);
+    on a shared, loaded machine they compare engines more fairly than wall time.
+    """
+    import resource
+
     import psutil
 
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
     root = psutil.Process(proc.pid)
@@ -77,10 +84,12 @@ def _run(argv: list[str], env: dict) -> tuple[float, int, int, str]:
             pass
         time.sleep(0.05)
     wall = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     out = proc.stdout.read()
     if proc.returncode:
         raise SystemExit(f"run failed ({proc.returncode}): {' '.join(argv)}\n{out[-3000:]}")
-    return wall, peak_tree, peak_one, out
+    return wall, cpu, peak_tree, peak_one, out
 
 
 def _digest(prefix: Path) -> str:
@@ -120,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"vocab_file={str(vocab / 'vocab.json')!r}, merge_file={str(vocab / 'merges.txt')!r}), '.');"
                         "sys.exit(type(fast_gpt2(t)).__name__ != 'FastGPT2')"], env=env, check=True)
         print(f"fast-engine self-test (once per vocabulary): {time.monotonic() - t0:.1f} s")
-    results: dict[str, list[tuple[float, int, int]]] = {v: [] for v in variants}
+    results: dict[str, list[tuple[float, float, int, int]]] = {v: [] for v in variants}
     digests: dict[str, set[str]] = {v: set() for v in variants}
     for r in range(args.rounds):
         for v in variants:
@@ -129,22 +138,27 @@ def main(argv: list[str] | None = None) -> int:
             for stale in out.parent.glob(f"{out.name}*"):
                 if stale.is_file():
                     stale.unlink()
-            wall, tree, one, _ = _run(commands[v](out), env)
-            results[v].append((wall, tree, one))
+            load = os.getloadavg()[0]
+            wall, cpu, tree, one, _ = _run(commands[v](out), env)
+            results[v].append((wall, cpu, tree, one))
             digests[v].add(_digest(out))
-            print(f"round {r + 1} {v:<10} {wall:7.1f} s  {docs / wall:8.1f} docs/s  peak RSS tree "
-                  f"{tree / 2**20:6.0f} MiB, largest process {one / 2**20:5.0f} MiB", flush=True)
-    print(f"\n{'variant':<10} {'median s':>9} {'docs/s':>9} {'MB/s':>7} {'peak tree MiB':>14} {'peak proc MiB':>14}")
+            print(f"round {r + 1} {v:<10} wall {wall:7.1f} s  CPU {cpu:7.1f} s  {docs / wall:8.1f} docs/s  "
+                  f"peak RSS tree {tree / 2**20:6.0f} MiB, largest process {one / 2**20:5.0f} MiB  "
+                  f"(load avg at start {load:.1f})", flush=True)
     size = corpus.stat().st_size / 2**20
-    med = {v: statistics.median(w for w, _, _ in results[v]) for v in variants}
+    print(f"\n{'variant':<10} {'wall s':>8} {'CPU s':>8} {'docs/s':>9} {'docs/CPU-s':>11} {'MB/s':>7} "
+          f"{'peak tree MiB':>14} {'peak proc MiB':>14}   (medians over {args.rounds} rounds)")
+    wall = {v: statistics.median(x[0] for x in results[v]) for v in variants}
+    cpu = {v: statistics.median(x[1] for x in results[v]) for v in variants}
     for v in variants:
-        print(f"{v:<10} {med[v]:9.1f} {docs / med[v]:9.1f} {size / med[v]:7.2f} "
-              f"{max(t for _, t, _ in results[v]) / 2**20:14.0f} {max(o for _, _, o in results[v]) / 2**20:14.0f}")
+        print(f"{v:<10} {wall[v]:8.1f} {cpu[v]:8.1f} {docs / wall[v]:9.1f} {docs / cpu[v]:11.1f} "
+              f"{size / wall[v]:7.2f} {max(x[2] for x in results[v]) / 2**20:14.0f} "
+              f"{max(x[3] for x in results[v]) / 2**20:14.0f}")
     if "reference" in variants:
         for v in variants:
             if v != "reference":
-                print(f"{v} / reference docs/s: {med['reference'] / med[v]:.2f}x (workers={args.workers}, "
-                      f"{docs} docs, {size:.1f} MiB)")
+                print(f"{v} vs reference ({args.workers} workers each, {docs} docs, {size:.1f} MiB): docs/s "
+                      f"{wall['reference'] / wall[v]:.2f}x, docs per CPU-second {cpu['reference'] / cpu[v]:.2f}x")
     all_digests = set().union(*digests.values())
     print("outputs byte-identical across all runs:", "yes" if len(all_digests) == 1 else f"NO {digests}")
     return 0 if len(all_digests) == 1 else 1

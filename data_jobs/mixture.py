@@ -71,6 +71,10 @@ def find_prefixes(folder: str) -> list[str]:
         raise MixtureError(f"data.folders: {folder} is not a directory")
     found: dict[str, set[str]] = {}
     for root, dirs, files in os.walk(folder):
+        unfinished = [d for d in dirs if d.endswith(".mtk-parts")]
+        if unfinished:
+            raise MixtureError(f"{os.path.join(root, unfinished[0])}: an unfinished preprocess run is in this "
+                               "folder; let it finish (rerun preprocess) before training on the folder")
         dirs.sort()
         for name in files:
             stem, ext = os.path.splitext(name)

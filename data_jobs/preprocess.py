@@ -21,6 +21,7 @@ file:line, or with ``--skip-bad-lines`` are skipped and counted. Blank lines are
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -297,6 +298,14 @@ def preprocess(cfg: PreprocessConfig, log: Any = print) -> dict:
             return {**record["summary"], "already_done": True}
     parent = os.path.dirname(os.path.abspath(cfg.output_prefix))
     os.makedirs(parent, exist_ok=True)
+    with _exclusive(f"{cfg.output_prefix}.mtk-lock"):
+        summary = _run_locked(cfg, tok, plan, plan_id, record_path, log, t0)
+    _print_summary(summary, log)
+    return summary
+
+
+def _run_locked(cfg: PreprocessConfig, tok: Tokenizer, plan: dict, plan_id: str, record_path: str, log: Any,
+                t0: float) -> dict:
     parts_dir = f"{cfg.output_prefix}.mtk-parts"
     manifest_path = os.path.join(parts_dir, "manifest.json")
     if os.path.isfile(manifest_path):
@@ -312,8 +321,27 @@ def preprocess(cfg: PreprocessConfig, log: Any = print) -> dict:
     summary = _finish(cfg, tok, shards, results, parts_dir, plan, time.monotonic() - t0)
     _atomic_json(record_path, {"plan_id": plan_id, "summary": summary})
     shutil.rmtree(parts_dir, ignore_errors=True)
-    _print_summary(summary, log)
     return summary
+
+
+@contextlib.contextmanager
+def _exclusive(path: str):
+    """One preprocess per output prefix (a requeued Slurm job racing its predecessor would corrupt parts)."""
+    import errno
+    import fcntl
+
+    fh = open(path, "a+")  # noqa: SIM115 - closed below
+    try:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EACCES):
+                raise PreprocessError(f"another preprocess is writing {path.removesuffix('.mtk-lock')} "
+                                      "(lock held); wait for it or stop it") from None
+            # a file system without flock (some NFS mounts): carry on unlocked
+        yield
+    finally:
+        fh.close()
 
 
 def _completed(parts_dir: str, shards: list[Shard]) -> dict[int, ShardResult]:

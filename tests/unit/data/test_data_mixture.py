@@ -97,3 +97,11 @@ def test_sampled_token_shares_follow_folder_weights(tmp_path, folders, megatron_
     assert abs(tokens["web"] / total - 0.8) <= 0.03
     assert abs(tokens["code"] / total - 0.2) <= 0.03
     assert len(set(which.tolist())) == 3, "every prefix of the blend is sampled"
+
+
+def test_unfinished_preprocess_in_a_folder_is_named(tmp_path, megatron_indexed):
+    _write_prefix(megatron_indexed, tmp_path / "src" / "done", 5, 7)
+    (tmp_path / "src" / "next.mtk-parts").mkdir()
+    (tmp_path / "src" / "next.mtk-parts" / "shard-000000.text.bin").write_bytes(b"\0\0")
+    with pytest.raises(MixtureError, match=r"next\.mtk-parts: an unfinished preprocess"):
+        mixture_rows(DataSpec(folders=[{"path": str(tmp_path / "src")}]))

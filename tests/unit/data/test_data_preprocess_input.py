@@ -157,3 +157,15 @@ def test_shadow_check_mismatch_redoes_everything_with_the_reference(tmp_path, bp
     assert got["engine"] == "HFTokenizer"
     for ext in ("bin", "idx"):
         assert Path(got["outputs"]["text"][ext]).read_bytes() == Path(ref["outputs"]["text"][ext]).read_bytes()
+
+
+def test_second_preprocess_on_the_same_prefix_is_refused(tmp_path, bpe_dir, write_jsonl):
+    import fcntl
+
+    corpus = write_jsonl(tmp_path / "c.jsonl", ["hello"])
+    (tmp_path / "out").mkdir()
+    with open(tmp_path / "out" / "c.mtk-lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(PreprocessError, match="another preprocess is writing"):
+            preprocess(_cfg(tmp_path, corpus, bpe_dir, engine="hf"), log=lambda _m: None)
+    assert preprocess(_cfg(tmp_path, corpus, bpe_dir, engine="hf"), log=lambda _m: None)["docs"] == 1
