@@ -31,7 +31,7 @@ class BuildError(RuntimeError):
             return msg
         tail = self.step.output[-_TAIL:]
         shown = "\n".join(f"    | {line}" for line in tail) or "    | (no output)"
-        return (f"step {self.step.index}/{self.step.total} failed: {self.step.instruction}\n"
+        return (f"step {self.step.index}/{self.step.total} failed: {_short(self.step.instruction, 160)}\n"
                 f"{shown}\n{msg}")
 
 

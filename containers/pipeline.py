@@ -103,6 +103,10 @@ def run(job: Job, opts: Options, echo: Echo) -> Report:
     """Do everything ``opts`` asks for; with ``dry_run`` only files under ``opts.out`` are written."""
     sqsh_path = output_path(opts.sqsh, job.image.sqsh, "image.sqsh", "sqsh", echo)
     sif_path = output_path(opts.sif, job.image.sif, "image.sif", "sif", echo)
+    override = job.cluster.slurm.container_image
+    if sqsh_path is not None and override and Path(override).absolute() != sqsh_path.absolute():
+        echo(f"note: cluster.slurm.container_image ({override}) overrides image.sqsh in the sbatch script; "
+             f"unset it to run {sqsh_path}")
     try:
         source = recipe.find_source(opts.source)
         rec = recipe.make_recipe(job, source, base=opts.base_image, build_args=opts.build_args)

@@ -130,6 +130,16 @@ def test_code_change_rebuilds_only_the_last_layers(built, dockerd, base_image, s
     assert code == 0 and text.strip() == "# a code-only change"  # the new image holds the edited code
 
 
+def test_a_failing_step_is_named_with_its_output(built, base_image, source, tmp_path):
+    """Turning the EFA step on in the offline build makes apt-get fail: the error shows that step and why."""
+    result = run_cli(["build-image", str(JOB), "--out", str(tmp_path), "--source", str(source),
+                      "--base-image", base_image, *OFFLINE, "--build-arg", "INSTALL_EFA=1"])  # last one wins
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    first_line = result.stderr.splitlines()[0]
+    assert re.match(r'error: step \d+/\d+ failed: RUN set -eu; if \[ "\$INSTALL_EFA" != 1 \]', first_line)
+    assert "    | " in result.stderr and "returned a non-zero code" in result.stderr
+
+
 def test_sqsh_runs_enroot_import(built, dockerd, base_image, source, tmp_path):
     """enroot is not installable here: a stand-in `enroot` on PATH records its argv and writes the file."""
     bin_dir = tmp_path / "bin"
