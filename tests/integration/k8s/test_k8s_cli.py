@@ -47,12 +47,8 @@ def test_launch_status_logs_cancel_through_the_cli(standin, kube_token, tmp_path
     logs = _mtk("logs", str(run_dir), "--node", "worker-1", cwd=tmp_path)
     assert logs.returncode == 0, logs.stderr
     assert logs.stdout.splitlines() == [f"tiny-20261122-020304-worker-1: line {n}" for n in (1, 2, 3)]
-    missing = _mtk("logs", str(run_dir), "--node", "worker-9", cwd=tmp_path)
-    assert missing.returncode == 1 and missing.stderr.startswith("error: no pods") and "Traceback" not in missing.stderr
-
-    for _ in range(2):  # cancel is safe to repeat
-        cancel = _mtk("cancel", str(run_dir), cwd=tmp_path)
-        assert cancel.returncode == 0, cancel.stderr
+    cancel = _mtk("cancel", str(run_dir), cwd=tmp_path)  # repeating it: test_k8s_apply
+    assert cancel.returncode == 0, cancel.stderr
     assert not standin.state.objects
     assert kube_token not in "".join(p.read_text() for p in run_dir.rglob("*") if p.is_file())
 

@@ -28,7 +28,8 @@ def _render(k8s_jobs, root: Path, stamp: str):
     fsx = root / "fsx"
     job = k8s_jobs.tiny_eks(cluster={"runs_dir": str(fsx / "runs"), "eks": {"fsx_mount": str(fsx)}},
                             data={"dir": str(fsx / "data")},
-                            train={"iterations": ITERATIONS, "checkpoint": {"save_interval": SAVE_INTERVAL}})
+                            train={"iterations": ITERATIONS, "global_batch_size": 2,
+                                   "checkpoint": {"save_interval": SAVE_INTERVAL}})
     job = resolve_paths(job, "eks")
     run_dir = str(fsx / "runs" / f"tiny-eks-{stamp}")
     art = EksBackend().render(job, run_dir)
