@@ -159,6 +159,8 @@ class SlurmBackend:
                 parts.append(event)
             if final in FINAL_REASONS and state not in ACTIVE:
                 parts.append(FINAL_REASONS[final])
+            elif final == "completed" and state == "CANCELLED" and "#" in label:
+                parts.append("not needed: the run completed")
         if rec.signal:
             parts.append(f"killed by signal {rec.signal}")
         return "; ".join(parts)

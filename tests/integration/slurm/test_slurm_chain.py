@@ -172,10 +172,22 @@ def test_singleton_keeps_one_successor_queued(harness, stub_venv):
     rows = harness.wait("a queued successor", lambda: len(r := harness.status(run)) == 2 and r, timeout=60)
     assert rows[0]["state"] == "RUNNING" and rows[1]["state"] == "PENDING"
     assert "Dependency" in rows[1]["reason"]
-    rows = harness.wait("the successor to finish", lambda: [r["state"] for r in harness.status(run)]
-                        == ["COMPLETED", "COMPLETED"] and harness.status(run), timeout=90)
-    log = (run / "logs" / f"train-{rows[1]['id']}.out").read_text()
-    assert "this run already ended (completed); nothing to do" in log
+    # A crash would let the successor start and resume; a completed run cancels it instead.
+    rows = harness.wait("the run to end", lambda: (r := harness.status(run))[0]["state"] == "COMPLETED"
+                        and r[1]["state"] == "CANCELLED" and r, timeout=90)
+    assert "not needed: the run completed" in rows[1]["reason"]
+
+
+def test_singleton_successor_resumes_after_a_crash(harness, stub_venv):
+    spec = harness.spec("single2", cluster={"slurm.singleton": True, "slurm.max_failures": 5})
+    run = harness.launch(spec, *stub_sets(stub_venv), env={"MTK_STUB": "exit:1"})
+    first = harness.run_record(run)["ids"]["train"]
+    rows = harness.wait("the successor to run", lambda: len(r := harness.status(run)) >= 2
+                        and r[1]["state"] in ("RUNNING", "FAILED") and r, timeout=90)
+    assert rows[0]["state"] == "FAILED" and rows[0]["id"] == first
+    log = (run / "logs" / f"train-{first}.out").read_text()
+    assert "the queued successor job resumes" in log and "requeueing" not in log
+    harness.mtk("cancel", str(run))
 
 
 def test_status_reports_restart_count_and_job_ids(harness, stub_venv):
