@@ -95,6 +95,9 @@ class EksBackend:
                          "their own ephemeral disk")
         if not e.fsx_claim:
             notes.append("cluster.eks.fsx_claim is empty: no shared storage, checkpoints do not survive a pod")
+        if e.min_nodes and e.min_nodes < job.cluster.nodes:
+            notes.append(f"elastic: training may continue on {e.min_nodes}..{job.cluster.nodes} pods; the "
+                         "data-parallel size then changes, so train.global_batch_size must divide at every size")
         if "getdata" in job.steps() and "preprocess" not in job.steps():
             notes.append("training does not wait for the getdata Job under plain kubectl; apply train.yaml "
                          "after it completes")
@@ -182,13 +185,19 @@ class EksBackend:
         kube = self._kube(run.extra.get("namespace", "default"))
         run_name = run.extra.get("run_id") or names.run_id(run.run_dir)
         cancelled = bool(run.extra.get("cancelled"))
-        out = []
+        out: list[StepStatus] = []
         for step, ident in run.ids.items():
             kind, _, name = ident.partition("/")
             obj = kube.get(kind, name)
             if obj is None:
-                out.append(StepStatus(step, "CANCELLED" if cancelled else "UNKNOWN", ident,
-                                      reason="deleted by mtk cancel" if cancelled else "not found"))
+                waiting = next((s.step for s in out if s.state not in ("COMPLETED", "RUNNING")), None)
+                if cancelled:
+                    state, reason = "CANCELLED", "deleted by mtk cancel"
+                elif waiting:  # submit applies a step only after the previous ones are ready/complete
+                    state, reason = "PENDING", f"not created yet: waits for {waiting}"
+                else:
+                    state, reason = "UNKNOWN", "not found"
+                out.append(StepStatus(step, state, ident, reason=reason))
                 continue
             if kind == "Deployment":
                 ready = states.deployment_ready(obj)

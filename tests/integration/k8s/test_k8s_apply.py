@@ -101,6 +101,7 @@ def test_failed_data_job_raises_with_its_pod_log_and_stops(standin, k8s_jobs, tm
     run = Run.load(Path(art.run_dir) / "run.json")
     states = {s.step: s for s in backend.status(run) if not s.id.startswith("pod/")}
     assert states["getdata"].state == "FAILED"
+    assert states["train"].state == "PENDING" and "waits for getdata" in states["train"].reason
     assert any("line 3" in line for line in states["getdata"].log_tail)
 
 
