@@ -19,7 +19,7 @@ def load_helper(name: str = "k8s_jobs"):
 JOBS = load_helper()
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def tiny_eks():
     """Factory: the tiny CPU job as a 2-pod PyTorchJob, with optional section overrides."""
     return JOBS.tiny_eks

@@ -326,3 +326,24 @@ def test_job_json_is_a_readable_literal_block(tiny_eks):
     text = _render(tiny_eks()).files["manifests/spec.yaml"]
     assert "job.json: |" in text
     assert yaml.safe_load(text.split("---\n", 1)[1])["data"]["job.json"] == tiny_eks().to_json()
+
+
+_env_names = st.from_regex(r"[A-Z][A-Z0-9_]{0,12}", fullmatch=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(env=st.dictionaries(_env_names, st.text(max_size=40), max_size=4),
+       leaf=st.text(alphabet=st.characters(blacklist_characters="/\x00", blacklist_categories=("Cs",)),
+                    min_size=1, max_size=30))
+def test_hostile_values_reach_the_pod_verbatim(tiny_eks, env, leaf):
+    """Quotes, newlines, `$()`, backticks, `: ` and `#` in env values and the run dir survive YAML exactly:
+    the manifests are serialised by a library, never pasted."""
+    job = tiny_eks(cluster={"env": env})
+    run_dir = f"/fsx/runs/{leaf}"
+    art = _render(job, run_dir)
+    ptj = _by_kind(_objs(art), "PyTorchJob")[0]
+    container = ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    got = {e["name"]: e["value"] for e in container["env"]}
+    assert env.items() <= got.items()
+    assert container["command"][-1] == run_dir
+    assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", ptj["metadata"]["name"])
