@@ -73,6 +73,7 @@ class PodNet:
         self.root = root
         self.holder: subprocess.Popen | None = None
         self.etcd: subprocess.Popen | None = None
+        self.pods: list[subprocess.Popen] = []
 
     @property
     def pid(self) -> int:
@@ -100,17 +101,17 @@ class PodNet:
             self.stop()
             raise RuntimeError(f"could not set up the pod namespace (got {line!r})")
         data = self.root / "etcd-data"
-        log = open(self.root / "etcd.log", "w")  # noqa: SIM115 - closed with the process
-        self.etcd = subprocess.Popen(
-            ["nsenter", "-t", str(self.pid), "--net", "--mount", "--",
-             "etcd", "--enable-v2=true", "--data-dir", str(data), "--name", "standin-etcd",
-             "--listen-client-urls", "http://127.0.0.1:2379", "--advertise-client-urls", "http://127.0.0.1:2379",
-             "--listen-peer-urls", "http://127.0.0.1:2380", "--initial-advertise-peer-urls",
-             "http://127.0.0.1:2380", "--initial-cluster", "standin-etcd=http://127.0.0.1:2380"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        with open(self.root / "etcd.log", "w") as log:
+            self.etcd = subprocess.Popen(
+                ["nsenter", "-t", str(self.pid), "--net", "--mount", "--",
+                 "etcd", "--enable-v2=true", "--data-dir", str(data), "--name", "standin-etcd",
+                 "--listen-client-urls", "http://127.0.0.1:2379", "--advertise-client-urls", "http://127.0.0.1:2379",
+                 "--listen-peer-urls", "http://127.0.0.1:2380", "--initial-advertise-peer-urls",
+                 "http://127.0.0.1:2380", "--initial-cluster", "standin-etcd=http://127.0.0.1:2380"],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.time() + timeout
         while time.time() < deadline:
-            probe = self.run(["python3", "-c", "import urllib.request,sys;"
+            probe = self.run([sys.executable, "-c", "import urllib.request,sys;"
                               "sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:2379/v2/keys/',timeout=1)"
                               ".status==200 else 1)"])
             if probe.returncode == 0:
@@ -137,11 +138,13 @@ class PodNet:
         """A 'pod': its own pid + UTS namespace (hostname = pod name), the given env only, the command."""
         inner = ["sh", "-c", 'hostname "$1"; shift; exec "$@"', "pod", hostname,
                  "env", "-i", *[f"{k}={v}" for k, v in env.items()], *command]
-        fh = open(log, "ab")  # noqa: SIM115 - closed by the caller via the pod's lifetime
-        return subprocess.Popen(
-            ["nsenter", "-t", str(self.pid), "--net", "--mount", "--",
-             "unshare", "--uts", "--pid", "--fork", "--kill-child", "--mount-proc", *inner],
-            stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True)
+        with open(log, "ab") as fh:
+            pod = subprocess.Popen(
+                ["nsenter", "-t", str(self.pid), "--net", "--mount", "--",
+                 "unshare", "--uts", "--pid", "--fork", "--kill-child", "--mount-proc", *inner],
+                stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True)
+        self.pods.append(pod)
+        return pod
 
     @staticmethod
     def kill_pod(pod: subprocess.Popen) -> None:
@@ -151,15 +154,20 @@ class PodNet:
         pod.wait(timeout=30)
 
     def stop(self) -> None:
+        """Kill every pod, etcd and the namespace holder (the namespaces go with their last process)."""
+        for pod in self.pods:
+            self.kill_pod(pod)
         for proc in (self.etcd, self.holder):
             if proc is not None and proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=30)
+        if self.holder is not None and self.holder.stdout:
+            self.holder.stdout.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def pod_net_factory(tmp_path_factory):
-    """Start PodNets on demand; every one is torn down (etcd + namespace holder) at the end of the session."""
+    """Start PodNets on demand; each is torn down (pods, etcd, namespace holder) when the test ends."""
     started: list[PodNet] = []
 
     def make(hosts: dict[str, str]) -> PodNet:
