@@ -91,7 +91,14 @@ class Trainer:
         from . import checkpoint, data, debug, distributed, metrics, model, optim
 
         job = self.job
-        self.cpu = job.cluster.device == "cpu" or not compat.cuda_available()
+        if job.cluster.device == "cpu":
+            # A CPU job on a GPU machine: hide the GPUs before torch initialises CUDA, so megatron's
+            # hard-coded "cuda" tensors and the compat layer agree on one device.
+            os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        self.cpu = not compat.cuda_available()
+        if self.cpu and job.cluster.device == "gpu":
+            _log(int(os.environ.get("RANK", "0")), "[mtk] cluster.device is gpu but CUDA is not available: "
+                                                   "running on CPU with gloo")
         compat.install()
         self.use_te = model.have_transformer_engine()
         preflight(job, self.cpu, self.use_te)

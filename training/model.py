@@ -66,11 +66,12 @@ def transformer_config_kwargs(job: Job, cpu: bool) -> dict[str, Any]:
         fp16=t.precision == "fp16",
         use_cpu_initialization=cpu,
         gradient_accumulation_fusion=False,
-        bias_activation_fusion=False if cpu else not swiglu or not m.add_bias_linear,
+        # Fusions are GPU kernels; megatron's fused bias-GELU also needs a bias, persist_layer_norm needs Apex.
+        bias_activation_fusion=not cpu and (swiglu or m.add_bias_linear),
         bias_dropout_fusion=not cpu,
         masked_softmax_fusion=not cpu,
         apply_rope_fusion=False,
-        persist_layer_norm=not cpu,
+        persist_layer_norm=not cpu and have_apex(),
         deallocate_pipeline_outputs=True,
     )
     if t.precision == "fp8":

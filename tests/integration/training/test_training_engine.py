@@ -104,10 +104,10 @@ def sp_ref(tr, engine_root):
 
 @pytest.fixture(scope="session")
 def sp_crash(tr, engine_root):
-    """Save every 4; rank 0 is SIGKILLed after writing iteration 8's shards, before publishing them.
-    The restart starts with a save trigger present."""
+    """Save every 4, keep the last 3; rank 0 is SIGKILLed after writing iteration 8's shards, before
+    publishing them. The restart starts with a save trigger present."""
     d = engine_root / "sp_crash"
-    tr.make_job(d, *SP_JOB, "train.checkpoint.save_interval=4")
+    tr.make_job(d, *SP_JOB, "train.checkpoint.save_interval=4", "train.checkpoint.keep_last=3")
     rc1 = tr.run(d, env={"MTK_FAULT": "save:8"}, tag="first")
     ckpt = d / "checkpoints"
     after_crash = {"rc": rc1, "tracker": tr.tracker(ckpt), "entries": sorted(p.name for p in ckpt.iterdir())}
@@ -256,7 +256,9 @@ def test_save_trigger_saves_without_stopping(sp_crash):
     d, _after, rc2 = sp_crash
     log2 = (d / "second.log").read_text()
     assert "save trigger found: saving at iteration 5" in log2
-    assert (d / "checkpoints" / "iter_0000005").is_dir()
+    # saves: 4 (before the crash), 5 (trigger), 8, 12 (interval); keep_last=3 pruned 4
+    assert sorted(p.name for p in (d / "checkpoints").iterdir()) == [
+        "iter_0000005", "iter_0000008", "iter_0000012", "latest_checkpointed_iteration.txt"]
     assert not (d / "triggers" / "save").exists()
     assert rc2 == 0 and max(_by_iter(d)) == 12  # it kept going
 
