@@ -114,7 +114,10 @@ class Kube:
         try:
             yield
         except ApiException as exc:
-            raise KubeError(_describe(exc, kind, verb), exc.status or 0) from None
+            message = _describe(exc, kind, verb)
+            if exc.status == 404 and KINDS.get(kind, Kind("", "")).plural and verb in ("patch", "list"):
+                message += f" — is the {kind} CRD installed? (Kubeflow training operator v1.9)"
+            raise KubeError(message, exc.status or 0) from None
         except HTTPError as exc:
             reason = getattr(exc, "reason", None) or exc
             raise KubeError(f"{verb} {kind}: cannot reach the Kubernetes API server at "

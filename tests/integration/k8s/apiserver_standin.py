@@ -181,8 +181,8 @@ def _handler(state: State):
         def do_PATCH(self):
             body = self._read_body()
             m, query = self._record(body)
-            if not m or not m["name"]:
-                return self._send(404, _status(404, "no such path"))
+            if not m or not m["name"] or m["plural"] in state.missing_plurals:
+                return self._send(404, _status(404, "the server could not find the requested resource"))
             if self.headers.get("Content-Type") != "application/apply-patch+yaml":
                 return self._send(415, _status(415, "stand-in only does server-side apply"))
             if not query.get("fieldManager"):

@@ -197,6 +197,15 @@ def test_cancel_with_no_pytorchjob_crd_still_cleans_up(standin, k8s_jobs, tmp_pa
     assert any(r.kind == "?" or "pytorchjobs" in r.path for r in standin.state.requests)
 
 
+def test_missing_operator_is_named(standin, k8s_jobs, tmp_path):
+    from mtk.k8s.client import KubeError
+
+    backend, job, art = _launch(tmp_path, k8s_jobs.tiny_eks())
+    standin.state.missing_plurals.add("pytorchjobs")
+    with pytest.raises(KubeError, match=r"PyTorchJob CRD installed.*training operator"):
+        backend.submit(job, art)
+
+
 def test_no_credentials_message(tmp_path, monkeypatch):
     """Without a kubeconfig the client says what to do instead of a traceback from deep inside."""
     from mtk.k8s.client import Kube, KubeError
