@@ -40,19 +40,44 @@ class Context:
         return f"# build context: {self.path}\n# bytes        sha256           file\n" + "\n".join(rows) + "\n"
 
 
-def copy_source(source: Path, dest: Path) -> None:
-    """Copy what the wheel needs: the build files and every top-level package folder."""
-    for name in _BUILD_FILES:
-        if (source / name).is_file():
-            shutil.copy2(source / name, dest / name)
+def source_files(source: Path) -> list[Path]:
+    """What the wheel is built from: the build files and every top-level package folder (tests excepted)."""
+    files = [source / name for name in _BUILD_FILES if (source / name).is_file()]
     for child in sorted(source.iterdir()):
         if child.is_dir() and (child / "__init__.py").is_file() and child.name != "tests":
-            shutil.copytree(child, dest / child.name, ignore=_IGNORE, symlinks=False)
+            files += sorted(p for p in child.rglob("*") if p.is_file() and not _ignored(p.relative_to(source)))
+    return files
+
+
+def _ignored(rel: Path) -> bool:
+    return any(_IGNORE(str(rel.parent), [part]) for part in rel.parts)
+
+
+def copy_source(source: Path, dest: Path) -> None:
+    """Copy :func:`source_files` into ``dest``."""
+    for path in source_files(source):
+        target = dest / path.relative_to(source)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+
+
+def source_digest(source: Path) -> str:
+    h = hashlib.sha256()
+    for path in source_files(source):
+        h.update(str(path.relative_to(source)).encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
 
 
 def build_wheel(source: Path, out_dir: Path) -> Path:
-    """``pip wheel`` the checkout into ``out_dir`` offline (no index, no build isolation); return the wheel."""
+    """``pip wheel`` the checkout into ``out_dir`` offline (no index, no build isolation); return the wheel.
+
+    The wheel of an unchanged checkout is reused (``out_dir/.source-sha256`` records what it was built from).
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
+    digest, stamp = source_digest(source), out_dir / ".source-sha256"
+    previous = sorted(out_dir.glob("mtk-*.whl"))
+    if len(previous) == 1 and stamp.is_file() and stamp.read_text().strip() == digest:
+        return previous[0]
     with tempfile.TemporaryDirectory(prefix="mtk-wheel-") as tmp:
         src = Path(tmp) / "src"
         src.mkdir()
@@ -66,8 +91,11 @@ def build_wheel(source: Path, out_dir: Path) -> Path:
         if proc.returncode != 0 or len(wheels) != 1:
             raise RecipeError(f"building the mtk wheel from {source} failed (exit {proc.returncode}):\n"
                               f"{proc.stdout}{proc.stderr}".rstrip())
+        for old in previous:
+            old.unlink()
         dest = out_dir / wheels[0].name
         shutil.move(str(wheels[0]), dest)
+    atomic_write(stamp, digest + "\n")
     return dest
 
 
