@@ -1,10 +1,11 @@
 """A STAND-IN for the Kubernetes API server (no real one can run on this machine), on 127.0.0.1.
 
-It is not Kubernetes. It speaks just enough of the REST API for mtk's client — server-side apply (PATCH
-``application/apply-patch+yaml``), get, list with an equality ``labelSelector``, delete, pod logs (plain
-and ``follow``) — records every request, and plays three tiny controllers so the waiting logic has
-something to wait for: a Deployment becomes ready after a few reads, a batch Job creates a pod and
-completes (or fails, for names in ``fail_jobs``), a PyTorchJob creates its worker pods and turns Running.
+It is not Kubernetes. It speaks just enough of the REST API for mtk's client and for ``kubectl apply``:
+discovery, server-side apply (PATCH ``application/apply-patch+yaml``), create (POST), get, list with an
+equality ``labelSelector``, delete, pod logs (plain and ``follow``). It records every request, and plays three
+tiny controllers so the waiting logic has something to wait for: a Deployment becomes ready after a few
+reads, a batch Job creates a pod and completes (or fails, for names in ``fail_jobs``), a PyTorchJob creates
+its worker pods and turns Running.
 """
 
 from __future__ import annotations
@@ -74,9 +75,12 @@ def pod_log_text(pod: str) -> str:
     return "".join(f"{pod}: line {i}\n" for i in range(1, 4))
 
 
+REASONS = {404: "NotFound", 400: "BadRequest", 409: "AlreadyExists", 415: "UnsupportedMediaType"}
+
+
 def _status(code: int, message: str) -> dict:
     return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "code": code,
-            "reason": {404: "NotFound", 400: "BadRequest", 415: "UnsupportedMediaType"}.get(code, "Error")}
+            "reason": REASONS.get(code, "Error")}
 
 
 def _matches(obj: dict, selector: str) -> bool:
@@ -147,6 +151,29 @@ class _Controllers:
                 del self.s.objects[key]
 
 
+def discovery(path: str) -> dict | None:
+    """Just enough API discovery for ``kubectl`` to map the kinds mtk renders to their endpoints."""
+    groups = {}
+    for (group, version, plural), kind in COLLECTIONS.items():
+        groups.setdefault((group, version), []).append(
+            {"name": plural, "singularName": kind.lower(), "namespaced": True, "kind": kind,
+             "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]})
+    if path == "/version":
+        return {"major": "1", "minor": "32", "gitVersion": "v1.32.0-standin", "platform": "linux/amd64"}
+    if path == "/api":
+        return {"kind": "APIVersions", "versions": ["v1"],
+                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}
+    if path == "/apis":
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+            {"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v}],
+             "preferredVersion": {"groupVersion": f"{g}/{v}", "version": v}} for (g, v) in groups if g]}
+    for (g, v), resources in groups.items():
+        if path == (f"/apis/{g}/{v}" if g else f"/api/{v}"):
+            return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{g}/{v}" if g else v,
+                    "resources": resources}
+    return None
+
+
 def _handler(state: State):
     controllers = _Controllers(state)
 
@@ -200,7 +227,26 @@ def _handler(state: State):
                 controllers.applied(m["ns"], m["plural"], obj)
                 return self._send(200, obj)
 
+        def do_POST(self):
+            """Create (what a client-side ``kubectl apply`` sends for an object that does not exist yet)."""
+            body = self._read_body()
+            m, _query = self._record(body)
+            if not m or m["name"] or m["plural"] in state.missing_plurals:
+                return self._send(404, _status(404, "the server could not find the requested resource"))
+            key = (m["ns"], m["plural"], body["metadata"]["name"])
+            with state.lock:
+                if key in state.objects:
+                    return self._send(409, _status(409, f'{m["plural"]} "{key[2]}" already exists'))
+                obj = copy.deepcopy(body)
+                obj["metadata"].setdefault("namespace", m["ns"])
+                state.objects[key] = obj
+                controllers.applied(m["ns"], m["plural"], obj)
+                return self._send(201, obj)
+
         def do_GET(self):
+            found = discovery(urlsplit(self.path).path.rstrip("/"))
+            if found is not None:
+                return self._send(200, found)
             m, query = self._record()
             if not m or m["plural"] in state.missing_plurals:
                 return self._send(404, _status(404, "the server could not find the requested resource"))
