@@ -56,8 +56,8 @@ def mtk_venv(tmp_path_factory) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
                    check=True, timeout=120)
     entry = venv / "bin" / "mtk-entrypoint"
-    entry.write_text(f"#!{venv}/bin/python\nimport sys\nfrom mtk.launcher.entrypoint import main\n"
-                     "sys.exit(main())\n")
+    # A shebang cannot hold a path with a space (pip uses a /bin/sh trampoline for the same reason).
+    entry.write_text('#!/bin/bash\nexec "$(dirname "$0")/python" -m mtk.launcher.entrypoint "$@"\n')
     entry.chmod(0o755)
     return venv
 
@@ -140,8 +140,15 @@ class Harness:
         raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{self.cluster.diagnostics(5)}")
 
     def wait_state(self, run_dir: Path, states: set[str], step: str = "train", timeout: float = 300) -> dict:
-        return self.wait(f"{step} in {states}", lambda: (s := self.state(run_dir, step))["state"] in states and s,
-                         timeout)
+        def reached():
+            s = self.state(run_dir, step)
+            if s["state"] in states:
+                return s
+            if s["state"] in ("COMPLETED", "FAILED", "CANCELLED") and "#" not in step:
+                raise AssertionError(f"{step} ended {s['state']} while waiting for {states}:\n"
+                                     + self.mtk("status", str(run_dir)).stdout)
+            return None
+        return self.wait(f"{step} in {states}", reached, timeout)
 
     def release(self, job_id: str) -> None:
         """A requeued job waits ~cred_expire (BeginTime) before it may start again; let it start now."""
@@ -168,13 +175,24 @@ class Harness:
         return found
 
 
+def _drained(h: Harness) -> None:
+    """Leave the shared cluster empty for the next test."""
+    subprocess.run(["scancel", "--user=root"], env=h.env, capture_output=True, timeout=30)
+    h.wait("the cluster to drain", lambda: not h.active_jobs(), timeout=120)
+
+
 @pytest.fixture
 def harness(slurm_cluster, tmp_path) -> Harness:
     h = Harness(slurm_cluster, tmp_path)
     yield h
-    # Leave the shared cluster empty for the next test.
-    subprocess.run(["scancel", "--user=root"], env=h.env, capture_output=True, timeout=30)
-    h.wait("the cluster to drain", lambda: not h.active_jobs(), timeout=120)
+    _drained(h)
+
+
+@pytest.fixture(scope="module")
+def module_harness(slurm_cluster, tmp_path_factory) -> Harness:
+    h = Harness(slurm_cluster, tmp_path_factory.mktemp("slurm-module"))
+    yield h
+    _drained(h)
 
 
 def metrics(run_dir: Path) -> dict[int, float]:
