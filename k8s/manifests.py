@@ -27,6 +27,9 @@ ETCD_DATA = "/var/lib/etcd"
 # Restarting a failed worker container in place resumes from the latest checkpoint: the engine auto-loads
 # it and the etcd rendezvous admits the restarted agent (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1).
 WORKER_RESTART_POLICY = "OnFailure"
+# After SIGTERM (eviction, spot reclaim, `mtk cancel`) the train step forwards it to the workers, which finish
+# the iteration and save a checkpoint; the kubelet waits this long before SIGKILL (its default is 30 s).
+TERMINATION_GRACE_SECONDS = 300
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 WAIT_SECONDS = 10
 
@@ -215,7 +218,9 @@ def pytorchjob(job: Job, run: str, run_dir: str) -> dict:
     resources = _worker_resources(job)
     if resources:
         container["resources"] = resources
-    pod: dict = {"containers": [container], "volumes": volumes, **_pod_placement(job, with_instance_type=True)}
+    pod: dict = {"containers": [container], "volumes": volumes,
+                 "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+                 **_pod_placement(job, with_instance_type=True)}
     if data_files_to_wait_for(job):
         pod["initContainers"] = [_wait_for_data(job, mounts)]
     min_nodes = e.min_nodes or c.nodes

@@ -292,6 +292,8 @@ def test_resume_path_is_wired(tiny_eks):
     assert ptj["spec"]["runPolicy"]["backoffLimit"] == job.cluster.eks.max_restarts
     env = {e["name"]: e["value"] for e in worker["template"]["spec"]["containers"][0]["env"]}
     assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    # SIGTERM (eviction, cancel) gives the engine time to save before the kubelet kills the pod.
+    assert worker["template"]["spec"]["terminationGracePeriodSeconds"] >= 120
     spec = json.loads(objs[0]["data"][names.SPEC_KEY])
     ckpt = spec["train"]["checkpoint"]
     assert ckpt["load"] is True
