@@ -62,7 +62,12 @@ def build_optimizer(job: Job, model: list):
 
 
 def build_scheduler(job: Job, optimizer):
-    """Megatron's OptimizerParamScheduler, stepped once per iteration (sample counts are iterations × gbs)."""
+    """Megatron's OptimizerParamScheduler, stepped once per iteration (sample counts are iterations × gbs).
+
+    On resume the job spec's schedule wins over the checkpoint's (``override_opt_param_scheduler``): only
+    the step count comes from the checkpoint, so extending ``train.iterations`` re-plans the decay instead
+    of failing (Megatron-LM's default) or silently keeping the old horizon.
+    """
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
     t = job.train
@@ -79,6 +84,6 @@ def build_scheduler(job: Job, optimizer):
         end_wd=t.weight_decay,
         wd_incr_steps=t.iterations * gbs,
         wd_incr_style="constant",
-        use_checkpoint_opt_param_scheduler=True,
-        override_opt_param_scheduler=False,
+        use_checkpoint_opt_param_scheduler=False,
+        override_opt_param_scheduler=True,
     )
