@@ -111,9 +111,12 @@ def line_number(path: str, offset: int) -> int:
     return count + 1
 
 
-def read_lines(shard: Shard, max_line: int) -> Iterator[tuple[int, bytes | None]]:
-    """Yield (line number within the shard, raw line) for the shard's lines; raw is None for a line longer
-    than ``max_line`` bytes (its bytes are skipped without being held in memory)."""
+def read_lines(shard: Shard, max_line: int) -> Iterator[tuple[int, int, bytes | None]]:
+    """Yield (line number within the shard, byte offset of the line, raw line) for the shard's lines.
+
+    raw is None for a line longer than ``max_line`` bytes (skipped without being held in memory). The offset
+    is in the file as stored (only meaningful for uncompressed files, the only ones cut into several shards).
+    """
     with open_binary(shard.path) as fh:
         pos = shard.start
         if shard.start:
@@ -121,6 +124,7 @@ def read_lines(shard: Shard, max_line: int) -> Iterator[tuple[int, bytes | None]
             pos = shard.start - 1 + len(fh.readline())  # finish the line the previous shard owns
         n = 0
         while shard.end < 0 or pos < shard.end:
+            start = pos
             raw = fh.readline(max_line + 1)
             if not raw:
                 return
@@ -130,9 +134,9 @@ def read_lines(shard: Shard, max_line: int) -> Iterator[tuple[int, bytes | None]
                 while raw and not raw.endswith(b"\n"):
                     raw = fh.readline(8 << 20)
                     pos += len(raw)
-                yield n, None
+                yield n, start, None
                 continue
-            yield n, raw
+            yield n, start, raw
 
 
 def parse_document(raw: bytes, keys: list[str]) -> list[str] | str:

@@ -175,8 +175,8 @@ def process_shard(shard: Shard, parts_dir: str, keys: list[str], append_eod: boo
             bufs[key].add(tok.encode_batch([texts[i] for texts in batch]), eod)
         batch, chars = [], 0
 
-    def bad(n: int, reason: str) -> None:
-        line = line_number(shard.path, shard.start) + n - 1 if shard.start else n
+    def bad(n: int, offset: int, reason: str) -> None:
+        line = line_number(shard.path, offset) if shard.start else n
         entry = BadLine(shard.path, line, reason)
         if not skip_bad:
             raise PreprocessError(f"{entry}\n  fix the line, or pass --skip-bad-lines (data.corpus.skip_bad_lines) "
@@ -187,9 +187,9 @@ def process_shard(shard: Shard, parts_dir: str, keys: list[str], append_eod: boo
             res.skipped_examples.append(str(entry))
 
     try:
-        for n, raw in read_lines(shard, max_line):
+        for n, offset, raw in read_lines(shard, max_line):
             if raw is None:
-                bad(n, f"document longer than {max_line / 2**20:g} MiB (raise --max-doc-mb)")
+                bad(n, offset, f"document longer than {max_line / 2**20:g} MiB (raise --max-doc-mb)")
                 continue
             res.input_bytes += len(raw)
             if not raw.strip():
@@ -197,7 +197,7 @@ def process_shard(shard: Shard, parts_dir: str, keys: list[str], append_eod: boo
                 continue
             texts = parse_document(raw, keys)
             if isinstance(texts, str):
-                bad(n, texts)
+                bad(n, offset, texts)
                 continue
             batch.append(texts)
             res.docs += 1

@@ -169,3 +169,12 @@ def test_second_preprocess_on_the_same_prefix_is_refused(tmp_path, bpe_dir, writ
         with pytest.raises(PreprocessError, match="another preprocess is writing"):
             preprocess(_cfg(tmp_path, corpus, bpe_dir, engine="hf"), log=lambda _m: None)
     assert preprocess(_cfg(tmp_path, corpus, bpe_dir, engine="hf"), log=lambda _m: None)["docs"] == 1
+
+
+def test_line_numbers_are_exact_in_later_shards(tmp_path, bpe_dir):
+    lines = [json.dumps({"text": f"document number {i} " + "word " * (i % 50)}) for i in range(400)]
+    lines[337] = '{"text": "unterminated'
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("\n".join(lines) + "\n")
+    with pytest.raises(PreprocessError, match=rf"{corpus}:338: malformed JSON"):
+        preprocess(_cfg(tmp_path, corpus, bpe_dir, engine="hf", shard_mb=0.001), log=lambda _m: None)
