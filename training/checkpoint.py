@@ -12,9 +12,14 @@ the tracker is replaced leaves the tracker naming the previous, complete checkpo
 
 Distributed-optimizer state is saved in the ``dp_reshardable`` format (the only one that works without
 Apex/TE on CPU), which reshards over data-parallel ranks only; the plain optimizer's state follows the
-model's sharding and survives tp/pp changes. Async save (``train.checkpoint.async_save``) is not used:
-megatron-core 0.19.2's async path defaults to nvidia-resiliency-ext ("nvrx"), which is not installable
-here, and its fallback forks a writer per save; saves are synchronous and the setting is reported.
+model's sharding and survives tp/pp changes.
+
+Async save (``train.checkpoint.async_save``): the state dict is built synchronously, then megatron's
+``mcore`` async strategy forks a writer process per save (fork = a copy-on-write snapshot of the tensors,
+so training continues while the shards are written). ``poll()`` (every iteration, all ranks) finalizes a
+finished save: megatron writes the checkpoint metadata, then rank 0 publishes exactly as above. At most
+one save is in flight; saves before exiting (signal, trigger, end of run) are synchronous. The newer
+default ``nvrx`` strategy needs nvidia-resiliency-ext, which is not used here.
 """
 
 from __future__ import annotations
@@ -226,10 +231,13 @@ def _fork_results_queue() -> None:
 class CheckpointManager:
     """Save/load for one run. All ranks call every method (they contain collectives)."""
 
-    def __init__(self, root: str | Path, keep_last: int | None = None, log=print):
+    def __init__(self, root: str | Path, keep_last: int | None = None, log=print, async_save: bool = False):
         self.root = Path(root)
         self.keep_last = keep_last
         self.log = log
+        self.async_save = async_save
+        self._queue = None  # megatron AsyncCallsQueue, created on the first async save
+        self.in_flight: int | None = None
 
     # every rank
     def prepare(self) -> None:
@@ -246,10 +254,13 @@ class CheckpointManager:
         return read_tracker(self.root)
 
     def save(self, iteration: int, model: list, optimizer, scheduler, common: dict[str, Any],
-             distributed_optimizer: bool) -> Path:
+             distributed_optimizer: bool, blocking: bool = True) -> Path:
+        """Write and publish ``iter_N``. With ``async_save`` and ``blocking=False`` only schedule the write;
+        ``poll()``/``wait()`` publish it once every rank has finished."""
         import torch.distributed as dist
         from megatron.core import dist_checkpointing
 
+        self.wait()  # one save in flight at most, and never two writers on one partial dir
         _fork_results_queue()
         partial = self.root / (iter_dir_name(iteration) + PARTIAL_SUFFIX)
         if dist.get_rank() == 0:
@@ -259,20 +270,49 @@ class CheckpointManager:
         dist.barrier()
         sd = build_state_dict(model, optimizer, scheduler, {**common, "iteration": iteration},
                               is_loading=False, distributed_optimizer=distributed_optimizer)
-        dist_checkpointing.save(sd, str(partial), content_metadata=DISTOPT_METADATA if distributed_optimizer
-                                else None)
+        metadata = DISTOPT_METADATA if distributed_optimizer else None
+        if self.async_save and not blocking:
+            from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
+
+            request = dist_checkpointing.save(sd, str(partial), content_metadata=metadata,
+                                              async_sharded_save=True, async_strategy="mcore")
+            request.add_finalize_fn(lambda: self._publish_rank0(iteration))
+            if self._queue is None:
+                self._queue = AsyncCallsQueue()
+            self._queue.schedule_async_request(request)
+            self.in_flight = iteration
+            return self.root / iter_dir_name(iteration)
+        dist_checkpointing.save(sd, str(partial), content_metadata=metadata)
         dist.barrier()
-        if dist.get_rank() == 0:
-            if os.environ.get(FAULT_ENV) == f"save:{iteration}":
-                self.log(f"[checkpoint] {FAULT_ENV}: killing rank 0 before publishing iteration {iteration}")
-                os.kill(os.getpid(), signal.SIGKILL)
-            final = publish(self.root, iteration)
-            for i in prune(self.root, self.keep_last, protect=iteration):
-                self.log(f"[checkpoint] removed old checkpoint iteration {i} (keep_last={self.keep_last})")
-        else:
-            final = self.root / iter_dir_name(iteration)
+        self._publish_rank0(iteration)
         dist.barrier()
-        return final
+        return self.root / iter_dir_name(iteration)
+
+    def _publish_rank0(self, iteration: int) -> None:
+        import torch.distributed as dist
+
+        if dist.get_rank() != 0:
+            return
+        if os.environ.get(FAULT_ENV) == f"save:{iteration}":
+            self.log(f"[checkpoint] {FAULT_ENV}: killing rank 0 before publishing iteration {iteration}")
+            os.kill(os.getpid(), signal.SIGKILL)
+        publish(self.root, iteration)
+        if self.async_save:
+            self.log(f"[checkpoint] published iteration {iteration} (async write finished)")
+        for i in prune(self.root, self.keep_last, protect=iteration):
+            self.log(f"[checkpoint] removed old checkpoint iteration {i} (keep_last={self.keep_last})")
+
+    def poll(self) -> None:
+        """Publish a finished async save (collective: call on every rank, every iteration)."""
+        if (self._queue is not None and self.in_flight is not None
+                and self._queue.maybe_finalize_async_calls(blocking=False)):
+            self.in_flight = None
+
+    def wait(self) -> None:
+        """Block until an in-flight async save is written and published (collective)."""
+        if self._queue is not None and self.in_flight is not None:
+            self._queue.maybe_finalize_async_calls(blocking=True)
+            self.in_flight = None
 
     def load(self, model: list, optimizer, scheduler, job) -> dict[str, Any] | None:
         """Restore from the tracked iteration; returns the common values (iteration, consumed samples)."""

@@ -133,11 +133,9 @@ class Trainer:
 
         ckpt = job.train.checkpoint
         root = ckpt.dir or str(self.run_dir / exitcodes.CHECKPOINTS_DIR)
-        self.ckpt = checkpoint.CheckpointManager(root, ckpt.keep_last, log=lambda m: _log(self.rank, m))
+        self.ckpt = checkpoint.CheckpointManager(root, ckpt.keep_last, log=lambda m: _log(self.rank, m),
+                                                 async_save=ckpt.async_save)
         self.ckpt.prepare()
-        if ckpt.async_save:
-            _log(self.rank, "[checkpoint] async_save requested: saving synchronously (megatron-core 0.19.2's "
-                            "async writer needs nvidia-resiliency-ext, not available here)")
         if ckpt.load:
             state = self.ckpt.load(self.model, self.optimizer, self.scheduler, job)
             if state is not None:
@@ -215,17 +213,23 @@ class Trainer:
         dist.all_reduce(total)
         return float(total[0] / total[1].clamp(min=1))
 
-    def save(self) -> None:
+    def save(self, blocking: bool = True) -> None:
+        """Checkpoint the current iteration. ``blocking=False`` (periodic saves) writes in the background
+        when ``train.checkpoint.async_save`` is set; saves before exiting always block."""
         from .checkpoint import topology
 
         if self.last_saved == self.iteration:
+            if blocking:
+                self.ckpt.wait()
             return
         t0 = time.perf_counter()
         path = self.ckpt.save(self.iteration, self.model, self.optimizer, self.scheduler,
                               {"consumed_samples": self.consumed, "topology": topology(self.job),
-                               "job_name": self.job.name}, self.job.parallel.distributed_optimizer)
+                               "job_name": self.job.name}, self.job.parallel.distributed_optimizer,
+                              blocking=blocking)
         self.last_saved = self.iteration
-        _log(self.rank, f"[checkpoint] saved iteration {self.iteration} to {path} "
+        verb = "scheduled async save of" if self.ckpt.in_flight == self.iteration else "saved"
+        _log(self.rank, f"[checkpoint] {verb} iteration {self.iteration} to {path} "
                         f"in {time.perf_counter() - t0:.2f}s")
 
     # ------------------------------------------------------------------ loop
@@ -284,9 +288,11 @@ class Trainer:
                 self.save()
                 self.control.consume_save_trigger()
             if ckpt.save_interval and nxt % ckpt.save_interval == 0:
-                self.save()
+                self.save(blocking=False)
+            self.ckpt.poll()
         if ckpt.save_on_exit:
             self.save()
+        self.ckpt.wait()
         return exitcodes.OK, "completed"
 
     def close(self) -> None:

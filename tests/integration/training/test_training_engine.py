@@ -5,7 +5,8 @@ Runs are shared through session fixtures (each costs ~20–30 s of imports and s
 * ``tp_ref``   TP=2 fp32 plain Adam, 20 iterations, saves at 10/20, eval, torch profiler, TensorBoard
 * ``tp_sigterm`` same job, SIGTERM mid-run (→ 42), restarted to the end
 * ``dp_ref`` / ``dp_usr2``  DP=2 bf16 distributed optimizer on an IndexedDatasetBuilder blend; SIGUSR2
-* ``sp_ref`` / ``sp_crash`` TP=2 bf16 plain + sequence parallel; crash while saving, restart + save trigger
+* ``sp_ref`` / ``sp_crash`` TP=2 bf16 plain + sequence parallel; async saves, crash while saving, restart
+  + save trigger, keep_last
 * ``dist_fp32_ref`` / ``dist_fp32_exit``  DP=2 fp32 distributed optimizer + full recompute; exit trigger
 * ``pp_from_tp``  PP=2 resuming from tp_ref's TP=2 checkpoint; ``moe``  4 experts top-2 at EP=2
 """
@@ -104,10 +105,11 @@ def sp_ref(tr, engine_root):
 
 @pytest.fixture(scope="session")
 def sp_crash(tr, engine_root):
-    """Save every 4, keep the last 3; rank 0 is SIGKILLed after writing iteration 8's shards, before
-    publishing them. The restart starts with a save trigger present."""
+    """Async saves every 4, keep the last 3; rank 0 is SIGKILLed after iteration 8's shards are written,
+    before they are published. The restart starts with a save trigger present."""
     d = engine_root / "sp_crash"
-    tr.make_job(d, *SP_JOB, "train.checkpoint.save_interval=4", "train.checkpoint.keep_last=3")
+    tr.make_job(d, *SP_JOB, "train.checkpoint.save_interval=4", "train.checkpoint.keep_last=3",
+                "train.checkpoint.async_save=true")
     rc1 = tr.run(d, env={"MTK_FAULT": "save:8"}, tag="first")
     ckpt = d / "checkpoints"
     after_crash = {"rc": rc1, "tracker": tr.tracker(ckpt), "entries": sorted(p.name for p in ckpt.iterdir())}
@@ -243,6 +245,8 @@ def test_sigusr2_saves_exits_42_and_resume_is_exact_distributed_bf16(dp_ref, dp_
 def test_crash_during_save_keeps_tracker_and_resume_is_exact_plain_bf16(sp_ref, sp_crash):
     d, after, rc2 = sp_crash
     assert after["rc"] != 0
+    log1 = (d / "first.log").read_text()
+    assert "scheduled async save of iteration 4" in log1 and "published iteration 4 (async" in log1
     assert after["tracker"] == 4  # the crash at 8 never moved the tracker
     assert "iter_0000008.partial" in after["entries"] and "iter_0000004" in after["entries"]
     log2 = (d / "second.log").read_text()
