@@ -228,6 +228,25 @@ def _fork_results_queue() -> None:
         filesystem_async._results_queue = mp.get_context("fork").Manager().Queue()
 
 
+def check_compatible(path: Path, common: dict[str, Any], job) -> None:
+    """Refuse, with the fix, the resumes whose optimizer state layout cannot match this job."""
+    saved = common.get("topology", {})
+    distopt = job.parallel.distributed_optimizer
+    if "distributed_optimizer" in saved and bool(saved["distributed_optimizer"]) != distopt:
+        raise RuntimeError(f"checkpoint {path} was saved with parallel.distributed_optimizer="
+                           f"{bool(saved['distributed_optimizer'])}; resume with the same setting (the optimizer "
+                           "state layouts differ) or point train.checkpoint.dir elsewhere to start fresh")
+    if distopt and (saved.get("tp"), saved.get("pp")) != (job.parallel.tp, job.parallel.pp):
+        raise RuntimeError(f"checkpoint {path} was saved with the distributed optimizer at tp={saved.get('tp')} "
+                           f"pp={saved.get('pp')}; its dp_reshardable state loads only at the same tp/pp (the "
+                           "data-parallel size may change); use those sizes or the plain optimizer")
+    saved_fp32 = common.get("precision", job.train.precision) == "fp32"
+    if saved_fp32 != (job.train.precision == "fp32"):
+        raise RuntimeError(f"checkpoint {path} was saved with train.precision={common.get('precision')}; "
+                           f"resuming at {job.train.precision} changes the optimizer state layout (fp32 master "
+                           "weights); keep the precision family (bf16/fp16/fp8 vs fp32)")
+
+
 class CheckpointManager:
     """Save/load for one run. All ranks call every method (they contain collectives)."""
 
@@ -330,11 +349,7 @@ class CheckpointManager:
         saved_topo = common.get("topology", {})
         same_topology = saved_topo == topology(job)
         distopt = job.parallel.distributed_optimizer
-        if distopt and saved_topo.get("distributed_optimizer") and (
-                saved_topo.get("tp"), saved_topo.get("pp")) != (job.parallel.tp, job.parallel.pp):
-            raise RuntimeError(f"checkpoint {path} was saved with the distributed optimizer at tp={saved_topo['tp']}"
-                               f" pp={saved_topo['pp']}; its dp_reshardable optimizer state can only be loaded at "
-                               "the same tp/pp (data-parallel size may change)")
+        check_compatible(path, common, job)
         if distopt:
             _prefill_adam_state(optimizer)
         sd = build_state_dict(model, optimizer, scheduler, {}, is_loading=True, distributed_optimizer=distopt)

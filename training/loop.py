@@ -223,10 +223,10 @@ class Trainer:
                 self.ckpt.wait()
             return
         t0 = time.perf_counter()
-        path = self.ckpt.save(self.iteration, self.model, self.optimizer, self.scheduler,
-                              {"consumed_samples": self.consumed, "topology": topology(self.job),
-                               "job_name": self.job.name}, self.job.parallel.distributed_optimizer,
-                              blocking=blocking)
+        common = {"consumed_samples": self.consumed, "topology": topology(self.job),
+                  "precision": self.job.train.precision, "job_name": self.job.name}
+        path = self.ckpt.save(self.iteration, self.model, self.optimizer, self.scheduler, common,
+                              self.job.parallel.distributed_optimizer, blocking=blocking)
         self.last_saved = self.iteration
         verb = "scheduled async save of" if self.ckpt.in_flight == self.iteration else "saved"
         _log(self.rank, f"[checkpoint] {verb} iteration {self.iteration} to {path} "

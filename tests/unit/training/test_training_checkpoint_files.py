@@ -69,3 +69,32 @@ def test_published_iterations_ignores_other_entries(tmp_path):
     (tmp_path / "notes").mkdir()
     (tmp_path / "iter_12").mkdir()
     assert ck.published_iterations(tmp_path) == [7]
+
+
+def _job(**parallel_train):
+    from mtk.launcher.spec import Job
+
+    parallel = {k: v for k, v in parallel_train.items() if k in ("tp", "pp", "distributed_optimizer")}
+    train = {k: v for k, v in parallel_train.items() if k == "precision"}
+    return Job.model_validate({"name": "t", "model": {"preset": "tiny"}, "parallel": parallel, "train": train,
+                               "cluster": {"procs_per_node": 2}})
+
+
+def test_compatible_resumes_pass(tmp_path):
+    saved = {"topology": ck.topology(_job(tp=2, precision="fp32")), "precision": "fp32"}
+    ck.check_compatible(tmp_path, saved, _job(tp=1, pp=2, precision="fp32"))  # plain optimizer reshards
+    saved = {"topology": ck.topology(_job(distributed_optimizer=True)), "precision": "bf16"}
+    ck.check_compatible(tmp_path, saved, _job(distributed_optimizer=True, precision="fp16"))
+
+
+@pytest.mark.parametrize(("saved_kw", "now_kw", "msg"), [
+    ({"distributed_optimizer": True}, {}, "parallel.distributed_optimizer=True"),
+    ({"distributed_optimizer": True, "tp": 2}, {"distributed_optimizer": True, "pp": 2},
+     "loads only at the same tp/pp"),
+    ({"precision": "fp32"}, {"precision": "bf16"}, "train.precision=fp32"),
+])
+def test_incompatible_resumes_are_refused_with_the_fix(tmp_path, saved_kw, now_kw, msg):
+    saved_job = _job(**saved_kw)
+    saved = {"topology": ck.topology(saved_job), "precision": saved_job.train.precision}
+    with pytest.raises(RuntimeError, match=msg):
+        ck.check_compatible(tmp_path, saved, _job(**now_kw))
