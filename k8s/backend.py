@@ -47,6 +47,8 @@ def _step_file(step: str) -> str:
 
 class EksBackend:
     name = "eks"
+    # The run dir is a pod path on FSx; `mtk launch` keeps the files and run.json under ./runs/<run> here.
+    remote_run_dir = True
 
     def __init__(self, kube_factory: Callable[[str], object] | None = None, poll: float = 5.0,
                  etcd_timeout: float = 600.0, say: Callable[[str], None] | None = None):
@@ -117,7 +119,7 @@ class EksBackend:
         run_name = names.run_id(run_dir)
         objs = yamlio.load_all(artifacts.files[ALL_FILE])
         kube = self._kube(job.cluster.eks.namespace)
-        run = Run(backend=self.name, run_dir=run_dir, name=job.name,
+        run = Run(backend=self.name, run_dir=run_dir, name=job.name, record_dir=artifacts.record_dir or "",
                   extra={"namespace": job.cluster.eks.namespace, "run_id": run_name})
         for body in objs:
             run.ids[body["metadata"]["labels"][names.LABEL_COMPONENT]] = f"{body['kind']}/{body['metadata']['name']}"
@@ -317,7 +319,7 @@ def _merge_streams(streams: dict[str, Iterator[str]]) -> Iterator[str]:
 def _save_quietly(run: Run) -> None:
     """Keep run.json current when the run dir is reachable from here (it may live only on the cluster's FSx)."""
     try:
-        Path(run.run_dir).mkdir(parents=True, exist_ok=True)
+        Path(run.record_dir or run.run_dir).mkdir(parents=True, exist_ok=True)
         run.save()
     except OSError:
         pass

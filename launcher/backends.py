@@ -36,10 +36,12 @@ class Artifacts:
     commands: list[list[str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     modes: dict[str, int] = field(default_factory=dict)
+    # Where the launching machine keeps these files when run_dir is only reachable from the cluster.
+    record_dir: str | None = None
 
     def write(self, run_dir: str | Path | None = None) -> list[Path]:
         """Write every file atomically (temp file + rename) so a reader never sees half a script."""
-        root = Path(run_dir or self.run_dir)
+        root = Path(run_dir or self.record_dir or self.run_dir)
         written = []
         for rel, text in sorted(self.files.items()):
             dest = root / rel
@@ -52,8 +54,9 @@ class Artifacts:
         """Human-readable dry run: where the files go and the commands that would run."""
         import shlex
 
+        local = self.record_dir or self.run_dir
         lines = [f"backend: {self.backend}", f"run dir: {self.run_dir}", "files:"]
-        lines += [f"  {Path(self.run_dir) / rel}" for rel in sorted(self.files)]
+        lines += [f"  {Path(local) / rel}" for rel in sorted(self.files)]
         if self.commands:
             lines.append("would run:")
             lines += [f"  {shlex.join(cmd)}" for cmd in self.commands]

@@ -15,7 +15,11 @@ JOB_FILE = "job.json"
 
 @dataclass
 class Run:
-    """A submitted run. ``ids`` maps step name -> backend id (Slurm job id, pid, object name)."""
+    """A submitted run. ``ids`` maps step name -> backend id (Slurm job id, pid, object name).
+
+    ``run_dir`` is the run dir as the nodes/pods see it; ``record_dir`` is where this machine keeps the run
+    record when that path is not local (EKS pods write to FSx, the laptop keeps ``./runs/<run>``).
+    """
 
     backend: str
     run_dir: str
@@ -23,13 +27,14 @@ class Run:
     created: float = field(default_factory=time.time)
     ids: dict[str, str] = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
+    record_dir: str = ""
 
     @property
     def job_file(self) -> Path:
         return Path(self.run_dir) / JOB_FILE
 
     def save(self) -> Path:
-        path = Path(self.run_dir) / RECORD
+        path = Path(self.record_dir or self.run_dir) / RECORD
         atomic_write(path, json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
         return path
 

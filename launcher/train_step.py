@@ -37,9 +37,9 @@ def torchrun_argv(
     return [*program, *rdzv.args, *worker], rdzv.node
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (the torchrun agent's workers), from /proc, no psutil needed."""
-    children: dict[int, list[int]] = {}
+def _children(pid: int) -> list[int]:
+    """Direct children of ``pid``, from /proc (no psutil needed)."""
+    found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -48,20 +48,32 @@ def _descendants(pid: int) -> list[int]:
                 stat = fh.read()
         except OSError:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    found, stack = [], [pid]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            found.append(child)
-            stack.append(child)
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry))
     return found
+
+
+def _is_worker(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return b"\0LOCAL_RANK=" in b"\0" + fh.read()
+    except OSError:
+        return False
+
+
+def training_workers(agent_pid: int) -> list[int]:
+    """The agent's worker processes (they carry LOCAL_RANK), not their DataLoader workers or helpers.
+
+    A signal meant for "save and exit" must reach exactly the ranks: a DataLoader worker killed by it takes
+    its rank down before the checkpoint is written.
+    """
+    return [pid for pid in _children(agent_pid) if _is_worker(pid)]
 
 
 def _forward(agent: subprocess.Popen, received: list[int]):
     def handler(signum, _frame):
         received.append(signum)
-        workers = _descendants(agent.pid)
+        workers = training_workers(agent.pid)
         name = signal.Signals(signum).name
         print(f"mtk: {name} received, forwarding to {len(workers)} worker process(es) to save and exit", flush=True)
         for pid in workers:
@@ -82,9 +94,15 @@ def read_last_exit(run_dir: str, since: float) -> dict | None:
         return None
 
 
-def outcome(agent_rc: int, last_exit: dict | None, signalled: bool) -> int:
-    """One exit code for the scheduler: the engine's REQUEUE/STOPPED win over torchrun's generic failure."""
+def outcome(agent_rc: int, last_exit: dict | None, signalled: bool, kubeflow: bool = False) -> int:
+    """One exit code for the scheduler: the engine's REQUEUE/STOPPED win over torchrun's generic failure.
+
+    Under a PyTorchJob (restartPolicy OnFailure) a deliberate stop must exit 0, or the container restarts and
+    trains on after ``mtk stop``.
+    """
     if last_exit and last_exit.get("code") in (exitcodes.REQUEUE, exitcodes.STOPPED):
+        if kubeflow and last_exit["code"] == exitcodes.STOPPED:
+            return exitcodes.OK
         return int(last_exit["code"])
     if signalled and agent_rc != 0:
         return exitcodes.FAILED
@@ -119,10 +137,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"mtk: node {socket.gethostname()} ({node}) restart {restarts}: {shlex.join(cmd)}", flush=True)
     started = time.time()
     received: list[int] = []
-    agent = subprocess.Popen(cmd)
+    # Workers that stop on purpose (signal, exit trigger) exit 0 under an agent, so that an elastic agent
+    # does not restart them; the reason travels in state/last_exit.json.
+    agent = subprocess.Popen(cmd, env={**os.environ, "MTK_UNDER_AGENT": "1"})
     for sig in FORWARDED:
         signal.signal(sig, _forward(agent, received))
     rc = agent.wait()  # PEP 475: the wait resumes after a forwarded signal
-    code = outcome(rc, read_last_exit(run_dir, started), bool(received))
+    kubeflow = any(key.startswith("PET_") for key in os.environ)
+    code = outcome(rc, read_last_exit(run_dir, started), bool(received), kubeflow)
     print(f"mtk: node {node} torchrun exited {rc}; step exit code {code}", flush=True)
     return code

@@ -8,8 +8,11 @@ records it in ``<run_dir>/state/last_exit.json`` because torchrun flattens worke
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
+
+from mtk.launcher import exitcodes
 
 from . import compat
 
@@ -32,7 +35,12 @@ def main(argv: list[str] | None = None) -> int:
     job = load_job_json(job_path)
     from .loop import train
 
-    return train(job, Path(args.run_dir))
+    code = train(job, Path(args.run_dir))
+    if os.environ.get("MTK_UNDER_AGENT") == "1" and code in (exitcodes.REQUEUE, exitcodes.STOPPED):
+        # A deliberate stop under torchrun: exit 0 or an elastic agent restarts the workers. The reason is in
+        # state/last_exit.json, which `mtk-entrypoint train` turns back into REQUEUE/STOPPED.
+        return exitcodes.OK
+    return code
 
 
 # The checkpoint writer re-imports this module in a spawned helper; it must find the import stubs but

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import click
 
 from .common import backend_option, handles_spec_errors, job_argument, load, set_option
@@ -26,16 +29,19 @@ def command(job_file, overrides, backend, dry_run, run_dir, follow):
     target = run_dir or str(new_run_dir(job.cluster.runs_dir, job.name))
     impl = get_backend(backend)
     artifacts = impl.render(job, target)
+    if getattr(impl, "remote_run_dir", False):  # e.g. EKS: the run dir is a pod path on FSx
+        artifacts = dataclasses.replace(artifacts, record_dir=str(Path("runs").absolute() / Path(target).name))
     artifacts.write()
     if dry_run:
         click.echo(artifacts.describe())
         click.echo("dry run: nothing submitted")
         return
     run = impl.submit(job, artifacts)
+    run.record_dir = artifacts.record_dir or ""
     run.save()
     for step, ident in run.ids.items():
         click.echo(f"{step}: {ident}")
-    click.echo(f"run: {run.run_dir}")
+    click.echo(f"run: {run.record_dir or run.run_dir}")
     if follow if follow is not None else backend == "local":
         try:
             for line in impl.logs(run, follow=True):

@@ -150,3 +150,36 @@ def test_torchrun_argv_runs_the_worker_module():
 )
 def test_outcome_prefers_engine_exit_reason(rc, last, signalled, expected):
     assert outcome(rc, last, signalled) == expected
+
+
+def test_kubeflow_stop_exits_zero_so_onfailure_does_not_restart():
+    assert outcome(0, {"code": exitcodes.STOPPED}, False, kubeflow=True) == exitcodes.OK
+    assert outcome(0, {"code": exitcodes.REQUEUE}, True, kubeflow=True) == exitcodes.REQUEUE
+
+
+def test_signals_reach_only_training_workers():
+    """A fake agent with one 'rank' (LOCAL_RANK set) and one helper process: only the rank is selected."""
+    import subprocess
+    import sys
+    import time
+
+    from mtk.launcher.train_step import training_workers
+
+    code = (
+        "import os, subprocess, sys, time\n"
+        "env = dict(os.environ, LOCAL_RANK='0')\n"
+        "a = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], env=env)\n"
+        "b = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "print(a.pid, b.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    agent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        rank, helper = map(int, agent.stdout.readline().split())
+        time.sleep(0.2)
+        assert training_workers(agent.pid) == [rank]
+        assert helper not in training_workers(agent.pid)
+    finally:
+        subprocess.run(["pkill", "-P", str(agent.pid)])
+        agent.kill()
+        agent.wait()
