@@ -99,88 +99,110 @@ def _write_plan(out: Path, plan: dict) -> None:
     atomic_write(out / "build.json", json.dumps(plan, indent=2, sort_keys=True) + "\n")
 
 
-def run(job: Job, opts: Options, echo: Echo) -> Report:
-    """Do everything ``opts`` asks for; with ``dry_run`` only files under ``opts.out`` are written."""
-    sqsh_path = output_path(opts.sqsh, job.image.sqsh, "image.sqsh", "sqsh", echo)
-    sif_path = output_path(opts.sif, job.image.sif, "image.sif", "sif", echo)
+@dataclass(frozen=True)
+class Plan:
+    """What this invocation will produce, resolved from the spec and the options before anything runs."""
+
+    recipe: recipe.Recipe
+    source: Path
+    out: Path
+    sqsh: Path | None
+    sif: Path | None
+    registry: str | None
+
+    @property
+    def context_dir(self) -> Path:
+        return self.out / "context"
+
+
+def plan(job: Job, opts: Options, echo: Echo) -> Plan:
+    """Resolve paths, render the recipe and check every option; raises ImageError naming the fix."""
+    sqsh = output_path(opts.sqsh, job.image.sqsh, "image.sqsh", "sqsh", echo)
+    sif = output_path(opts.sif, job.image.sif, "image.sif", "sif", echo)
     override = job.cluster.slurm.container_image
-    if sqsh_path is not None and override and Path(override).absolute() != sqsh_path.absolute():
+    if sqsh is not None and override and Path(override).absolute() != sqsh.absolute():
         echo(f"note: cluster.slurm.container_image ({override}) overrides image.sqsh in the sbatch script; "
-             f"unset it to run {sqsh_path}")
+             f"unset it to run {sqsh}")
     try:
         source = recipe.find_source(opts.source)
         rec = recipe.make_recipe(job, source, base=opts.base_image, build_args=opts.build_args)
     except recipe.RecipeError as exc:
         raise ImageError(str(exc)) from None
     _check_build_args(rec)
-    out = opts.out.absolute()
-    ctx_dir = out / "context"
     registry = opts.registry or job.image.registry
     if opts.push and not registry:
         raise ImageError("--push needs a registry: set image.registry or pass --registry HOST")
+    return Plan(rec, source, opts.out.absolute(), sqsh, sif, registry)
 
+
+def run(job: Job, opts: Options, echo: Echo) -> Report:
+    """Do everything ``opts`` asks for; with ``dry_run`` only files under ``opts.out`` are written."""
+    p = plan(job, opts, echo)
     if opts.dry_run:
-        ctx = context.write_context(rec, ctx_dir, wheel=None)
-        atomic_write(out / "context.txt", ctx.listing())
-        report = Report(tags=[*tags_for(job, None), f"{job.image.name}:{HASH_PREFIX}<content hash>"])
-        if sif_path is not None:
-            report.sif_definition = str(_write_definition(rec, ctx_dir, out, job))
-        _write_plan(out, {"dry_run": True, "base": rec.base, "build_args": rec.build_args, "tags": report.tags,
-                          "source": str(source), "sqsh": str(sqsh_path) if sqsh_path else None,
-                          "sif": str(sif_path) if sif_path else None, "push_to": registry if opts.push else None})
-        echo(f"dry run: wrote {ctx_dir / 'Dockerfile'}, {ctx_dir / 'requirements.txt'}, {out / 'context.txt'}, "
-             f"{out / 'build.json'}")
-        echo(ctx.listing().rstrip())
-        argv = ["docker", "build", "--network", opts.network] if opts.network else ["docker", "build"]
-        for k, v in rec.build_args.items():
-            argv += ["--build-arg", f"{k}={v}"]
-        echo("would build (with the Docker SDK, like): "
-             + shlex.join([*argv, "-t", report.tags[0], str(ctx_dir)]))
-        return report
-
+        return dry_run(job, opts, p, echo)
     from .build import docker_client, run_build
 
     client = docker_client()  # fail fast, before the wheel build, when no daemon answers
-    echo(f"wheel: building mtk from {source}")
+    echo(f"wheel: building mtk from {p.source}")
     try:
-        wheel = context.build_wheel(source, out / "wheel")
+        wheel = context.build_wheel(p.source, p.out / "wheel")
     except recipe.RecipeError as exc:
         raise ImageError(str(exc)) from None
-    ctx = context.write_context(rec, ctx_dir, wheel)
-    atomic_write(out / "context.txt", ctx.listing())
-    digest = rec.content_hash(ctx.files[rec.wheel_name])
+    ctx = context.write_context(p.recipe, p.context_dir, wheel)
+    atomic_write(p.out / "context.txt", ctx.listing())
+    digest = p.recipe.content_hash(ctx.files[p.recipe.wheel_name])
     report = Report(tags=tags_for(job, digest), content_hash=digest)
     import mtk
 
     labels = {"org.opencontainers.image.title": job.image.name, "org.opencontainers.image.version": mtk.__version__,
               "mtk.content-hash": digest, "mtk.job": job.name}
-    echo(f"build: {rec.base} -> {', '.join(report.tags)}")
-    result = run_build(client, ctx_dir, report.tags, rec.build_args, labels, echo, network=opts.network,
+    echo(f"build: {p.recipe.base} -> {', '.join(report.tags)}")
+    result = run_build(client, p.context_dir, report.tags, p.recipe.build_args, labels, echo, network=opts.network,
                        pull=opts.pull, no_cache=opts.no_cache, verbose=opts.verbose)
     report.image_id, report.cached_steps = result.image_id, result.cached_steps
     echo(f"build: {result.image_id[:19]} tagged {', '.join(report.tags)} "
          f"({len(result.cached_steps)}/{len(result.steps)} steps cached)")
-    _write_plan(out, {"dry_run": False, "base": rec.base, "build_args": rec.build_args, "tags": report.tags,
-                      "content_hash": digest, "image_id": result.image_id, "source": str(source),
-                      "steps": [{k: v for k, v in asdict(s).items() if k != "output"} for s in result.steps]})
-
-    if sqsh_path is not None:
+    _write_plan(p.out, {"dry_run": False, "base": p.recipe.base, "build_args": p.recipe.build_args,
+                        "tags": report.tags, "content_hash": digest, "image_id": result.image_id,
+                        "source": str(p.source),
+                        "steps": [{k: v for k, v in asdict(s).items() if k != "output"} for s in result.steps]})
+    if p.sqsh is not None:
         from .enroot import make_sqsh
 
-        make_sqsh(client, report.tags[0], sqsh_path, echo, force=opts.force)
-        report.sqsh = str(sqsh_path.absolute())
-    if sif_path is not None:
-        definition = _write_definition(rec, ctx_dir, out, job)
+        make_sqsh(client, report.tags[0], p.sqsh, echo, force=opts.force)
+        report.sqsh = str(p.sqsh.absolute())
+    if p.sif is not None:
+        definition = _write_definition(p, job)
         report.sif_definition = str(definition)
-        apptainer.build_sif(definition, sif_path, echo)
+        apptainer.build_sif(definition, p.sif, echo)
     if opts.push:
-        report.pushed = _push(client, job, opts, registry, report, echo)
+        report.pushed = _push(client, job, opts, p.registry or "", report, echo)
     return report
 
 
-def _write_definition(rec: recipe.Recipe, ctx_dir: Path, out: Path, job: Job) -> Path:
-    path = out / f"{job.image.name.replace('/', '_')}.def"
-    atomic_write(path, apptainer.definition(rec.dockerfile, ctx_dir, rec.build_args))
+def dry_run(job: Job, opts: Options, p: Plan, echo: Echo) -> Report:
+    """Write the Dockerfile, requirements, context listing and build.json (and the .def); run nothing."""
+    ctx = context.write_context(p.recipe, p.context_dir, wheel=None)
+    atomic_write(p.out / "context.txt", ctx.listing())
+    report = Report(tags=[*tags_for(job, None), f"{job.image.name}:{HASH_PREFIX}<content hash>"])
+    if p.sif is not None:
+        report.sif_definition = str(_write_definition(p, job))
+    _write_plan(p.out, {"dry_run": True, "base": p.recipe.base, "build_args": p.recipe.build_args,
+                        "tags": report.tags, "source": str(p.source), "sqsh": str(p.sqsh) if p.sqsh else None,
+                        "sif": str(p.sif) if p.sif else None, "push_to": p.registry if opts.push else None})
+    echo(f"dry run: wrote {p.context_dir / 'Dockerfile'}, {p.context_dir / 'requirements.txt'}, "
+         f"{p.out / 'context.txt'}, {p.out / 'build.json'}")
+    echo(ctx.listing().rstrip())
+    argv = ["docker", "build", "--network", opts.network] if opts.network else ["docker", "build"]
+    for k, v in p.recipe.build_args.items():
+        argv += ["--build-arg", f"{k}={v}"]
+    echo("would build (with the Docker SDK, like): " + shlex.join([*argv, "-t", report.tags[0], str(p.context_dir)]))
+    return report
+
+
+def _write_definition(p: Plan, job: Job) -> Path:
+    path = p.out / f"{job.image.name.replace('/', '_')}.def"
+    atomic_write(path, apptainer.definition(p.recipe.dockerfile, p.context_dir, p.recipe.build_args))
     return path
 
 

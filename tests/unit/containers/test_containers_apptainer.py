@@ -77,3 +77,26 @@ def test_prepare_keeps_exec_form_and_absolute_sources(tmp_path):
     text = prepare_dockerfile('RUN ["echo", "x"]\nCOPY --chown=1:1 a b /dst/\nCOPY /abs /dst\n', tmp_path)
     assert text.splitlines() == ['RUN ["echo", "x"]', f"COPY --chown=1:1 {tmp_path}/a {tmp_path}/b /dst/",
                                  "COPY /abs /dst"]
+
+
+def test_apptainer_build_argv_with_a_stand_in(tmp_path, monkeypatch):
+    """Apptainer is not installable here: a stand-in `apptainer` records argv and writes the image file."""
+    from mtk.containers.apptainer import build_sif
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "apptainer").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$CALLS"; echo sif > "$3"\n')
+    (bin_dir / "apptainer").chmod(0o755)
+    definition_path = tmp_path / "m.def"
+    definition_path.write_text("Bootstrap: docker\n")
+    sif = tmp_path / "out" / "m.sif"
+    sif.parent.mkdir()
+    lines: list[str] = []
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setenv("CALLS", str(tmp_path / "calls"))
+    assert build_sif(definition_path, sif, lines.append) is True
+    argv = (tmp_path / "calls").read_text().splitlines()
+    assert argv[:2] == ["build", "--force"] and argv[3] == str(definition_path)
+    assert Path(argv[2]).parent == sif.parent and sif.read_text() == "sif\n" and not Path(argv[2]).exists()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert build_sif(definition_path, sif, lines.append) is False and "apptainer is not installed" in lines[-1]
