@@ -57,10 +57,10 @@ def base_tarball() -> Path:
             for child in (rootfs / junk).glob("*"):
                 if child.is_file():
                     child.unlink()
-        tmp = tarball.with_suffix(".tmp")
+        tmp = tarball.with_suffix(f".{os.getpid()}.tmp")  # concurrent sessions each write their own
         with tarfile.open(tmp, "w") as tar:
             tar.add(rootfs, arcname=".")
-        tmp.rename(tarball)
+        os.replace(tmp, tarball)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return tarball
