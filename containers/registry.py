@@ -141,6 +141,8 @@ def push(client, image: str, repository: str, tags: list[str], echo: Echo,
             client.api.tag(image, repository, tag)
             events = client.api.push(repository, tag=tag, stream=True, decode=True, auth_config=auth)
             _progress(events, echo, ref)
+        except PushError as exc:
+            raise PushError(_mask(str(exc), secrets)) from None
         except APIError as exc:
             raise PushError(f"pushing {ref} failed: {_mask(exc.explanation or str(exc), secrets)}") from None
         echo(f"push: pushed {ref}")
