@@ -262,7 +262,9 @@ def _is_complete(item: FetchItem, dest: str) -> bool:
     try:
         with open(_record_path(dest)) as fh:
             rec = json.load(fh)
-        if rec.get("url") == item.url and rec.get("size") == st.st_size and rec.get("mtime") == st.st_mtime:
+        if rec.get("url") != item.url:
+            return False  # fetched from another URL: the spec changed
+        if rec.get("size") == st.st_size and rec.get("mtime") == st.st_mtime:
             return item.sha256 in (None, rec.get("sha256"))
     except (OSError, ValueError):
         pass
@@ -283,6 +285,22 @@ def _write_record(item: FetchItem, dest: str, sha: str) -> None:
     os.replace(tmp, _record_path(dest))
 
 
+def _claim_part(part: str, url: str) -> None:
+    """Resume a part file only if it came from the same URL (``PART.url`` says which)."""
+    marker = f"{part}.url"
+    try:
+        with open(marker) as fh:
+            same = fh.read() == url
+    except OSError:
+        same = False
+    if not same:
+        if os.path.exists(part):
+            os.unlink(part)
+        with open(f"{marker}.tmp", "w") as fh:
+            fh.write(url)
+        os.replace(f"{marker}.tmp", marker)
+
+
 def fetch(item: FetchItem, data_dir: str, progress: bool | None = None) -> FetchResult:
     """Fetch one item (idempotent, resumable, verified); raises FetchError with the URL on failure."""
     t0 = time.monotonic()
@@ -291,6 +309,7 @@ def fetch(item: FetchItem, data_dir: str, progress: bool | None = None) -> Fetch
         return FetchResult(item.url, dest, "present", os.path.getsize(dest), 0.0)
     os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
     part, tmp = f"{dest}.part", f"{dest}.tmp"
+    _claim_part(part, item.url)
     _download(item.url, part, progress)
     kind = _compression(item)
     if kind:
@@ -299,14 +318,15 @@ def fetch(item: FetchItem, data_dir: str, progress: bool | None = None) -> Fetch
         sha = _sha256(part)
         tmp = part
     if item.sha256 and sha != item.sha256:
-        for p in {part, tmp}:
+        for p in {part, tmp, f"{part}.url"}:
             if os.path.exists(p):
                 os.unlink(p)
         raise FetchError(f"{item.url}: SHA-256 mismatch: expected {item.sha256}, got {sha}; the download was "
                          "deleted. Check data.fetch[].sha256 or the source.")
     os.replace(tmp, dest)
-    if os.path.exists(part):
-        os.unlink(part)
+    for p in (part, f"{part}.url"):
+        if os.path.exists(p):
+            os.unlink(p)
     _write_record(item, dest, sha)
     return FetchResult(item.url, dest, "fetched", os.path.getsize(dest), time.monotonic() - t0)
 

@@ -98,6 +98,11 @@ def test_dropped_transfer_resumes_with_range_and_decompresses(tmp_path, server):
     assert [r.status for r in again] == ["present", "present"]
     assert handler.log == [], "a second run with complete files makes no request"
 
+    handler.files["/v2/vocab.json"] = b'{"b": 0}'
+    moved = FetchItem(url=f"{base}/v2/vocab.json", path="tok/vocab.json")
+    [res] = fetch_all([moved], str(tmp_path), progress=False, log=lambda _m: None)
+    assert res.status == "fetched" and (tmp_path / "tok" / "vocab.json").read_bytes() == b'{"b": 0}'
+
 
 def test_bad_checksum_fails_loudly_and_leaves_no_file(tmp_path, server):
     handler, base = server
@@ -168,6 +173,7 @@ def test_s3_object_resumes_from_a_partial_download(tmp_path, monkeypatch):
         s3.create_bucket(Bucket="corpus")
         s3.put_object(Bucket="corpus", Key="shards/a.bin", Body=body)
         (tmp_path / "a.bin.part").write_bytes(body[:300_000])  # what a killed earlier run left
+        (tmp_path / "a.bin.part.url").write_text("s3://corpus/shards/a.bin")
         item = FetchItem(url="s3://corpus/shards/a.bin", sha256=hashlib.sha256(body).hexdigest())
         [res] = fetch_all([item], str(tmp_path), progress=False, log=lambda _m: None)
         assert res.status == "fetched" and (tmp_path / "a.bin").read_bytes() == body
