@@ -55,6 +55,13 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the starting process dies (a killed pytest leaves no cluster)."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def slurm_conf(root: Path, ctld_port: int, node_ports: dict[str, int], cpus: int = 2) -> str:
     """A slurm.conf for the namespaced cluster: no accounting, no cgroups, fast scheduling for tests."""
     lines = [
@@ -140,7 +147,8 @@ class MiniCluster:
         env.pop("SLURM_CONF", None)
         log = open(root / "log" / "supervisor.out", "ab")  # noqa: SIM115 - lives as long as the cluster
         self.proc = subprocess.Popen(
-            ["setsid", "unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--mount",
+            preexec_fn=_die_with_parent,
+            args=["setsid", "unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--mount",
              "--propagation", "private", "bash", str(root / "supervisor.sh")],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
         log.close()

@@ -150,13 +150,6 @@ class Harness:
             return None
         return self.wait(f"{step} in {states}", reached, timeout)
 
-    def release(self, job_id: str) -> None:
-        """A requeued job waits ~cred_expire (BeginTime) before it may start again; let it start now."""
-        state = self.slurm("squeue", "-h", "--states=all", f"--jobs={job_id}", "-o", "%T %r").split()
-        if state == ["PENDING", "BeginTime"]:
-            subprocess.run(["scontrol", "update", f"jobid={job_id}", "starttime=now"], env=self.env,
-                           capture_output=True, timeout=30)
-
     def active_jobs(self) -> list[str]:
         return self.slurm("squeue", "-h", "-o", "%i %T").split("\n")[:-1]
 
@@ -206,6 +199,6 @@ def metrics(run_dir: Path) -> dict[int, float]:
     return out
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def read_metrics():
     return metrics

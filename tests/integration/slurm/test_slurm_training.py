@@ -97,12 +97,9 @@ def test_usr2_saves_requeues_and_resumes_on_the_same_loss_curve(harness, mtk_ven
     harness.wait("iteration 5", lambda: _iteration(read_metrics, run) >= 5, timeout=600)
     harness.slurm("scancel", "--signal=USR2", "--batch", job)  # what Slurm sends signal_lead s before the end
 
-    def requeued():
-        harness.release(job)
-        return "on a signal; restarting" in (run / "state" / "events.log").read_text()
-    harness.wait("the save and requeue", requeued, timeout=300)
-    done = harness.wait("the resumed job to finish", lambda: (harness.release(job) or True)
-                        and (s := harness.state(run))["state"] == "COMPLETED" and s, timeout=600)
+    harness.wait("the save and requeue", lambda: "on a signal; restarting" in (run / "state" / "events.log")
+                 .read_text(), timeout=300)
+    done = harness.wait_state(run, {"COMPLETED"}, timeout=600)
     assert "restarts=1" in done["reason"]
     events = (run / "state" / "events.log").read_text()
     saved = int(events.split("saved checkpoint=")[1].split()[0])
@@ -141,15 +138,13 @@ def test_kill_9_of_one_nodes_workers_requeues_and_resumes(harness, mtk_venv, ref
     for pid in victims:
         os.kill(pid, signal.SIGKILL)
 
-    def requeued():
-        harness.release(job)
-        return "failed exit=" in (run / "state" / "events.log").read_text()
-    harness.wait("the failure to be noticed and requeued", requeued, timeout=300)
-    done = harness.wait("the resumed job to finish", lambda: (harness.release(job) or True)
-                        and (s := harness.state(run))["state"] == "COMPLETED" and s, timeout=600)
+    harness.wait("the failure to be noticed and requeued", lambda: "failed exit=" in (run / "state" / "events.log")
+                 .read_text(), timeout=300)
+    done = harness.wait_state(run, {"COMPLETED"}, timeout=600)
     assert "restarts=1" in done["reason"]
     events = (run / "state" / "events.log").read_text()
     resumed_from = int(events.split("failed exit=")[1].split("checkpoint=")[1].split(")")[0])
+    assert f"train: job {job}, restart 1" in (run / "logs" / f"train-{job}.out").read_text()
     assert killed_at - resumed_from <= FT_SAVE + 1  # iterations lost ≤ the save interval (+ the one in flight)
     losses = read_metrics(run)
     assert sorted(losses) == sorted(reference)
