@@ -59,7 +59,9 @@ def network_env(job: Job, run_dir: str | None = None) -> dict[str, str]:
             env["FI_EFA_FORK_SAFE"] = "1"
             if profile is None or profile.gpudirect_rdma:
                 env["FI_EFA_USE_DEVICE_RDMA"] = "1"
-            env["NCCL_NET"] = "ofi"  # fail loudly if the OFI plugin is missing instead of using sockets
+            # Fail loudly if the OFI plugin is missing instead of quietly using TCP sockets. "AWS Libfabric" is
+            # the name aws-ofi-nccl <= 1.11 reports and newer releases still accept (they report "Libfabric").
+            env["NCCL_NET"] = "AWS Libfabric"
         hopper = profile.hopper_or_older if profile else True
         if hopper and (p.tp > 1 or p.cp > 1 or p.sequence_parallel):
             env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"

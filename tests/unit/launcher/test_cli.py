@@ -13,9 +13,9 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 HEAVY = ("torch", "megatron", "docker", "kubernetes", "boto3", "botocore", "pydantic")
 
 
-def _modules_after(code: str) -> set[str]:
+def _modules_after(code: str, cwd=None) -> set[str]:
     script = f"import sys\n{code}\nprint('\\n'.join(sys.modules))"
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=cwd)
     return set(out.stdout.split())
 
 
@@ -45,8 +45,10 @@ def test_dry_run_imports_no_sdk(backend, tmp_path):
         "from mtk.launcher.cli import cli\ntry:\n"
         f"    cli.main({args!r}, standalone_mode=False)\nexcept SystemExit:\n    pass"
     )
-    mods = _modules_after(code)
-    assert (tmp_path / "run" / "job.json").exists(), "dry run wrote no files"
+    mods = _modules_after(code, cwd=tmp_path)
+    # EKS: the run dir is a pod path; the launching machine keeps its copy under ./runs/<run>.
+    local = tmp_path / "runs" / "run" if backend == "eks" else tmp_path / "run"
+    assert (local / "job.json").exists(), "dry run wrote no files"
     assert not {m for m in mods if m.split(".")[0] in ("torch", "megatron", "docker", "kubernetes", "boto3")}
 
 
