@@ -171,7 +171,7 @@ class SlurmBackend:
              node: str | None = None) -> Iterator[str]:
         step = step or _latest_step(run)
         if step not in run.ids:
-            raise ValueError(f"--step {step!r}: this run has {', '.join(run.ids)}")
+            raise logfiles.LogsError(f"--step {step!r}: this run has {', '.join(run.ids)}")
         done: set[str] = set()
         while True:
             ids = [run.ids[step], *(_successors(run) if step == "train" else [])]

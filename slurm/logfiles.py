@@ -15,6 +15,12 @@ _LABEL = re.compile(r"^\s*(\d+): ")
 _TASK_FAILED = re.compile(r"srun: error: (\S+): tasks? ([\d,-]+): (.*)")
 
 
+class LogsError(ValueError):
+    """A --step/--node that names nothing in this run; the message lists what exists."""
+
+    user_facing = True
+
+
 def log_path(run_dir: str, step: str, job_id: str) -> Path:
     return Path(run_dir) / exitcodes.LOGS_DIR / f"{step}-{job_id}.out"
 
@@ -36,7 +42,7 @@ def node_index(node: str | None, hosts: list[str]) -> int | None:
         return int(node)
     if node in hosts:
         return hosts.index(node)
-    raise ValueError(f"--node {node!r}: not a task number or one of this job's nodes ({' '.join(hosts) or '?'})")
+    raise LogsError(f"--node {node!r}: not a task number or one of this job's nodes ({' '.join(hosts) or '?'})")
 
 
 def keep(line: str, index: int | None) -> bool:
