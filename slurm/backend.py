@@ -127,7 +127,8 @@ class SlurmBackend:
                 out.append(StepStatus(label, "UNKNOWN", job_id, reason="Slurm no longer knows this job and "
                                       "the run dir has no exit record"))
                 continue
-            st = StepStatus(label, neutral(rec.state), job_id, exit_code=rec.exit_code,
+            state = neutral(rec.state)
+            st = StepStatus(label, state, job_id, exit_code=None if state in ACTIVE else rec.exit_code,
                             reason=self._reason(run, label, rec, final))
             if st.state == "FAILED":
                 step = label.split("#")[0]
@@ -161,7 +162,7 @@ class SlurmBackend:
                 parts.append(FINAL_REASONS[final])
             elif final == "completed" and state == "CANCELLED" and "#" in label:
                 parts.append("not needed: the run completed")
-        if rec.signal:
+        if rec.signal and state != "CANCELLED":
             parts.append(f"killed by signal {rec.signal}")
         return "; ".join(parts)
 
