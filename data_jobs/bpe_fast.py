@@ -2,10 +2,12 @@
 
 Why: tokenization is ~all of preprocessing, and tiktoken's BPE needs ~5x fewer CPU-seconds than the Hugging
 Face one that defines the reference ids (same pipeline, 100 MB of real text, benchmarks/preprocess.py).
-Why it can match: both split text with the same GPT-2 regex and then
-repeatedly merge the best-ranked adjacent pair. Hugging Face ranks a pair by its line in ``merges.txt``;
-tiktoken ranks it by the id of the concatenated token. Those agree when the merged tokens' ids increase in
-merge order (true for GPT-2 and for anything ``tokenizers`` trains) and merge results are unique.
+Why it can match: both split text with the same GPT-2 regex and then repeatedly merge the best-ranked
+adjacent pair. Hugging Face ranks a pair by its line in ``merges.txt``; tiktoken ranks it by the id of the
+concatenated token. With merge-result ids increasing in merge order (true for GPT-2 and for anything
+``tokenizers`` trains) and unique merge results, the two agree on every pair that is a merge. They can
+still differ where two adjacent parts concatenate to a token through another split than its merge; no
+cheap static test rules that out for every input, hence the checks below.
 
 It is never trusted blindly:
 
