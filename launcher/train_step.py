@@ -83,6 +83,38 @@ def _forward(agent: subprocess.Popen, received: list[int]):
     return handler
 
 
+ORPHAN_GRACE_SECONDS = 900.0
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _become_subreaper() -> None:
+    """Adopt ranks orphaned by a dying torchrun (Linux only; elsewhere a no-op)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _reap_orphans(grace: float) -> None:
+    """Wait for adopted ranks to exit (they may be writing a checkpoint); kill what is left after ``grace``."""
+    deadline = time.monotonic() + grace
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid:
+            continue
+        if time.monotonic() > deadline:
+            for child in _children(os.getpid()):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signal.SIGKILL)
+            grace, deadline = 0.0, time.monotonic() + 5
+        time.sleep(0.2)
+
+
 def read_last_exit(run_dir: str, since: float) -> dict | None:
     """The engine's account of why it stopped, if written during this attempt."""
     path = Path(run_dir) / exitcodes.STATE_DIR / "last_exit.json"
@@ -137,12 +169,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f"mtk: node {socket.gethostname()} ({node}) restart {restarts}: {shlex.join(cmd)}", flush=True)
     started = time.time()
     received: list[int] = []
+    _become_subreaper()
+    # srun delivers a forwarded SIGUSR2 to every process of the step, torchrun included, and torchrun dies
+    # of it (default action) while its workers are still saving. An ignored disposition survives exec, so
+    # torchrun starts with SIGUSR2 ignored; the engine installs its own handler in every rank.
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     # Workers that stop on purpose (signal, exit trigger) exit 0 under an agent, so that an elastic agent
     # does not restart them; the reason travels in state/last_exit.json.
     agent = subprocess.Popen(cmd, env={**os.environ, "MTK_UNDER_AGENT": "1"})
     for sig in FORWARDED:
         signal.signal(sig, _forward(agent, received))
     rc = agent.wait()  # PEP 475: the wait resumes after a forwarded signal
+    # If the agent died first, its ranks were re-parented to us: let them finish their save before we
+    # read last_exit.json and report.
+    _reap_orphans(ORPHAN_GRACE_SECONDS)
     kubeflow = any(key.startswith("PET_") for key in os.environ)
     code = outcome(rc, read_last_exit(run_dir, started), bool(received), kubeflow)
     print(f"mtk: node {node} torchrun exited {rc}; step exit code {code}", flush=True)
