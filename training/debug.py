@@ -97,3 +97,37 @@ class ProfilerWindow:
         prof.export_chrome_trace(str(tmp))
         os.replace(tmp, self.path)
         self.enabled = False
+
+
+class NsysWindow:
+    """Open Nsight Systems' capture range over iterations [start, stop) on the chosen ranks.
+
+    The Slurm script runs those ranks under ``nsys profile --capture-range=cudaProfilerApi``; nsys records only
+    between cudaProfilerStart/Stop, which this calls. Without CUDA (CPU runs, CI) it does nothing.
+    """
+
+    def __init__(self, spec, rank: int):
+        import torch
+
+        self.enabled = bool(spec.enabled) and rank in spec.ranks and torch.cuda.is_available()
+        self.start, self.stop = spec.start, spec.stop
+        self.active = False
+
+    def before(self, iteration: int) -> None:
+        if self.enabled and not self.active and self.start <= iteration < self.stop:
+            import torch
+
+            torch.cuda.profiler.start()
+            self.active = True
+
+    def after(self, iteration: int) -> None:
+        if self.active and iteration + 1 >= self.stop:
+            self.finish()
+
+    def finish(self) -> None:
+        if self.active:
+            import torch
+
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
+            self.active, self.enabled = False, False

@@ -111,6 +111,7 @@ class Trainer:
         if job.debug.env_dump:
             debug.dump_environment(self.run_dir, self.rank, topo)
         self.profiler = debug.ProfilerWindow(job.debug.torch_profiler, self.run_dir, self.rank)
+        self.nsys = debug.NsysWindow(job.debug.nsys, self.rank)
 
         self.tok = data.tokenizer_info(job)
         self.config = model.transformer_config(job, self.cpu)
@@ -251,10 +252,12 @@ class Trainer:
         while self.iteration < t.iterations:
             nxt = self.iteration + 1
             self.profiler.before(nxt)
+            self.nsys.before(nxt)
             t0 = time.perf_counter()
             losses, skipped, grad_norm = self.train_step()
             step_s = time.perf_counter() - t0
             self.profiler.after(nxt)
+            self.nsys.after(nxt)
             self.iteration = nxt
             self.consumed += t.global_batch_size
             log_now = nxt % t.log_interval == 0 or nxt == t.iterations
@@ -298,6 +301,8 @@ class Trainer:
     def close(self) -> None:
         if hasattr(self, "profiler"):
             self.profiler.finish()
+        if hasattr(self, "nsys"):
+            self.nsys.finish()
         if hasattr(self, "metrics"):
             self.metrics.close()
         self.control.uninstall()
