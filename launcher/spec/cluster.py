@@ -32,18 +32,28 @@ class SlurmSpec(Section):
     exclusive: bool = Field(True, description="Whole nodes (GPU jobs); set false to share CPU nodes.")
     cpus_per_task: int | None = Field(None, ge=1, description="CPUs for the one task per node.")
     mem: str | None = Field(None, description="Memory per node, e.g. '0' (all) or '200G'.")
-    runtime: Literal["bare", "pyxis"] = Field("pyxis", description="bare: activate venv/conda per node; pyxis: container.")
+    runtime: Literal["bare", "pyxis"] = Field(
+        "pyxis", description="bare: activate venv/conda per node; pyxis: container."
+    )
     venv: str | None = Field(None, description="bare: path of a virtualenv to activate on every node.")
     conda_env: str | None = Field(None, description="bare: conda environment name or path.")
     container_image: str | None = Field(None, description="pyxis: .sqsh path or image reference (default: image.sqsh).")
-    container_mounts: list[str] = Field(default_factory=list, description="pyxis: SRC:DST mounts (data dir and run dir are added).")
+    container_mounts: list[str] = Field(
+        default_factory=list, description="pyxis: SRC:DST mounts (data dir and run dir are added)."
+    )
     container_workdir: str | None = None
     requeue: bool = Field(True, description="Requeue after a signal-triggered save or a node failure.")
-    signal_lead: int = Field(600, ge=0, description="Seconds before the time limit to send SIGUSR2 (save and exit); 0 disables.")
+    signal_lead: int = Field(
+        600, ge=0, description="Seconds before the time limit to send SIGUSR2 (save and exit); 0 disables."
+    )
     singleton: bool = Field(False, description="Keep one successor queued (--dependency=singleton) to pick up crashes.")
-    max_failures: int = Field(3, ge=1, description="Guardrail: stop requeueing after N failures without checkpoint progress.")
+    max_failures: int = Field(
+        3, ge=1, description="Guardrail: stop requeueing after N failures without checkpoint progress."
+    )
     rdzv_port: int | None = Field(None, ge=1024, le=65535, description="c10d port (default: derived from the job id).")
-    extra_sbatch: dict[str, str] = Field(default_factory=dict, description="More #SBATCH options, e.g. {constraint: a100}.")
+    extra_sbatch: dict[str, str] = Field(
+        default_factory=dict, description="More #SBATCH options, e.g. {constraint: a100}."
+    )
 
     @field_validator("time")
     @classmethod
@@ -81,7 +91,9 @@ class ClusterSpec(Section):
     instance_type: str | None = Field(None, description="e.g. p5.48xlarge: selects NCCL/EFA settings and EFA count.")
     efa_per_node: int | None = Field(None, ge=0, description="EFA devices per node (default: from instance_type).")
     runs_dir: str = Field("runs", description="Where run dirs go; must be shared storage on clusters.")
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for every process (overrides presets).")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Extra environment for every process (overrides presets)."
+    )
     local: LocalSpec = Field(default_factory=LocalSpec)
     slurm: SlurmSpec = Field(default_factory=SlurmSpec)
     eks: EksSpec = Field(default_factory=EksSpec)

@@ -12,7 +12,10 @@ from pydantic import Field, field_validator
 from .base import Section
 
 TokenizerType = Literal[
-    "GPT2BPETokenizer", "HuggingFaceTokenizer", "GPTSentencePieceTokenizer", "NullTokenizer",
+    "GPT2BPETokenizer",
+    "HuggingFaceTokenizer",
+    "GPTSentencePieceTokenizer",
+    "NullTokenizer",
 ]
 
 
@@ -33,7 +36,8 @@ class TokenizerSpec(Section):
     merge_file: str | None = Field(None, description="GPT2BPETokenizer: merges.txt.")
     model: str | None = Field(None, description="HuggingFaceTokenizer: tokenizer.json; SentencePiece: tokenizer.model.")
     legacy_eod_as_text: bool = Field(
-        False, description="Treat a literal <|endoftext|> in text as plain text (older Megatron behaviour).")
+        False, description="Treat a literal <|endoftext|> in text as plain text (older Megatron behaviour)."
+    )
 
 
 class CorpusSpec(Section):
@@ -71,7 +75,9 @@ class DataSpec(Section):
     folders: list[FolderItem] = Field(default_factory=list)
     tokenizer: TokenizerSpec = Field(default_factory=TokenizerSpec)
     split: str = Field("949,50,1", description="train,valid,test weights.")
-    cache_dir: str | None = Field(None, description="Dataset index cache (default: <data.dir>/index-cache); must be shared.")
+    cache_dir: str | None = Field(
+        None, description="Dataset index cache (default: <data.dir>/index-cache); must be shared."
+    )
     num_workers: int = Field(2, ge=0, description="DataLoader workers per rank.")
 
     @field_validator("split")

@@ -10,8 +10,12 @@ from .base import Section
 class CheckpointSpec(Section):
     """Where and how often to save. Resume is automatic from ``dir``'s latest-iteration tracker."""
 
-    dir: str | None = Field(None, description="Checkpoint directory on shared storage (default: <run dir>/checkpoints).")
-    save_interval: int | None = Field(None, ge=1, description="Iterations between saves (None: only at the end/on signal).")
+    dir: str | None = Field(
+        None, description="Checkpoint directory on shared storage (default: <run dir>/checkpoints)."
+    )
+    save_interval: int | None = Field(
+        None, ge=1, description="Iterations between saves (None: only at the end/on signal)."
+    )
     keep_last: int | None = Field(None, ge=1, description="Keep only the newest N checkpoints.")
     async_save: bool = Field(False, description="Write checkpoints in the background where supported.")
     load: bool = Field(True, description="Auto-resume from the latest checkpoint in dir.")
@@ -39,7 +43,9 @@ class TrainSpec(Section):
     seed: int = Field(1234, ge=0)
     recompute: Literal["none", "selective", "full"] = Field("none", description="Activation recomputation.")
     recompute_num_layers: int = Field(1, ge=1, description="full recompute: layers per recompute block.")
-    log_interval: int = Field(1, ge=1, description="Iterations between log lines (also how often triggers are checked).")
+    log_interval: int = Field(
+        1, ge=1, description="Iterations between log lines (also how often triggers are checked)."
+    )
     eval_interval: int | None = Field(None, ge=1, description="Iterations between validation passes.")
     eval_iters: int = Field(2, ge=1, description="Validation batches per evaluation.")
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)

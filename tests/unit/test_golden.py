@@ -13,7 +13,6 @@ import shlex
 from pathlib import Path
 
 import pytest
-
 from mtk.launcher.backends import get_backend
 from mtk.launcher.paths import resolve_paths
 from mtk.launcher.spec import load_job
