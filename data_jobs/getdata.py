@@ -210,21 +210,12 @@ def _download(url: str, part: str, progress_live: bool | None) -> None:
 
 
 def _open_decompressed(path: str, kind: str) -> IO[bytes]:
-    if kind == ".gz":
-        import gzip
+    from .jsonl import InputError, open_binary
 
-        return gzip.open(path, "rb")
-    if kind == ".xz":
-        import lzma
-
-        return lzma.open(path, "rb")
-    if kind == ".zst":
-        try:
-            import zstandard
-        except ImportError:
-            raise FetchError("decompressing .zst needs the 'zstandard' package (pip install zstandard)") from None
-        return zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True)
-    return open(path, "rb")
+    try:
+        return open_binary(path, kind)
+    except InputError as exc:
+        raise FetchError(str(exc)) from None
 
 
 def _finalize(part: str, tmp: str, kind: str, url: str) -> str:

@@ -81,9 +81,9 @@ def plan_shards(files: list[str], shard_bytes: int) -> list[Shard]:
     return shards
 
 
-def open_binary(path: str) -> IO[bytes]:
-    """Open a possibly compressed file for streamed binary reading."""
-    kind = _compression(path)
+def open_binary(path: str, kind: str | None = None) -> IO[bytes]:
+    """Open a possibly compressed file for streamed binary reading (``kind`` overrides the file's suffix)."""
+    kind = _compression(path) if kind is None else kind
     if kind == ".gz":
         return gzip.open(path, "rb")
     if kind == ".xz":
