@@ -19,6 +19,7 @@ from pathlib import Path
 from . import exitcodes
 from .backends import Artifacts, StepStatus
 from .local_runner import STEPS_FILE, read_state
+from .netenv import network_env
 from .runs import Run
 from .spec import Job
 
@@ -27,14 +28,14 @@ def step_argv(step: str, run_dir: str) -> list[str]:
     return ["mtk-entrypoint", step, "--job", f"{run_dir}/{exitcodes.JOB_FILE}", "--run-dir", run_dir]
 
 
-def _run_script(job: Job, run_dir: str, steps: list[list[str]], torchrun: list[str]) -> str:
+def _run_script(job: Job, run_dir: str, steps: list[list[str]], torchrun: list[str], env: dict[str, str]) -> str:
     lines = [
         "#!/usr/bin/env bash",
         f"# mtk local run of {job.name}: generated, do not edit.",
         "set -euo pipefail",
         f"cd {shlex.quote(run_dir)}",
     ]
-    lines += [f"export {k}={shlex.quote(v)}" for k, v in job.cluster.env.items()]
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
     for argv in steps:
         if argv[1] == "train":
             lines.append(f"# train runs: {shlex.join(torchrun)}")
@@ -50,14 +51,16 @@ class LocalBackend:
 
         steps = [step_argv(s, run_dir) for s in job.steps()]
         torchrun, _ = torchrun_argv(job, run_dir, f"{run_dir}/{exitcodes.JOB_FILE}", env={}, program=["torchrun"])
+        # The same presets and debug switches as on a cluster (NCCL debug files, ...), then cluster.env.
+        env = network_env(job, run_dir)
         plan = {
             "steps": [{"step": s, "argv": argv} for s, argv in zip(job.steps(), steps, strict=True)],
-            "env": dict(job.cluster.env),
+            "env": env,
         }
         files = {
             exitcodes.JOB_FILE: job.to_json(),
             STEPS_FILE: json.dumps(plan, indent=2, sort_keys=True) + "\n",
-            "run.sh": _run_script(job, run_dir, steps, torchrun),
+            "run.sh": _run_script(job, run_dir, steps, torchrun, env),
         }
         return Artifacts(
             backend=self.name,

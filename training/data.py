@@ -67,6 +67,43 @@ def check_prefixes(prefixes: list[str]) -> None:
                                         "step or fix data.blend / data.folders")
 
 
+SPLIT_NAMES = ("train", "valid", "test")
+
+
+def effective_split(job: Job, sizes: list[int]) -> str:
+    """The split handed to Megatron.
+
+    mtk never samples the test split, so when no test samples are requested its share joins valid: train
+    boundaries stay exactly where ``data.split`` puts them, and Megatron never builds an unused test split
+    (it loops forever building a split that has zero documents, which 949,50,1 gives any small prefix).
+    """
+    train, valid, test = (float(x) for x in job.data.split.split(","))
+    if sizes[2] == 0 and test > 0:
+        valid, test = valid + test, 0.0
+    return ",".join(f"{x:g}" for x in (train, valid, test))
+
+
+def check_split_documents(prefixes: list[str], split: str) -> None:
+    """Refuse a prefix whose built split would get no documents, naming it and the fix, instead of hanging."""
+    from megatron.core.datasets.blended_megatron_dataset_config import (
+        convert_split_vector_to_split_matrix,
+        parse_and_normalize_split,
+    )
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    matrix = convert_split_vector_to_split_matrix(parse_and_normalize_split(split))
+    for prefix in prefixes:
+        documents = IndexedDataset(prefix, mmap=True).document_indices.shape[0] - 1
+        for name, bounds in zip(SPLIT_NAMES, matrix, strict=True):
+            if bounds is None:
+                continue
+            if round(bounds[1] * documents) - round(bounds[0] * documents) == 0:
+                raise ValueError(
+                    f"data prefix {prefix}: the {name} split of data.split (as used: {split}) gets none of its "
+                    f"{documents} documents; use more data per prefix or change data.split "
+                    f"(or turn off evaluation with train.eval_interval: null)")
+
+
 def cache_dir(job: Job) -> str:
     d = job.data
     return d.cache_dir or os.path.join(d.dir, "index-cache")
@@ -88,14 +125,17 @@ def build_datasets(job: Job, info: TokenizerInfo, log: Callable[[str], None] | N
 
     prefixes, weights = blend(job, log)
     mock = not prefixes
+    sizes = split_sizes(job)
+    split = effective_split(job, sizes)
     if not mock:
         check_prefixes(prefixes)
+        check_split_documents(prefixes, split)
     os.makedirs(cache_dir(job), exist_ok=True)
     config = GPTDatasetConfig(
         random_seed=job.train.seed,
         sequence_length=job.model.seq_length,
         blend=None if mock else (prefixes, weights),
-        split=job.data.split,
+        split=split,
         path_to_cache=cache_dir(job),
         tokenizer=NullTokenizer(info.vocab_size, eod_id=info.eod),
         reset_position_ids=False,
@@ -105,7 +145,7 @@ def build_datasets(job: Job, info: TokenizerInfo, log: Callable[[str], None] | N
         mid_level_dataset_surplus=0.005,
     )
     cls = MockGPTDataset if mock else GPTDataset
-    train, valid, _test = BlendedMegatronDatasetBuilder(cls, split_sizes(job), lambda: True, config).build()
+    train, valid, _test = BlendedMegatronDatasetBuilder(cls, sizes, lambda: True, config).build()
     return train, valid
 
 
