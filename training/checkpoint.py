@@ -24,6 +24,7 @@ default ``nvrx`` strategy needs nvidia-resiliency-ext, which is not used here.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -221,11 +222,29 @@ def _fork_results_queue() -> None:
     context on first save: a fresh interpreter that re-imports the main module (seconds per rank on a
     small machine). A fork-context manager is equivalent for the synchronous save and starts in ~50 ms."""
     import multiprocessing as mp
+    from multiprocessing.managers import SyncManager
 
     from megatron.core.dist_checkpointing.strategies import filesystem_async
 
     if getattr(filesystem_async, "_results_queue", None) is None:
-        filesystem_async._results_queue = mp.get_context("fork").Manager().Queue()
+        global _MANAGER
+        _MANAGER = SyncManager(ctx=mp.get_context("fork"))
+        _MANAGER.start(initializer=_die_with_parent)
+        filesystem_async._results_queue = _MANAGER.Queue()
+
+
+_MANAGER = None
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Runs in the manager process: end with the rank that started it, even when that rank is SIGKILLed
+    (otherwise every killed rank leaves an orphaned manager behind)."""
+    import ctypes
+    import signal
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def check_compatible(path: Path, common: dict[str, Any], job) -> None:
