@@ -33,24 +33,28 @@ def test_launch_status_logs_cancel_through_the_cli(standin, kube_token, tmp_path
                *sets, cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "train: PyTorchJob/tiny-20261122-020304" in out.stdout
-    record = json.loads((run_dir / "run.json").read_text())
+    # The run dir is a pod path; the launching machine keeps the files and run.json under ./runs/<run>.
+    local = tmp_path / "runs" / run_dir.name
+    assert f"run: {local}" in out.stdout
+    assert not run_dir.exists(), "the launcher wrote into the pods' FSx path"
+    record = json.loads((local / "run.json").read_text())
     assert record["backend"] == "eks" and record["extra"]["run_id"] == "tiny-20261122-020304"
     kinds = [r.kind for r in standin.state.requests if r.method == "PATCH"]
     assert kinds == ["ConfigMap", "Service", "Deployment", "PyTorchJob"]
 
-    status = _mtk("status", str(run_dir), "--json", cwd=tmp_path)
+    status = _mtk("status", run_dir.name, "--json", cwd=tmp_path)  # by run name, from ./runs
     assert status.returncode == 0, status.stderr
     steps = {(s["step"], s["id"]): s["state"] for s in json.loads(status.stdout)}
     assert steps[("train", "PyTorchJob/tiny-20261122-020304")] == "RUNNING"
     assert steps[("train", "pod/tiny-20261122-020304-worker-1")] == "RUNNING"
 
-    logs = _mtk("logs", str(run_dir), "--node", "worker-1", cwd=tmp_path)
+    logs = _mtk("logs", str(local), "--node", "worker-1", cwd=tmp_path)
     assert logs.returncode == 0, logs.stderr
     assert logs.stdout.splitlines() == [f"tiny-20261122-020304-worker-1: line {n}" for n in (1, 2, 3)]
-    cancel = _mtk("cancel", str(run_dir), cwd=tmp_path)  # repeating it: test_k8s_apply
+    cancel = _mtk("cancel", str(local), cwd=tmp_path)  # repeating it: test_k8s_apply
     assert cancel.returncode == 0, cancel.stderr
     assert not standin.state.objects
-    assert kube_token not in "".join(p.read_text() for p in run_dir.rglob("*") if p.is_file())
+    assert kube_token not in "".join(p.read_text() for p in local.rglob("*") if p.is_file())
 
 
 def test_unreachable_cluster_is_one_clear_line(tmp_path, monkeypatch):
