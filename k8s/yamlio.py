@@ -14,9 +14,17 @@ class _Dumper(yaml.SafeDumper):
         return True
 
 
+# Characters YAML itself treats as line breaks (or that a block scalar cannot carry): a raw one is folded or
+# normalised on load, so such strings are written double-quoted, where they are escapes (\N, \L, \P, \r).
+_YAML_BREAKS = ("\r", "\x85", "\u2028", "\u2029")
+
+
 def _str(dumper: yaml.SafeDumper, value: str):
     # PyYAML falls back to a quoted scalar by itself when a block is not allowed (e.g. trailing spaces).
-    style = "|" if "\n" in value else None
+    if any(ch in value for ch in _YAML_BREAKS):
+        style = '"'
+    else:
+        style = "|" if "\n" in value else None
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 
