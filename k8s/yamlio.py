@@ -21,10 +21,11 @@ _YAML_BREAKS = ("\r", "\x85", "\u2028", "\u2029")
 
 def _str(dumper: yaml.SafeDumper, value: str):
     # PyYAML falls back to a quoted scalar by itself when a block is not allowed (e.g. trailing spaces).
+    style = None
     if any(ch in value for ch in _YAML_BREAKS):
         style = '"'
-    else:
-        style = "|" if "\n" in value else None
+    elif "\n" in value:
+        style = "|"
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 
