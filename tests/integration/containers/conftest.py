@@ -76,18 +76,19 @@ def free_port() -> int:
 def wait_for(what: str, probe, proc: subprocess.Popen, log: Path, timeout: float = 60.0) -> None:
     """Poll ``probe`` until it returns truthy; FAIL (not skip) with the daemon's log when it never does."""
     deadline = time.monotonic() + timeout
+    last_error = "none"
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             break
         try:
             if probe():
                 return
-        except Exception:
-            pass
+        except Exception as exc:  # not up yet: the probe's client raises until the daemon answers
+            last_error = f"{type(exc).__name__}: {exc}"
         time.sleep(0.3)
     tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
     stop(proc)
-    pytest.fail(f"{what} did not come up (exit {proc.poll()}); log tail:\n{tail}")
+    pytest.fail(f"{what} did not come up (exit {proc.poll()}; last probe error: {last_error}); log tail:\n{tail}")
 
 
 def stop(proc: subprocess.Popen, timeout: float = 30.0) -> None:

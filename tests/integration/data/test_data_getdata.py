@@ -54,7 +54,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body[start:])
 
     def log_message(self, *_args) -> None:
-        pass
+        """Keep the test server's access log out of the test output."""
 
 
 @pytest.fixture

@@ -180,8 +180,8 @@ def _handler(state: State):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def log_message(self, *args):  # quiet
-            pass
+        def log_message(self, *args):
+            """Keep the stand-in's request log out of the test output (requests are recorded in state)."""
 
         def _send(self, code: int, payload, content_type="application/json"):
             data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
