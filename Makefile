@@ -1,8 +1,14 @@
-# mtk developer entry points. `make demo` and `make test` each set up a fresh machine themselves.
-PYTHON ?= python3
+# mtk developer entry points. `make demo` and `make test` each set up a fresh machine themselves: the Python
+# side goes into the project virtualenv $(VENV) from the committed lock files (scripts/install-deps.sh).
+VENV ?= .venv
+PYTHON := $(abspath $(VENV))/bin/python
 PYTEST_ARGS ?=
+# Every command below, and every process the tests start, runs from the project environment.
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+export VIRTUAL_ENV := $(abspath $(VENV))
+export MTK_VENV := $(VENV)
 
-.PHONY: demo test unit lint golden bench deps-train deps-test
+.PHONY: demo test unit lint golden bench lock deps-train deps-test
 
 demo: deps-train  ## train the tiny model on this machine's CPU (local backend, 2 processes)
 	mtk launch examples/tiny.yaml --backend local
@@ -10,19 +16,22 @@ demo: deps-train  ## train the tiny model on this machine's CPU (local backend, 
 test: deps-test  ## the whole test suite: unit + integration (real Slurm, etcd, dockerd, torchrun)
 	$(PYTHON) -m pytest tests $(PYTEST_ARGS)
 
-unit:  ## unit tests only (no daemons, seconds)
+unit: deps-test  ## unit tests only (no daemons, seconds)
 	$(PYTHON) -m pytest tests/unit $(PYTEST_ARGS)
 
-lint:
+lint: deps-test
 	ruff check .
 
-golden:  ## regenerate the golden files after an intended render change, then review `git diff tests/golden`
+golden: deps-test  ## regenerate the golden files after an intended render change, then review `git diff tests/golden`
 	MTK_REGEN_GOLDEN=1 $(PYTHON) -m pytest tests/unit/test_golden.py -q
 
-bench:  ## speed comparisons (on demand, never in CI)
+bench: deps-test  ## speed comparisons (on demand, never in CI)
 	$(PYTHON) benchmarks/cli_startup.py
 	$(PYTHON) benchmarks/preprocess.py
 	$(PYTHON) benchmarks/train_step.py
+
+lock: deps-test  ## re-resolve requirements/*.lock from pyproject.toml (the only step that takes new upstream releases)
+	$(PYTHON) scripts/lock.py
 
 deps-train:
 	scripts/install-deps.sh train

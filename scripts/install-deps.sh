@@ -1,39 +1,100 @@
 #!/usr/bin/env bash
-# Install what mtk needs on a fresh Debian 12 / Python 3.11 machine of the CI kind.
-#   scripts/install-deps.sh train   torch (CPU, pinned) + megatron-core + mtk[train,data]   (make demo)
-#   scripts/install-deps.sh test    the above + Debian daemons the integration tests drive  (make test)
-# Idempotent: re-running only checks what is already there.
+# Set up mtk's own environment on a fresh Debian 12 / Python 3.11 machine, from the committed lock files.
+#   scripts/install-deps.sh train   .venv with requirements/demo.lock + megatron-core + mtk    (make demo)
+#   scripts/install-deps.sh test    .venv with requirements/test.lock + megatron-core + mtk,
+#                                   and the Debian daemons the integration tests drive          (make test)
+# Everything Python goes into the project virtualenv ($MTK_VENV, default .venv), never into the machine's
+# Python. Versions come only from requirements/*.lock (regenerate on purpose with `make lock`), so a release
+# published upstream tonight cannot change what this installs. Re-running is a no-op when nothing changed:
+# a stamp in the venv records the hash of the lock files and of this script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-test}"
-PIP=(python3 -m pip install --quiet --disable-pip-version-check)
+VENV="${MTK_VENV:-.venv}"
+PYTHON="${MTK_PYTHON:-python3}"
+# torch 2.13.0+cpu is a wheel on this machine kind's disk (any other torch pulls multi-GB CUDA wheels).
+WHEELS="${MTK_WHEELS:-/opt/wheels}"
 
-# torch first, pinned: any other spec pulls multi-GB CUDA wheels on this machine. numpy before megatron-core,
-# or pip picks a numpy source release that fails to build.
-"${PIP[@]}" torch==2.13.0 numpy 'packaging>=24.2'
-# megatron-core 0.19.2 declares Requires-Python >=3.12 but its cp311 wheel works (shared/notes).
-"${PIP[@]}" --ignore-requires-python megatron-core==0.19.2
+case "$what" in
+  train) LOCK=requirements/demo.lock ;;
+  test) LOCK=requirements/test.lock ;;
+  *) echo "usage: $0 train|test" >&2; exit 2 ;;
+esac
 
-if [[ "$what" == "test" ]]; then
-  if [[ "$(id -u)" == 0 ]]; then
-    APT_PACKAGES=(slurm-wlm munge etcd-server docker.io shellcheck squashfs-tools docker-registry
-                  apache2-utils debootstrap iproute2 procps util-linux)
-    missing=()
-    for p in "${APT_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-    if ((${#missing[@]})); then
-      apt-get update -qq
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-    fi
-    # kubectl (the EKS test that `kubectl apply -f` takes the manifests unchanged) ships with this machine
-    # image; where it is missing, try the package but do not fail the whole install on it.
-    if ! command -v kubectl >/dev/null; then
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubectl >/dev/null 2>&1 ||
-        echo "warning: kubectl not installable here; the kubectl apply test will fail" >&2
-    fi
-  else
-    echo "not root: skipping apt-get; integration tests need slurm-wlm munge etcd-server docker.io ..." >&2
+say() { echo "install-deps: $*" >&2; }
+
+install_debian_packages() {
+  if [[ "$(id -u)" != 0 ]]; then
+    say "not root: skipping apt-get; integration tests need slurm-wlm munge etcd-server docker.io ..."
+    return
   fi
-  "${PIP[@]}" --ignore-requires-python -e '.[all,test]'
-else
-  "${PIP[@]}" --ignore-requires-python -e '.[train,data]'
+  local packages=(slurm-wlm munge etcd-server docker.io shellcheck squashfs-tools docker-registry
+                  apache2-utils debootstrap iproute2 procps util-linux)
+  local missing=() p
+  for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  if ((${#missing[@]})); then
+    say "apt-get install ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+  # kubectl (the EKS test that `kubectl apply -f` takes the manifests unchanged) ships with this machine
+  # image; where it is missing, try the package but do not fail the whole install on it.
+  if ! command -v kubectl >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubectl >/dev/null 2>&1 ||
+      say "warning: kubectl not installable here; the kubectl apply test will fail"
+  fi
+}
+
+# The hash of everything that decides the environment's content.
+fingerprint() {
+  { "$PYTHON" -c 'import sys; print(sys.version)'; cat "$1" requirements/megatron-core.txt pyproject.toml setup.py "$0"; } |
+    sha256sum | cut -d' ' -f1
+}
+
+# The "name==version --hash=..." block of one package in a lock file.
+locked() { awk -v pkg="$1==" 'index($0, pkg) == 1 {on = 1} on {print} on && !/\\$/ {exit}' "$2"; }
+
+[[ "$what" == test ]] && install_debian_packages
+
+current() { [[ -f "$VENV/.mtk-deps-$1" && "$(cat "$VENV/.mtk-deps-$1")" == "$(fingerprint "$2")" ]]; }
+# The test set is a superset of the demo set, so an up-to-date test environment serves the demo too.
+if current "$what" "$LOCK" || { [[ "$what" == train ]] && current test requirements/test.lock; }; then
+  say "$VENV is up to date ($what)"
+  exit 0
 fi
+
+start=$SECONDS
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || {
+  say "the lock files are resolved for Python 3.11; $PYTHON is $("$PYTHON" -V 2>&1). Set MTK_PYTHON=python3.11."
+  exit 2
+}
+grep -q '^torch==.*+cpu' "$LOCK" && ! compgen -G "$WHEELS/torch-*+cpu-*.whl" >/dev/null && {
+  say "no torch CPU wheel in $WHEELS (the lock pins $(grep -o '^torch==[^ ]*' "$LOCK")); set MTK_WHEELS=<dir with it>"
+  exit 2
+}
+[[ -x "$VENV/bin/python" ]] || { say "creating $VENV"; "$PYTHON" -m venv "$VENV"; }
+rm -f "$VENV"/.mtk-deps-*
+
+# uv, at the version the lock pins, checked against the lock's hashes.
+uv_req="$(mktemp)"
+trap 'rm -f "$uv_req"' EXIT
+locked uv "$LOCK" >"$uv_req"
+PIP_CONFIG_FILE=/dev/null "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --require-hashes -r "$uv_req"
+uv=("$VENV/bin/uv" pip)
+export UV_LINK_MODE="${UV_LINK_MODE:-copy}"
+target=(--python "$VENV/bin/python")
+
+if [[ "$what" == test ]]; then
+  # Exactly the lock: anything else in the venv is removed.
+  "${uv[@]}" sync --quiet "${target[@]}" --require-hashes --find-links "$WHEELS" "$LOCK"
+else
+  "${uv[@]}" install --quiet "${target[@]}" --require-hashes --find-links "$WHEELS" -r "$LOCK"
+fi
+# megatron-core 0.19.2 declares Requires-Python >=3.12 but its cp311 wheel works (shared/notes): it alone is
+# installed past that check, without dependencies (the lock already holds them).
+PIP_CONFIG_FILE=/dev/null "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --ignore-requires-python \
+  --only-binary=:all: --require-hashes -r requirements/megatron-core.txt
+"${uv[@]}" install --quiet "${target[@]}" --no-deps --no-build-isolation -e .
+
+fingerprint "$LOCK" >"$VENV/.mtk-deps-$what"
+say "$VENV ready ($what, $LOCK) in $((SECONDS - start)) s"

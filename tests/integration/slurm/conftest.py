@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import site
 import subprocess
 import sys
 import time
@@ -55,6 +56,11 @@ def mtk_venv(tmp_path_factory) -> Path:
     venv = tmp_path_factory.mktemp("venvs") / "mtk venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
                    check=True, timeout=120)
+    # When this interpreter is itself a venv (the project's .venv), --system-site-packages reaches only the base
+    # Python's packages: a .pth makes this interpreter's own site-packages (mtk, torch, megatron.core) visible.
+    inner = subprocess.run([venv / "bin" / "python", "-c", "import site; print(site.getsitepackages()[0])"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    (Path(inner) / "mtk-parent-env.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     entry = venv / "bin" / "mtk-entrypoint"
     # A shebang cannot hold a path with a space (pip uses a /bin/sh trampoline for the same reason).
     entry.write_text('#!/bin/bash\nexec "$(dirname "$0")/python" -m mtk.launcher.entrypoint "$@"\n')
