@@ -23,7 +23,7 @@ lint: deps-test
 	ruff check .
 
 golden: deps-test  ## regenerate the golden files after an intended render change, then review `git diff tests/golden`
-	MTK_REGEN_GOLDEN=1 $(PYTHON) -m pytest tests/unit/test_golden.py -q
+	MTK_REGEN_GOLDEN=1 $(PYTHON) -m pytest tests/unit/test_golden.py tests/unit/containers/test_containers_apptainer.py -q
 
 bench: deps-test  ## speed comparisons (on demand, never in CI)
 	$(PYTHON) benchmarks/cli_startup.py

@@ -60,8 +60,11 @@ class RunNotFound(FileNotFoundError):
     user_facing = True
 
 
-def find_run(ref: str, runs_dir: str | Path = "runs") -> Run:
-    """Resolve RUN: a run dir, its run.json, or a run name under ``runs_dir`` (newest match wins)."""
+def find_run(ref: str | None, runs_dir: str | Path = "runs") -> Run:
+    """Resolve RUN: a run dir, its run.json, or a run name under ``runs_dir`` (newest match wins); no RUN
+    means the newest run under ``runs_dir``."""
+    if ref is None:
+        return newest_run(runs_dir)
     candidate = Path(ref)
     if candidate.is_file():
         return Run.load(candidate)
@@ -73,3 +76,24 @@ def find_run(ref: str, runs_dir: str | Path = "runs") -> Run:
     if not matches:
         raise RunNotFound(f"no run '{ref}': pass a run dir (with {RECORD}) or a run name under {root}/")
     return Run.load(matches[-1] / RECORD)
+
+
+def run_records(runs_dir: str | Path = "runs") -> list[Run]:
+    """Every run recorded under ``runs_dir`` (one level deep), newest first."""
+    root = Path(runs_dir)
+    runs = []
+    for record in root.glob(f"*/{RECORD}") if root.is_dir() else []:
+        try:
+            run = Run.load(record)
+        except (OSError, ValueError, TypeError):
+            continue  # a half-copied or foreign run.json: `mtk ls` reports the rest
+        runs.append(run)
+    return sorted(runs, key=lambda r: (r.created, r.run_dir), reverse=True)
+
+
+def newest_run(runs_dir: str | Path = "runs") -> Run:
+    runs = run_records(runs_dir)
+    if not runs:
+        raise RunNotFound(f"no runs under {Path(runs_dir)}/ (no */{RECORD}): launch one with `mtk launch`, "
+                          "or pass RUN / --runs-dir")
+    return runs[0]

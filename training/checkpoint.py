@@ -28,7 +28,6 @@ import contextlib
 import os
 import re
 import shutil
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +37,6 @@ TRACKER = "latest_checkpointed_iteration.txt"
 PARTIAL_SUFFIX = ".partial"
 _ITER_DIR = re.compile(r"^iter_(\d{7,})$")
 DISTOPT_METADATA = {"distrib_optim_sharding_type": "dp_reshardable"}
-# Fault injection for tests of crash safety: "save:N" kills rank 0 (SIGKILL) after the shards of iteration
-# N are written and before they are published.
-FAULT_ENV = "MTK_FAULT"
 
 
 def iter_dir_name(iteration: int) -> str:
@@ -331,9 +327,6 @@ class CheckpointManager:
 
         if dist.get_rank() != 0:
             return
-        if os.environ.get(FAULT_ENV) == f"save:{iteration}":
-            self.log(f"[checkpoint] {FAULT_ENV}: killing rank 0 before publishing iteration {iteration}")
-            os.kill(os.getpid(), signal.SIGKILL)
         publish(self.root, iteration)
         if self.async_save:
             self.log(f"[checkpoint] published iteration {iteration} (async write finished)")

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import click
 
-from .common import runs_dir_option
+from .common import pick_run, run_argument, runs_dir_option
 
 
 @click.command("cancel")
-@click.argument("run_ref", metavar="RUN")
+@run_argument
 @runs_dir_option
 def command(run_ref, runs_dir):
     """Cancel every step of RUN."""
     from ..backends import get_backend
-    from ..runs import find_run
 
-    run = find_run(run_ref, runs_dir)
+    run = pick_run(run_ref, runs_dir)
     get_backend(run.backend).cancel(run)
     click.echo(f"cancelled {run.name}")

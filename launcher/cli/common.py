@@ -43,3 +43,17 @@ def load(job_file: str, overrides, backend: str | None, check_files: bool = Fals
     from ..spec import load_job
 
     return load_job(job_file, list(overrides), backend=backend, check_files=check_files)
+
+
+run_argument = click.argument("run_ref", metavar="[RUN]", required=False, default=None)
+
+
+def pick_run(run_ref: str | None, runs_dir: str):
+    """Resolve RUN (a run dir or name); without one, the newest run under --runs-dir, saying which (stderr, so
+    ``--json`` output stays clean)."""
+    from ..runs import find_run
+
+    run = find_run(run_ref, runs_dir)
+    if run_ref is None:
+        click.echo(f"run: {run.name} ({run.record_dir or run.run_dir}), the newest under {runs_dir}/", err=True)
+    return run

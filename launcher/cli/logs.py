@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from .common import runs_dir_option
+from .common import pick_run, run_argument, runs_dir_option
 
 
 @click.command("logs")
-@click.argument("run_ref", metavar="RUN")
+@run_argument
 @runs_dir_option
 @click.option("--follow", "-f", is_flag=True, help="Keep printing until the step ends.")
 @click.option("--step", default=None, help="getdata, preprocess or train (default: the latest started).")
@@ -16,8 +16,7 @@ from .common import runs_dir_option
 def command(run_ref, runs_dir, follow, step, node):
     """Print the logs of RUN."""
     from ..backends import get_backend
-    from ..runs import find_run
 
-    run = find_run(run_ref, runs_dir)
+    run = pick_run(run_ref, runs_dir)
     for line in get_backend(run.backend).logs(run, follow=follow, step=step, node=node):
         click.echo(line, nl=False)

@@ -4,29 +4,33 @@ from __future__ import annotations
 
 import click
 
-from .common import fail, runs_dir_option
+from .common import fail, pick_run, runs_dir_option
 
 
-def _resolve(run_ref: str, runs_dir: str):
-    """A run dir (with or without run.json) or a run name under --runs-dir."""
+def _resolve(run_ref: str | None, runs_dir: str):
+    """A run dir (with or without run.json), a run name under --runs-dir, or (none given) the newest run."""
     from pathlib import Path
 
     from ..exitcodes import METRICS_FILE
-    from ..runs import find_run
 
     try:
-        return Path(find_run(run_ref, runs_dir).run_dir)
+        run = pick_run(run_ref, runs_dir)
     except FileNotFoundError as exc:
-        if (Path(run_ref) / METRICS_FILE).is_file():  # e.g. a run dir copied off a cluster without run.json
+        if run_ref is not None and (Path(run_ref) / METRICS_FILE).is_file():  # e.g. copied off a cluster
             return Path(run_ref)
         fail(str(exc))
+    local = Path(run.run_dir)
+    return local if local.is_dir() or not run.record_dir else Path(run.record_dir)
 
 
 @click.command("report")
-@click.argument("run_ref", metavar="RUN")
+@click.argument("run_refs", metavar="[RUN]...", nargs=-1)
 @runs_dir_option
 @click.option("--out", type=click.Path(file_okay=False), default=None,
-              help="Where to write plots and summary files (default: RUN_DIR/report).")
+              help="Where to write plots and summary files (default: RUN_DIR/report; for several runs "
+                   "<runs-dir>/compare-<UTC time>).")
+@click.option("--x", "x_axis", type=click.Choice(["iteration", "tokens"]), default="iteration", show_default=True,
+              help="x axis when comparing runs: iteration or tokens consumed.")
 @click.option("--gpu", default=None, metavar="NAME",
               help="GPU model for MFU, e.g. H100, A100, B200 (default: from the run's env dump).")
 @click.option("--peak-tflops", type=click.FloatRange(min=0, min_open=True), default=None,
@@ -34,14 +38,18 @@ def _resolve(run_ref: str, runs_dir: str):
 @click.option("--no-plots", is_flag=True, help="Only the summary (no matplotlib needed).")
 @click.option("--no-wandb", is_flag=True, help="Do not log to W&B even when WANDB_API_KEY/WANDB_MODE is set.")
 @click.option("--json", "as_json", is_flag=True, help="Print summary.json instead of the table.")
-def command(run_ref, runs_dir, out, gpu, peak_tflops, no_plots, no_wandb, as_json):
-    """Plot RUN's metrics (loss, LR, grad norm, throughput, step time) and summarize it."""
+def command(run_refs, runs_dir, out, gpu, peak_tflops, x_axis, no_plots, no_wandb, as_json):
+    """Plot RUN's metrics (loss, LR, grad norm, throughput, step time) and summarize it; with several RUNs,
+    overlay their loss, validation loss, throughput and MFU on shared axes and tabulate them side by side."""
     import json
     from pathlib import Path
 
     from ..report import REPORT_DIR, build_report, to_text
 
-    run_dir = _resolve(run_ref, runs_dir)
+    if len(run_refs) > 1:
+        _compare(run_refs, runs_dir, out, gpu, peak_tflops, x_axis, no_plots, as_json)
+        return
+    run_dir = _resolve(run_refs[0] if run_refs else None, runs_dir)
     try:
         summary = build_report(run_dir, out, gpu=gpu, peak_tflops=peak_tflops, plots=not no_plots,
                                wandb=not no_wandb)
@@ -54,3 +62,29 @@ def command(run_ref, runs_dir, out, gpu, peak_tflops, no_plots, no_wandb, as_jso
     click.echo(f"report for {run_dir}")
     click.echo(to_text(summary))
     click.echo(f"wrote {dest}/summary.md, summary.json" + "".join(f", {p}" for p in summary.plots))
+
+
+def _compare(run_refs, runs_dir, out, gpu, peak_tflops, x_axis, no_plots, as_json):
+    import json
+    import time
+    from pathlib import Path
+
+    from ..report.compare import compare, load_run
+
+    dirs = [_resolve(ref, runs_dir) for ref in run_refs]
+    if len(set(dirs)) != len(dirs):
+        fail(f"the same run is named twice: {', '.join(run_refs)}")
+    try:
+        runs = [load_run(d, d.name, gpu, peak_tflops) for d in dirs]
+    except FileNotFoundError as exc:
+        fail(str(exc))
+    dest = Path(out) if out else Path(runs_dir) / time.strftime("compare-%Y%m%d-%H%M%S", time.gmtime())
+    result = compare(runs, dest, x_axis, plots=not no_plots)
+    if as_json:
+        click.echo(json.dumps({k: v for k, v in result.items() if k != "table"}, indent=2, sort_keys=True))
+        return
+    click.echo(result["table"])
+    for note in result["notes"]:
+        click.echo(f"note: {note}")
+    files = ["compare.md", "compare.json"] + ([result["plot"]] if result["plot"] else [])
+    click.echo(f"wrote {dest}/" + ", ".join(files))

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from .common import runs_dir_option
+from .common import pick_run, run_argument, runs_dir_option
 
 
 @click.command("status")
-@click.argument("run_ref", metavar="RUN")
+@run_argument
 @runs_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(run_ref, runs_dir, as_json):
@@ -17,9 +17,8 @@ def command(run_ref, runs_dir, as_json):
     from dataclasses import asdict
 
     from ..backends import get_backend
-    from ..runs import find_run
 
-    run = find_run(run_ref, runs_dir)
+    run = pick_run(run_ref, runs_dir)
     states = get_backend(run.backend).status(run)
     if as_json:
         click.echo(json.dumps([asdict(s) for s in states], indent=2))

@@ -10,14 +10,13 @@ import time
 
 import click
 
-from .common import runs_dir_option
+from .common import pick_run, run_argument, runs_dir_option
 
 
 def _drop(run_ref: str, runs_dir: str, trigger: str) -> str:
     from ..backends import atomic_write
-    from ..runs import find_run
 
-    run = find_run(run_ref, runs_dir)
+    run = pick_run(run_ref, runs_dir)
     path = f"{run.run_dir}/{trigger}"
     from pathlib import Path
 
@@ -26,7 +25,7 @@ def _drop(run_ref: str, runs_dir: str, trigger: str) -> str:
 
 
 @click.command("save")
-@click.argument("run_ref", metavar="RUN")
+@run_argument
 @runs_dir_option
 def save_command(run_ref, runs_dir):
     """Ask RUN to write a checkpoint at its next log interval and continue."""
@@ -36,7 +35,7 @@ def save_command(run_ref, runs_dir):
 
 
 @click.command("stop")
-@click.argument("run_ref", metavar="RUN")
+@run_argument
 @runs_dir_option
 def stop_command(run_ref, runs_dir):
     """Ask RUN to checkpoint and stop cleanly (no requeue) at its next log interval."""

@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
-from mtk.k8s import names, operator_env, yamlio
+from mtk.k8s import names, yamlio
 from mtk.k8s.backend import EksBackend
 from mtk.launcher.paths import resolve_paths
+from support import operator_env
 
 pytestmark = pytest.mark.integration
 

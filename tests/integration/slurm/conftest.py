@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from mtk.slurm.minicluster import MiniCluster
+from support.minicluster import MiniCluster
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "examples"

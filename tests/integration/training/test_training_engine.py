@@ -19,6 +19,7 @@ import statistics
 
 import pytest
 from mtk.launcher import exitcodes
+from support.faults import crash_env
 
 pytestmark = pytest.mark.integration
 
@@ -110,7 +111,7 @@ def sp_crash(tr, engine_root):
     d = engine_root / "sp_crash"
     tr.make_job(d, *SP_JOB, "train.checkpoint.save_interval=4", "train.checkpoint.keep_last=3",
                 "train.checkpoint.async_save=true")
-    rc1 = tr.run(d, env={"MTK_FAULT": "save:8"}, tag="first")
+    rc1 = tr.run(d, env=crash_env("save:8"), tag="first")
     ckpt = d / "checkpoints"
     after_crash = {"rc": rc1, "tracker": tr.tracker(ckpt), "entries": sorted(p.name for p in ckpt.iterdir())}
     (d / "triggers").mkdir(exist_ok=True)

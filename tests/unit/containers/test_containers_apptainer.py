@@ -1,6 +1,6 @@
 """spython's definition with its known bugs fixed; golden file + the fixes exercised with a real /bin/sh.
 
-Regenerate the golden after an intended change:  MTK_UPDATE_GOLDEN=1 pytest tests/unit/containers
+Regenerate the golden after an intended change: `make golden` (MTK_REGEN_GOLDEN=1)
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ CONTEXT = Path("/build/mtk-image/context")
 
 def golden(name: str, text: str) -> None:
     path = GOLDEN / name
-    if os.environ.get("MTK_UPDATE_GOLDEN"):
+    if os.environ.get("MTK_REGEN_GOLDEN") == "1":
         path.write_text(text)
     expected = path.read_text()
-    assert text == expected, f"{name} changed; if intended: MTK_UPDATE_GOLDEN=1 pytest {Path(__file__).name}"
+    assert text == expected, f"{name} changed; if intended: make golden"
 
 
 def recipe():

@@ -15,9 +15,10 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mtk.k8s import manifests, names, operator_env, yamlio
+from mtk.k8s import manifests, names, yamlio
 from mtk.k8s.backend import ALL_FILE, EksBackend
 from mtk.launcher.netenv import efa_count, network_env
+from support import operator_env
 
 CRD = Path(__file__).with_name("schemas") / "kubeflow.org_pytorchjobs-v1.9.0.yaml"
 RUN_DIR = "/fsx/runs/tiny-eks-20261122-010203"

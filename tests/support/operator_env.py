@@ -7,7 +7,7 @@ pods as plain processes in tests. It reads only the rendered manifest.
 
 from __future__ import annotations
 
-from . import manifests
+from mtk.k8s import manifests
 
 
 def _policy_port(job: dict) -> int:

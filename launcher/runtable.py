@@ -1,0 +1,135 @@
+"""One row per run for ``mtk ls``: what a person scanning a week of experiments wants to see first.
+
+State comes from the run's backend (the same answer ``mtk status`` gives, folded into one word); progress,
+loss and throughput from the run's ``metrics.jsonl`` when this machine can read it (an EKS run dir is a pod
+path: those columns stay empty there). A run dir with a rendered spec but no run record is RENDERED.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from . import exitcodes
+from .runs import RECORD, Run, run_records
+
+# Folding step states into one run state: the first rule that matches wins.
+_FOLD = ("FAILED", "CANCELLED", "RUNNING", "PENDING", "UNKNOWN")
+# A file each backend's render writes into a run dir, to name the backend of a run that was never submitted.
+_RENDER_MARKERS = (("eks", "manifests"), ("slurm", "train.sbatch"), ("local", "steps.json"))
+
+
+@dataclass
+class RunRow:
+    name: str
+    backend: str
+    state: str
+    iteration: int | None
+    total: int | None
+    loss: float | None
+    tokens_per_s: float | None
+    restarts: int
+    started: float | None
+    run_dir: str
+    reason: str = ""
+
+    def to_dict(self) -> dict:
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
+
+
+def fold_states(states: list[str]) -> str:
+    """Step states → one: any failure shows, then cancellations, then work in progress; all done is done."""
+    if states and all(s == "COMPLETED" for s in states):
+        return "COMPLETED"
+    return next((s for s in _FOLD if s in states), "UNKNOWN")
+
+
+def _state(run: Run) -> tuple[str, str]:
+    from .backends import get_backend
+
+    try:
+        steps = get_backend(run.backend).status(run)
+    except Exception as exc:  # a cluster out of reach must not hide the other runs
+        return "UNKNOWN", f"{run.backend} status failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+    reasons = [f"{s.step}: {s.reason}" for s in steps if s.reason and s.state not in ("COMPLETED", "RUNNING")]
+    return fold_states([s.state for s in steps]), "; ".join(reasons)
+
+
+def _progress(run_dir: Path) -> dict:
+    """Iteration, last loss, tokens/s and restarts from metrics.jsonl; empty when it is not readable here."""
+    from .report.records import read_metrics
+
+    path = run_dir / exitcodes.METRICS_FILE
+    if not path.is_file():
+        return {}
+    metrics = read_metrics(path)
+    live, _ = metrics.timeline()
+    if not live:
+        return {"restarts": len(metrics.restarts)}
+    last = live[-1]
+    return {"iteration": last["iteration"], "loss": last.get("lm_loss"), "tokens_per_s": last.get("tokens_per_s"),
+            "restarts": len(metrics.restarts)}
+
+
+def _total(run_dir: Path) -> int | None:
+    try:
+        iterations = json.loads((run_dir / exitcodes.JOB_FILE).read_text())["train"]["iterations"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return iterations if isinstance(iterations, int) else None
+
+
+def row(run: Run) -> RunRow:
+    state, reason = _state(run)
+    readable = Path(run.run_dir) if Path(run.run_dir).is_dir() else Path(run.record_dir or run.run_dir)
+    p = _progress(readable)
+    return RunRow(name=Path(run.record_dir or run.run_dir).name, backend=run.backend, state=state,
+                  iteration=p.get("iteration"), total=_total(readable), loss=p.get("loss"),
+                  tokens_per_s=p.get("tokens_per_s"), restarts=p.get("restarts", 0), started=run.created,
+                  run_dir=run.run_dir, reason=reason)
+
+
+def rendered_only(runs_dir: Path) -> list[RunRow]:
+    """Run dirs written by ``mtk render``/``--dry-run`` (a job.json, no run record): never submitted."""
+    rows = []
+    for job_file in runs_dir.glob(f"*/{exitcodes.JOB_FILE}") if runs_dir.is_dir() else []:
+        if (job_file.parent / RECORD).exists():
+            continue
+        backend = next((b for b, marker in _RENDER_MARKERS if (job_file.parent / marker).exists()), "?")
+        rows.append(RunRow(name=job_file.parent.name, backend=backend, state="RENDERED", iteration=None,
+                           total=_total(job_file.parent), loss=None, tokens_per_s=None, restarts=0,
+                           started=job_file.stat().st_mtime, run_dir=str(job_file.parent),
+                           reason="rendered, never submitted"))
+    return rows
+
+
+def table(runs_dir: str | Path = "runs") -> list[RunRow]:
+    """Every run under ``runs_dir``, newest first."""
+    rows = [row(r) for r in run_records(runs_dir)] + rendered_only(Path(runs_dir))
+    return sorted(rows, key=lambda r: r.started or 0.0, reverse=True)
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+def format_table(rows: list[RunRow], now: float | None = None) -> str:
+    now = time.time() if now is None else now
+    head = ("NAME", "BACKEND", "STATE", "ITER", "LOSS", "TOKENS/S", "RESTARTS", "STARTED (UTC)", "AGE")
+    body = []
+    for r in rows:
+        it = "-" if r.iteration is None and r.total is None else f"{r.iteration or 0}/{r.total or '?'}"
+        loss = "-" if r.loss is None else f"{r.loss:.4f}"
+        tps = "-" if r.tokens_per_s is None else f"{r.tokens_per_s:,.0f}"
+        started = "-" if r.started is None else time.strftime("%Y-%m-%d %H:%M", time.gmtime(r.started))
+        age = "-" if r.started is None else _age(max(0.0, now - r.started))
+        body.append((r.name, r.backend, r.state, it, loss, tps, str(r.restarts), started, age))
+    widths = [max(len(x) for x in col) for col in zip(head, *body, strict=False)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
+                     for line in (head, *body))

@@ -1,0 +1,28 @@
+"""Fault injection for crash-safety tests, loaded by every Python process whose PYTHONPATH starts here.
+
+The shipped package reads no test switch: a test that wants a crash puts this folder first on the ranks'
+PYTHONPATH (see :func:`support.faults.crash_env`) and names the fault in ``MTK_FAULT``:
+
+    save:N   SIGKILL rank 0 after the shards of iteration N are written and before they are published
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+_FAULT = os.environ.get("MTK_FAULT", "")
+
+if _FAULT.startswith("save:"):
+    _at = int(_FAULT.split(":", 1)[1])
+    from mtk.training import checkpoint as _checkpoint
+
+    _publish = _checkpoint.publish
+
+    def _publish_or_die(root, iteration):
+        if iteration == _at:
+            print(f"[fault] MTK_FAULT={_FAULT}: killing rank 0 before publishing iteration {iteration}", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return _publish(root, iteration)
+
+    _checkpoint.publish = _publish_or_die
