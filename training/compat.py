@@ -150,13 +150,14 @@ def _device_mode_class():
                 kwargs = {**kwargs, "device": cpu}
                 to_device = True
             if func is tensor_cuda:
-                track.to_device(args[0])
-                return args[0]
+                return track.moved(args[0])
             if func is tensor_to:
                 moved = tuple(cpu if _is_cuda_device(a) else a for a in args[1:])
                 to_device = to_device or any(a is cpu for a in moved)
                 args = args[:1] + moved
             result = func(*args, **kwargs)
+            if to_device and func is tensor_to and result is args[0]:
+                return track.moved(result)
             track.record(func, args, kwargs, result, to_device)
             return result
 

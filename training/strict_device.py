@@ -4,7 +4,8 @@ The CPU compat layer maps ``cuda`` to ``cpu``, so on CPU a batch that was never 
 never ``.cuda()``'d, or a host tensor all-reduced on what would be an NCCL group all "work". This module
 keeps the difference the mapping erases:
 
-* a tensor is *on the device* when the code put it there: the result of ``.cuda()`` / ``.to('cuda')``,
+* a tensor is *on the device* when the code put it there: the result of ``.cuda()`` / ``.to('cuda')``
+  (a new alias, as on a GPU, so the tensor it was called on keeps its own state),
   a factory call with ``device='cuda'`` / ``cuda:N`` / ``torch.cuda.current_device()``, or anything a
   torch function computes from such a tensor (tracked by the compat layer's function mode);
 * a tensor is *on the host* when a factory (``torch.tensor``, ``zeros``, ``from_numpy``, ...) made it
@@ -85,8 +86,17 @@ class Tracker:
         self._factories = {getattr(torch, name) for name in _FACTORIES}
 
     def to_device(self, tensor: Any) -> None:
-        self.host.discard(tensor)
         self.device.add(tensor)
+
+    def moved(self, tensor: Any) -> Any:
+        """What ``.cuda()`` returns here. On a GPU a host tensor's ``.cuda()`` is a new tensor and the
+        original stays on the host, so a host tensor gets a fresh alias (same storage, autograd-connected)
+        that is marked; the original keeps its marks. A tensor already on the device is returned as is."""
+        if not self.enabled or tensor in self.device:
+            return tensor
+        alias = tensor.view_as(tensor)
+        self.device.add(alias)
+        return alias
 
     def record(self, func: Any, args: tuple, kwargs: dict, result: Any, to_device: bool) -> None:
         """Mark ``result`` of one torch function call (called for every call: keep it cheap)."""
@@ -247,15 +257,15 @@ def _language_module_class():
     return getattr(mod, "LanguageModule", None)
 
 
-def _forward_pre_hook(module, args):
+def _guard_model(module, _name, _child):
+    """Module-registration hook: the first time a megatron LanguageModule (GPTModel) gets a submodule, i.e.
+    during its ``__init__``, give it a forward pre-hook that checks positional and keyword inputs."""
     cls = _language_module_class()
-    if cls is None or not isinstance(module, cls):
+    if cls is None or not isinstance(module, cls) or getattr(module, "_mtk_strict_guard", False):
         return None
-    TRACKER.check_forward(module, args, {})
-    if not getattr(module, "_mtk_strict_kwargs_hook", False):
-        # global hooks do not see keyword arguments (labels=...): check those with a per-module hook
-        module.register_forward_pre_hook(lambda m, a, kw: TRACKER.check_forward(m, (), kw), with_kwargs=True)
-        module._mtk_strict_kwargs_hook = True
+    module._mtk_strict_guard = True
+    module.register_forward_pre_hook(lambda m, args, kwargs: TRACKER.check_forward(m, args, kwargs),
+                                     with_kwargs=True, prepend=True)
     return None
 
 
@@ -272,7 +282,7 @@ def install() -> None:
     _wrap_batch_p2p(dist)
     _wrap_new_group(dist)
     _wrap_module_moves(torch.nn)
-    torch.nn.modules.module.register_module_forward_pre_hook(_forward_pre_hook)
+    torch.nn.modules.module.register_module_module_registration_hook(_guard_model)
     TRACKER.enabled = True
 
 
