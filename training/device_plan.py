@@ -105,7 +105,7 @@ def plan(job: Job, gpu: bool, te: bool, apex: bool = False, grad_accum_kernel: b
         masked_softmax_fusion=gpu,
         gradient_accumulation_fusion=gpu and (te or grad_accum_kernel),
         apply_rope_fusion=gpu and te and rope,
-        persist_layer_norm=gpu and apex,
+        persist_layer_norm=gpu and apex and not te,  # TE layers bring their own norms
         overlap_grad_reduce=overlap_grad,
         overlap_param_gather=overlap_param,
         align_param_gather=overlap_param and p.pp > 1,
@@ -116,6 +116,22 @@ def gpu_plans(job: Job) -> dict[str, DevicePlan]:
     """What a GPU run of ``job`` will use, on an image with TE (+Apex) and on one without."""
     return {"with Transformer Engine": plan(job, gpu=True, te=True, apex=True, grad_accum_kernel=True),
             "without Transformer Engine": plan(job, gpu=True, te=False)}
+
+
+def describe_for_validate(job: Job) -> list[str]:
+    """The lines ``mtk validate`` prints: what a run of ``job`` will use on its device, before it runs."""
+    if job.cluster.device == "cpu":
+        return [f"device plan (cpu/gloo):  {plan(job, gpu=False, te=False).describe()}"]
+    ngc = job.image.base.startswith("nvcr.io/nvidia/pytorch")
+    plans = gpu_plans(job)
+    first = "with Transformer Engine" if ngc else "without Transformer Engine"
+    lines = [f"device plan (gpu/nccl, {first}{' - NGC PyTorch base image' if ngc else ''}): "
+             f"{plans[first].describe()}"]
+    other = next(name for name in plans if name != first)
+    lines.append(f"  if the image is {other}: {plans[other].describe()}")
+    if not plans[first].overlap_grad_reduce:
+        lines.append("  no data parallelism: gradients are not reduced across ranks, nothing to overlap")
+    return lines
 
 
 def plan_for_here(job: Job, gpu: bool, dp_size: int | None = None) -> DevicePlan:
