@@ -24,7 +24,7 @@ def main(job_path: str, out_dir: str) -> None:
     from megatron.core.models.gpt import GPTModel
     from mtk.launcher.spec import load_job_json
     from mtk.training import data, device_plan, distributed, loop, model
-    from mtk.training.strict_device import StrictDeviceError
+    from mtk.training.strict_device import TRACKER, StrictDeviceError
 
     job = load_job_json(job_path)
     distributed.init(job, cpu=True)
@@ -84,6 +84,16 @@ def main(job_path: str, out_dir: str) -> None:
     for name, fn in (("batch", batch_not_moved), ("labels", labels_not_moved), ("model", model_not_moved),
                      ("red", loss_on_host), ("eval", eval_total_on_host), ("fixed", fixed)):
         scenario(name, fn)
+
+    # context parallelism: the same two ranks as one CP=2 group; each keeps its load-balanced share
+    ps.destroy_model_parallel()
+    ps.initialize_model_parallel(context_parallel_size=2)
+    seq = job.model.seq_length
+    full = {"tokens": torch.arange(seq).view(1, seq), "labels": torch.arange(seq).view(1, seq) + 1,
+            "loss_mask": torch.ones(1, seq), "position_ids": torch.arange(seq).view(1, seq)}
+    mine = data.for_context_parallel_rank(data.to_device(full), ps.get_context_parallel_world_size())
+    results["cp"] = json.dumps({k: v.view(-1).tolist() for k, v in mine.items()})
+    results["cp_on_device"] = str(all(v in TRACKER.device for v in mine.values()))
     Path(out_dir, f"rank{dist.get_rank()}.json").write_text(json.dumps(results))
     distributed.shutdown()
 

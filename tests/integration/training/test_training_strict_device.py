@@ -77,3 +77,14 @@ def test_the_engines_current_path_passes_and_reduces(replay):
         sums.append(json.loads(msg.removeprefix("no error: ")))
     # both TP ranks hold the same micro-batch loss; the all-reduce summed the two (sum, count) pairs
     assert sums[0] == sums[1] and sums[0][1] == 2.0 and sums[0][0] > 0
+
+
+def test_context_parallel_ranks_get_megatrons_load_balanced_chunks(replay):
+    seq = 64  # examples/tiny.yaml
+    q = seq // 4
+    expected = [list(range(0, q)) + list(range(3 * q, seq)), list(range(q, 3 * q))]
+    for rank, rows in zip(replay, expected, strict=True):
+        mine = json.loads(rank["cp"])
+        assert mine["tokens"] == rows and mine["position_ids"] == rows
+        assert mine["labels"] == [r + 1 for r in rows] and len(mine["loss_mask"]) == seq // 2
+        assert rank["cp_on_device"] == "True"  # the slices are still accelerator tensors for the forward
