@@ -117,3 +117,14 @@ def test_prefill_adds_step_only_where_the_optimizer_keeps_it_per_param():
     plain.optimizer.param_groups[0]["step"] = 7
     checkpoint._restore_adam_steps(plain)
     assert float(plain.optimizer.state[q]["step"]) == 7.0
+
+
+def test_process_group_timeout_is_a_spec_field_with_a_floor():
+    import pytest
+    from mtk.launcher.spec.errors import SpecError
+    from mtk.launcher.spec.loader import validate
+
+    assert _job().cluster.pg_timeout_s == 600
+    assert _job(cluster={"pg_timeout_s": 3600}).cluster.pg_timeout_s == 3600
+    with pytest.raises(SpecError, match=r"cluster\.pg_timeout_s"):
+        validate({"name": "t", "model": {"preset": "tiny"}, "cluster": {"pg_timeout_s": 5}})
