@@ -136,9 +136,7 @@ class Trainer:
         self.profiler = debug.ProfilerWindow(job.debug.torch_profiler, self.run_dir, self.rank)
         self.nsys = debug.NsysWindow(job.debug.nsys, self.rank)
 
-        te, apex, grad_accum = device_plan.probe()
-        self.plan = device_plan.plan(job, gpu=not self.cpu, te=te, apex=apex, grad_accum_kernel=grad_accum,
-                                     dp_size=self.dp_size)
+        self.plan = device_plan.plan_for_here(job, gpu=not self.cpu, dp_size=self.dp_size)
         self.tok = data.tokenizer_info(job)
         self.config = model.transformer_config(job, self.plan)
         chunks = model.build_model(job, self.config, self.tok.vocab_size, self.plan)

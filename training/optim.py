@@ -102,7 +102,9 @@ def optimizer_config(job: Job):
 def build_optimizer(job: Job, model: list):
     from megatron.core.optimizer import get_megatron_optimizer
 
-    return get_megatron_optimizer(optimizer_config(job), model)
+    config = optimizer_config(job)
+    config.overlap_param_gather = model[0].ddp_config.overlap_param_gather  # megatron wants both to agree
+    return get_megatron_optimizer(config, model)
 
 
 def build_scheduler(job: Job, optimizer):
