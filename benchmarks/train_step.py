@@ -36,13 +36,14 @@ def bare_loop(job_path: str, out_path: str, iters: int) -> None:
     from megatron.core.distributed import finalize_model_grads
     from megatron.core.pipeline_parallel import get_forward_backward_func
     from mtk.launcher.spec import load_job_json
-    from mtk.training import data, distributed, model, optim
+    from mtk.training import data, device_plan, distributed, model, optim
 
     job = load_job_json(job_path)
     distributed.init(job, cpu=True)
     info = data.TokenizerInfo(job.model.vocab_size, job.model.vocab_size - 1)
-    config = model.transformer_config(job, cpu=True)
-    chunks = optim.wrap_ddp(job, config, model.build_model(job, config, info.vocab_size, use_te=False))
+    plan = device_plan.plan(job, gpu=False, te=False)
+    config = model.transformer_config(job, plan)
+    chunks = optim.wrap_ddp(job, config, model.build_model(job, config, info.vocab_size, plan), plan)
     opt = optim.build_optimizer(job, chunks)
     config.no_sync_func = chunks[0].no_sync
     config.finalize_model_grads_func = finalize_model_grads
@@ -53,7 +54,7 @@ def bare_loop(job_path: str, out_path: str, iters: int) -> None:
                                                       ps.get_data_parallel_rank(), dp), 0)
 
     def fwd(data_iterator, m):
-        b = next(data_iterator)
+        b = {k: v.cuda(non_blocking=True) for k, v in next(data_iterator).items()}
         out = m(b["tokens"], b["position_ids"], None, labels=b["labels"])
 
         def loss_fn(output):

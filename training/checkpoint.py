@@ -177,17 +177,26 @@ def build_state_dict(model: list, optimizer, scheduler, common: dict[str, Any], 
     return sd
 
 
+def _keeps_per_param_step(inner) -> bool:
+    """torch's Adam/AdamW keep ``step`` per parameter; TE's and Apex's FusedAdam keep it per param group
+    only, and their ``state_dict()`` maps every per-param key through a dtype table (KeyError 'step')."""
+    return type(inner).__module__.startswith("torch.optim")
+
+
 def _prefill_adam_state(optimizer) -> None:
-    """Give every inner Adam param a (step, exp_avg, exp_avg_sq) state so loading has tensors to fill."""
+    """Give every inner Adam param an (exp_avg, exp_avg_sq) state, plus ``step`` where the optimizer keeps
+    it per parameter, so loading has tensors to fill."""
     import torch
 
     for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
         inner = opt.optimizer
+        per_param_step = _keeps_per_param_step(inner)
         for group in inner.param_groups:
             for p in group["params"]:
                 st = inner.state[p]
                 if "exp_avg" not in st:
-                    st["step"] = torch.tensor(0.0)
+                    if per_param_step:
+                        st["step"] = torch.tensor(0.0)
                     st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                     st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
 
@@ -203,6 +212,8 @@ def _restore_adam_steps(optimizer) -> None:
 
     for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
         inner = opt.optimizer
+        if not _keeps_per_param_step(inner):
+            continue  # FusedAdam: the group's step is the only one, and megatron restored it
         for group in inner.param_groups:
             group_step = group.get("step")
             for p in group["params"]:

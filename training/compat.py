@@ -14,6 +14,13 @@ grad clipping). On a machine without CUDA :func:`install` patches exactly those 
 * if ``triton`` is not installed, a stub for ``megatron.core.transformer.moe.ops.paged_stash`` (the one
   module that imports triton at ``import megatron.core`` time; its kernels are GPU-only anyway).
 
+Rewriting ``cuda`` to ``cpu`` would also hide the engine's own device bugs (a batch never moved to the GPU,
+a host tensor all-reduced on NCCL). So the layer is *strict* (:mod:`.strict_device`): it tracks every
+tensor the code means to put on the accelerator (``.cuda()``, ``.to('cuda')``, ``device='cuda'`` or
+``device=torch.cuda.current_device()``, and what is computed from those) and every module moved there;
+a model forward that receives an untracked tensor or an unmoved module, and a collective on a would-be
+NCCL group that receives a tensor created on the host, fail naming the call site.
+
 The patches reach into megatron-core internals, so :func:`check_version` refuses any other version.
 Import this module before ``megatron.core`` (``install()`` must run first: ``import megatron.core``
 already needs the triton stub).
@@ -34,6 +41,9 @@ MEGATRON_CORE_VERSION = "0.19.2"
 PAGED_STASH_MODULE = "megatron.core.transformer.moe.ops.paged_stash"
 
 _state: dict[str, Any] = {"installed": False, "mode": None}
+# The CPU device object ``torch.cuda.current_device()`` returns once patched: passing *this* object as
+# ``device=`` means "the accelerator", unlike ``torch.device('cpu')`` or ``tensor.device``.
+_CURRENT_DEVICE: list[Any] = [None]
 
 
 class MegatronVersionError(RuntimeError):
@@ -108,6 +118,8 @@ def install_import_stubs() -> bool:
 def _is_cuda_device(dev: Any) -> bool:
     import torch
 
+    if dev is _CURRENT_DEVICE[0] and dev is not None:
+        return True  # the object torch.cuda.current_device() returns here: "the current CUDA device"
     if isinstance(dev, str):
         return dev.startswith("cuda")
     if isinstance(dev, torch.device):
@@ -123,18 +135,31 @@ def _device_mode_class():
     tensor_cuda = torch.Tensor.cuda
     tensor_to = torch.Tensor.to
 
+    from . import strict_device
+
+    track = strict_device.TRACKER
+
     class CudaToCpu(TorchFunctionMode):
-        """Rewrites CUDA device arguments to CPU for every torch function call."""
+        """Rewrites CUDA device arguments to CPU for every torch function call, and tells the strict-device
+        tracker which results were meant for the accelerator."""
 
         def __torch_function__(self, func, types_, args=(), kwargs=None):
             kwargs = kwargs or {}
+            to_device = False
             if "device" in kwargs and _is_cuda_device(kwargs["device"]):
                 kwargs = {**kwargs, "device": cpu}
+                to_device = True
             if func is tensor_cuda:
-                return args[0]
+                return track.moved(args[0])
             if func is tensor_to:
-                args = args[:1] + tuple(cpu if _is_cuda_device(a) else a for a in args[1:])
-            return func(*args, **kwargs)
+                moved = tuple(cpu if _is_cuda_device(a) else a for a in args[1:])
+                to_device = to_device or any(a is cpu for a in moved)
+                args = args[:1] + moved
+            result = func(*args, **kwargs)
+            if to_device and func is tensor_to and result is args[0]:
+                return track.moved(result)
+            track.record(func, args, kwargs, result, to_device)
+            return result
 
     return CudaToCpu
 
@@ -208,6 +233,7 @@ def _patch_cuda_module() -> None:
     # A device object rather than 0: megatron passes it as ``device=`` in code the function mode cannot
     # see (e.g. autograd backward of recomputed blocks runs inside the mode's own handler, mode disabled).
     cpu = torch.device("cpu")
+    _CURRENT_DEVICE[0] = cpu
     torch.cuda.current_device = lambda: cpu
     torch.cuda.set_device = lambda *_a, **_k: None
     torch.cuda.synchronize = lambda *_a, **_k: None
@@ -251,6 +277,9 @@ def install() -> bool:
         return False
     _patch_cuda_module()
     _patch_all_to_all()
+    from . import strict_device
+
+    strict_device.install()
     mode = _device_mode_class()()
     mode.__enter__()  # stays active for the whole process (the worker's lifetime)
     _state["mode"] = mode

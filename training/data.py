@@ -174,13 +174,38 @@ class ResumableSampler:
             start += step
 
 
-def batches(dataset, sampler: ResumableSampler, num_workers: int) -> Iterator[dict]:
-    """An endless-enough iterator of collated micro-batches (torch DataLoader over the sampler)."""
+def batches(dataset, sampler: ResumableSampler, num_workers: int, pin_memory: bool = False) -> Iterator[dict]:
+    """An endless-enough iterator of collated micro-batches (torch DataLoader over the sampler).
+
+    ``pin_memory`` (GPU runs) makes the host-to-device copy in :func:`to_device` asynchronous.
+    """
     import torch
 
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, num_workers=num_workers,
-                                         pin_memory=False, persistent_workers=num_workers > 0)
+                                         pin_memory=pin_memory, persistent_workers=num_workers > 0)
     return iter(loader)
+
+
+def to_device(batch: dict) -> dict:
+    """A new batch dict with every tensor on the current accelerator (non-blocking: no host sync).
+
+    On CPU the compat layer maps this to the host and its strict mode records the move, so a forward that
+    receives a batch that skipped this step fails on CPU as it would on a GPU.
+    """
+    import torch
+
+    return {k: v.cuda(non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def for_context_parallel_rank(batch: dict, cp_size: int) -> dict:
+    """This context-parallel rank's share of the sequence (megatron-core's load-balanced 2×cp chunking,
+    ``get_batch_on_this_cp_rank``); the batch unchanged when ``cp_size`` is 1."""
+    if cp_size == 1:
+        return batch
+    from megatron.core import parallel_state as ps
+    from megatron.core.utils import get_batch_on_this_cp_rank
+
+    return get_batch_on_this_cp_rank(dict(batch), is_hybrid_cp=False, cp_group=ps.get_context_parallel_group())
 
 
 def cyclic_batches(dataset, micro_batch_size: int, dp_rank: int, dp_size: int) -> Iterator[dict]:

@@ -10,8 +10,10 @@ if TYPE_CHECKING:
     from mtk.launcher.spec import Job
 
 
-def init(job: Job, cpu: bool, timeout_s: int = 600) -> None:
+def init(job: Job, cpu: bool) -> None:
     """Join the process group torchrun set up and build the tp/pp/cp/ep/dp groups.
+
+    Every group gets ``cluster.pg_timeout_s``.
 
     Sizes come from the job spec; the world size comes from torchrun (``WORLD_SIZE``), and a mismatch
     with ``cluster.nodes × procs_per_node`` is an error naming both, because every later figure
@@ -21,6 +23,7 @@ def init(job: Job, cpu: bool, timeout_s: int = 600) -> None:
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
 
+    timeout_s = job.cluster.pg_timeout_s
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world != job.cluster.world_size:
         raise RuntimeError(f"torchrun started {world} processes but the job spec says cluster.nodes × "
@@ -36,7 +39,7 @@ def init(job: Job, cpu: bool, timeout_s: int = 600) -> None:
         virtual_pipeline_model_parallel_size=p.virtual_pp,
         context_parallel_size=p.cp,
         expert_model_parallel_size=p.ep if job.model.moe.num_experts else 1,
-        distributed_timeout_minutes=max(1, timeout_s // 60),
+        distributed_timeout_minutes=max(1, -(-timeout_s // 60)),
         create_gloo_process_groups=True,
     )
     seed(job.train.seed, cpu)

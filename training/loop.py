@@ -4,6 +4,11 @@ One iteration = one optimizer step over ``global_batch_size`` sequences, split i
 megatron.core's ``get_forward_backward_func`` schedule (1F1B with pipeline parallelism). After every
 iteration all ranks do one small all-reduce that carries the loss (from the last pipeline stage) and the
 run-control flags (signals, trigger files), so logging and stop/save decisions agree everywhere.
+
+Device discipline (the same code on CPU/gloo and CUDA/NCCL): batches go to the accelerator in
+``forward_step`` (then megatron-core slices them per context-parallel rank), every tensor handed to a
+collective is created on the accelerator, and the loop reads device values back once per iteration (the
+reduced loss/flags); step times are taken after a device synchronize.
 """
 
 from __future__ import annotations
@@ -55,16 +60,34 @@ def loss_func(loss_mask, output_tensor):
 
 
 def forward_step(data_iterator, model):
-    batch = next(data_iterator)
-    tokens = batch["tokens"]
-    output = model(tokens, batch["position_ids"], None, labels=batch["labels"])
+    from megatron.core import parallel_state as ps
+
+    from .data import for_context_parallel_rank, to_device
+
+    batch = for_context_parallel_rank(to_device(next(data_iterator)),
+                                      ps.get_context_parallel_world_size())
+    output = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
     return output, partial(loss_func, batch["loss_mask"])
 
 
-def _mean_loss(loss_dicts: list[dict]) -> tuple[float, float]:
-    """(sum, count) of this rank's micro-batch losses (empty on non-last pipeline stages)."""
-    vals = [float(d["lm loss"]) for d in loss_dicts if "lm loss" in d]
-    return sum(vals), float(len(vals))
+def _loss_sum(loss_dicts: list[dict]):
+    """(sum, count) of this rank's micro-batch losses as a device tensor (zeros on non-last pipeline
+    stages); no host sync."""
+    import torch
+
+    vals = [d["lm loss"].float().view(1) for d in loss_dicts if "lm loss" in d]
+    total = torch.zeros(2, dtype=torch.float64, device=torch.cuda.current_device())
+    if vals:
+        total[0] = torch.cat(vals).sum()
+        total[1] = len(vals)
+    return total
+
+
+def device_synchronize() -> None:
+    """Wait for queued accelerator work (a no-op on CPU): step times must include the kernels."""
+    import torch
+
+    torch.cuda.synchronize()
 
 
 class Trainer:
@@ -88,7 +111,7 @@ class Trainer:
         from megatron.core import parallel_state as ps
         from megatron.core.distributed import finalize_model_grads
 
-        from . import checkpoint, data, debug, distributed, metrics, model, optim
+        from . import checkpoint, data, debug, device_plan, distributed, metrics, model, optim
 
         job = self.job
         if job.cluster.device == "cpu":
@@ -99,8 +122,8 @@ class Trainer:
         if self.cpu and job.cluster.device == "gpu":
             _log(int(os.environ.get("RANK", "0")), "[mtk] cluster.device is gpu but CUDA is not available: "
                                                    "running on CPU with gloo")
-        compat.install()
-        self.use_te = model.have_transformer_engine()
+        self.strict = compat.install()
+        self.use_te = device_plan.have_transformer_engine()
         preflight(job, self.cpu, self.use_te)
         distributed.init(job, self.cpu)
         self.rank = dist.get_rank()
@@ -113,14 +136,14 @@ class Trainer:
         self.profiler = debug.ProfilerWindow(job.debug.torch_profiler, self.run_dir, self.rank)
         self.nsys = debug.NsysWindow(job.debug.nsys, self.rank)
 
+        self.plan = device_plan.plan_for_here(job, gpu=not self.cpu, dp_size=self.dp_size)
         self.tok = data.tokenizer_info(job)
-        self.config = model.transformer_config(job, self.cpu)
-        chunks = model.build_model(job, self.config, self.tok.vocab_size, self.use_te)
-        self.model = optim.wrap_ddp(job, self.config, chunks)
+        self.config = model.transformer_config(job, self.plan)
+        chunks = model.build_model(job, self.config, self.tok.vocab_size, self.plan)
+        self.model = optim.wrap_ddp(job, self.config, chunks, self.plan)
         self.optimizer = optim.build_optimizer(job, self.model)
         self.scheduler = optim.build_scheduler(job, self.optimizer)
-        self.config.no_sync_func = ([m.no_sync for m in self.model] if len(self.model) > 1
-                                    else self.model[0].no_sync)
+        optim.set_sync_funcs(self.config, self.model, self.plan)
         self.config.finalize_model_grads_func = finalize_model_grads
         self.config.grad_scale_func = self.optimizer.scale_loss
         self.padded_vocab = model.model_vocab_size(job, self.tok.vocab_size)
@@ -129,8 +152,11 @@ class Trainer:
                         f"{job.model.hidden_size}, vocab {self.padded_vocab} (padded), {n_params:,} params on "
                         f"rank 0; tp={job.parallel.tp} pp={job.parallel.pp} cp={job.parallel.cp} "
                         f"ep={job.parallel.ep} dp={self.dp_size}; "
-                        f"{'TE' if self.use_te else 'local'} layer spec; {job.train.precision}; "
+                        f"{self.plan.describe()}; {job.train.precision}; "
                         f"{'cpu/gloo' if self.cpu else 'gpu/nccl'}")
+        if self.strict:
+            _log(self.rank, "[mtk] strict device checks on: a host tensor reaching a model forward or an "
+                            "NCCL-bound collective fails here as it would on a GPU")
 
         ckpt = job.train.checkpoint
         root = ckpt.dir or str(self.run_dir / exitcodes.CHECKPOINTS_DIR)
@@ -149,7 +175,8 @@ class Trainer:
         train_ds, valid_ds = data.build_datasets(job, self.tok, log=lambda m: _log(self.rank, m))
         self.train_sampler = data.ResumableSampler(len(train_ds), self.consumed, job.train.micro_batch_size,
                                                    self.dp_rank, self.dp_size)
-        self.train_iter = data.batches(train_ds, self.train_sampler, job.data.num_workers)
+        self.train_iter = data.batches(train_ds, self.train_sampler, job.data.num_workers,
+                                       pin_memory=not self.cpu)
         self.valid_iter = (data.cyclic_batches(valid_ds, job.train.micro_batch_size, self.dp_rank, self.dp_size)
                            if valid_ds is not None and len(valid_ds) and job.train.eval_interval else None)
         self.metrics = metrics.MetricsWriter(job, self.run_dir, self.rank, self.world, self.padded_vocab,
@@ -202,17 +229,20 @@ class Trainer:
         import torch
         import torch.distributed as dist
 
-        for chunk in self.model:
-            chunk.eval()
-        total = torch.zeros(2, dtype=torch.float64)
-        with torch.no_grad():
-            for _ in range(self.job.train.eval_iters):
-                s, n = _mean_loss(self._fwd_bwd(self.valid_iter, forward_only=True))
-                total += torch.tensor([s, n], dtype=torch.float64)
-        for chunk in self.model:
-            chunk.train()
+        from .optim import params_synced
+
+        with params_synced(self.model, self.optimizer, self.plan):
+            for chunk in self.model:
+                chunk.eval()
+            total = torch.zeros(2, dtype=torch.float64, device=torch.cuda.current_device())
+            with torch.no_grad():
+                for _ in range(self.job.train.eval_iters):
+                    total += _loss_sum(self._fwd_bwd(self.valid_iter, forward_only=True))
+            for chunk in self.model:
+                chunk.train()
         dist.all_reduce(total)
-        return float(total[0] / total[1].clamp(min=1))
+        s, n = total.tolist()
+        return s / max(n, 1.0)
 
     def save(self, blocking: bool = True) -> None:
         """Checkpoint the current iteration. ``blocking=False`` (periodic saves) writes in the background
@@ -223,11 +253,14 @@ class Trainer:
             if blocking:
                 self.ckpt.wait()
             return
+        from .optim import params_synced
+
         t0 = time.perf_counter()
         common = {"consumed_samples": self.consumed, "topology": topology(self.job),
                   "precision": self.job.train.precision, "job_name": self.job.name}
-        path = self.ckpt.save(self.iteration, self.model, self.optimizer, self.scheduler, common,
-                              self.job.parallel.distributed_optimizer, blocking=blocking)
+        with params_synced(self.model, self.optimizer, self.plan):
+            path = self.ckpt.save(self.iteration, self.model, self.optimizer, self.scheduler, common,
+                                  self.job.parallel.distributed_optimizer, blocking=blocking)
         self.last_saved = self.iteration
         verb = "scheduled async save of" if self.ckpt.in_flight == self.iteration else "saved"
         _log(self.rank, f"[checkpoint] {verb} iteration {self.iteration} to {path} "
@@ -255,21 +288,24 @@ class Trainer:
             self.nsys.before(nxt)
             t0 = time.perf_counter()
             losses, skipped, grad_norm = self.train_step()
+            device_synchronize()
             step_s = time.perf_counter() - t0
             self.profiler.after(nxt)
             self.nsys.after(nxt)
             self.iteration = nxt
             self.consumed += t.global_batch_size
             log_now = nxt % t.log_interval == 0 or nxt == t.iterations
-            s, n = _mean_loss(losses)
             aux, aux_n = self._moe_aux_loss()
             flags = self.control.local_flags(check_triggers=log_now)
-            red = torch.tensor([s, n, aux, aux_n, *flags], dtype=torch.float64)
+            red = torch.cat([_loss_sum(losses),
+                             torch.tensor([aux, aux_n, *flags], dtype=torch.float64,
+                                          device=torch.cuda.current_device())])
             if self.world > 1:
                 dist.all_reduce(red)
-            loss = float(red[0] / red[1]) if red[1] > 0 else float("nan")
-            decision = self.control.decision(red[4:].tolist())
-            self.metrics.step(loss, step_s, skipped, float(red[2] / red[3]) if red[3] > 0 else None)
+            red = red.tolist()  # the iteration's one device-to-host read
+            loss = red[0] / red[1] if red[1] > 0 else float("nan")
+            decision = self.control.decision(red[4:])
+            self.metrics.step(loss, step_s, skipped, red[2] / red[3] if red[3] > 0 else None)
             if log_now:
                 lr = self.optimizer.param_groups[0]["lr"]
                 gn = None if grad_norm is None else float(grad_norm)

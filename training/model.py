@@ -1,31 +1,24 @@
 """Build megatron.core's GPTModel (GPT or Llama-style, dense or MoE) from ``job.model``.
 
-The Transformer Engine layer spec is used when ``transformer_engine`` imports (GPU images), the local
-megatron.core spec otherwise. The vocabulary is padded to ``make_vocab_size_divisible_by × tp`` with the
+Layer spec (Transformer Engine when it imports, megatron.core's local spec otherwise) and fused kernels
+come from the run's :class:`~mtk.training.device_plan.DevicePlan`. The chunks are moved to the
+accelerator here, before Float16Module/DDP wrapping, as Megatron-LM does.
+
+The vocabulary is padded to ``make_vocab_size_divisible_by × tp`` with the
 same formula as ``mtk.launcher.figures.padded_vocab`` so ``mtk validate``'s parameter count matches.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from typing import TYPE_CHECKING, Any
 
 from mtk.launcher.figures import padded_vocab
 
+from .device_plan import DevicePlan, have_apex, plan_for_here
+
 if TYPE_CHECKING:
     import torch
     from mtk.launcher.spec import Job
-
-
-def have_transformer_engine() -> bool:
-    """True when Transformer Engine is importable (GPU images); decides the layer spec and fp8."""
-    if importlib.util.find_spec("transformer_engine") is None:
-        return False
-    try:
-        import transformer_engine.pytorch  # noqa: F401
-    except Exception:  # a broken TE install must not stop a run that can use the local spec
-        return False
-    return True
 
 
 def params_dtype(precision: str) -> torch.dtype:
@@ -34,10 +27,14 @@ def params_dtype(precision: str) -> torch.dtype:
     return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}.get(precision, torch.float32)
 
 
-def transformer_config_kwargs(job: Job, cpu: bool) -> dict[str, Any]:
-    """The TransformerConfig arguments for this job (plain data, testable without torch.distributed)."""
+def transformer_config_kwargs(job: Job, cpu: bool, plan: DevicePlan | None = None) -> dict[str, Any]:
+    """The TransformerConfig arguments for this job (plain data, testable without torch.distributed).
+
+    Fusions come from ``plan`` (default: the plan for this machine's libraries).
+    """
     import torch.nn.functional as F
 
+    plan = plan or plan_for_here(job, gpu=not cpu)
     m, p, t = job.model, job.parallel, job.train
     swiglu = m.activation == "swiglu"
     dtype = params_dtype(t.precision)
@@ -65,13 +62,12 @@ def transformer_config_kwargs(job: Job, cpu: bool) -> dict[str, Any]:
         bf16=t.precision in ("bf16", "fp8"),
         fp16=t.precision == "fp16",
         use_cpu_initialization=cpu,
-        gradient_accumulation_fusion=False,
-        # Fusions are GPU kernels; megatron's fused bias-GELU also needs a bias, persist_layer_norm needs Apex.
-        bias_activation_fusion=not cpu and (swiglu or m.add_bias_linear),
-        bias_dropout_fusion=not cpu,
-        masked_softmax_fusion=not cpu,
-        apply_rope_fusion=False,
-        persist_layer_norm=not cpu and have_apex(),
+        gradient_accumulation_fusion=plan.gradient_accumulation_fusion,
+        bias_activation_fusion=plan.bias_activation_fusion,
+        bias_dropout_fusion=plan.bias_dropout_fusion,
+        masked_softmax_fusion=plan.masked_softmax_fusion,
+        apply_rope_fusion=plan.apply_rope_fusion,
+        persist_layer_norm=plan.persist_layer_norm,
         deallocate_pipeline_outputs=True,
     )
     if t.precision == "fp8":
@@ -96,14 +92,10 @@ def transformer_config_kwargs(job: Job, cpu: bool) -> dict[str, Any]:
     return kw
 
 
-def transformer_config(job: Job, cpu: bool):
+def transformer_config(job: Job, plan: DevicePlan):
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    return TransformerConfig(**transformer_config_kwargs(job, cpu))
-
-
-def have_apex() -> bool:
-    return importlib.util.find_spec("apex") is not None
+    return TransformerConfig(**transformer_config_kwargs(job, plan.device == "cpu", plan))
 
 
 def layer_spec(job: Job, use_te: bool, config=None, vp_stage: int | None = None):
@@ -137,8 +129,13 @@ def model_vocab_size(job: Job, vocab_size: int | None = None) -> int:
     return padded_vocab(vocab_size or m.vocab_size, m.make_vocab_size_divisible_by, job.parallel.tp)
 
 
-def build_model(job: Job, config, vocab_size: int | None, use_te: bool) -> list:
-    """The model chunks of this pipeline rank (one per virtual stage), not yet wrapped."""
+def build_model(job: Job, config, vocab_size: int | None, plan: DevicePlan) -> list:
+    """The model chunks of this pipeline rank (one per virtual stage) on the accelerator, not yet wrapped.
+
+    ``use_cpu_initialization`` (CPU) and torch-native modules (local-spec norms) leave parameters on the
+    host; ``.cuda()`` moves them, as Megatron-LM's ``get_model`` does before wrapping.
+    """
+    import torch
     from megatron.core import parallel_state as ps
     from megatron.core.models.gpt import GPTModel
 
@@ -146,7 +143,7 @@ def build_model(job: Job, config, vocab_size: int | None, use_te: bool) -> list:
     vp = job.parallel.virtual_pp
     chunks = []
     for stage in range(vp or 1):
-        spec = layer_spec(job, use_te, config, stage if vp else None)
+        spec = layer_spec(job, plan.layer_spec == "transformer_engine", config, stage if vp else None)
         pre = ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=stage if vp else None)
         post = ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=stage if vp else None)
         chunks.append(GPTModel(
@@ -162,4 +159,6 @@ def build_model(job: Job, config, vocab_size: int | None, use_te: bool) -> list:
             parallel_output=True,
             vp_stage=stage if vp else None,
         ))
+    for chunk in chunks:
+        chunk.cuda(torch.cuda.current_device())
     return chunks

@@ -2,34 +2,78 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from mtk.launcher.spec import Job
 
+    from .device_plan import DevicePlan
 
-def wrap_ddp(job: Job, config, chunks: list) -> list:
+
+def wrap_ddp(job: Job, config, chunks: list, plan: DevicePlan) -> list:
     """Float16Module for bf16/fp16 (megatron keeps fp32 main params in the optimizer), then Megatron DDP.
 
     ``get_megatron_optimizer`` needs the Megatron DDP wrapper (it reads ``ddp_config`` off the chunks).
+    Overlap of grad reduce / param gather follows the device plan; with overlap megatron picks its own
+    bucket size (bucketing is what lets the reduce of early buckets run during the rest of the backward),
+    and, as in Megatron-LM, only the first chunk of the first pipeline stage is bucketed.
     """
+    from megatron.core import parallel_state as ps
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
     from megatron.core.transformer.module import Float16Module
 
     if job.train.precision in ("bf16", "fp16", "fp8"):
         chunks = [Float16Module(config, c) for c in chunks]
-    ddp_config = DistributedDataParallelConfig(
-        grad_reduce_in_fp32=True,
-        overlap_grad_reduce=False,
-        use_distributed_optimizer=job.parallel.distributed_optimizer,
-        check_for_nan_in_grad=False,
-        bucket_size=None,
-    )
-    return [
-        DistributedDataParallel(config=config, ddp_config=ddp_config, module=c,
-                                disable_bucketing=(i > 0))
-        for i, c in enumerate(chunks)
-    ]
+    pp_rank = ps.get_pipeline_model_parallel_rank()
+    wrapped = []
+    for i, c in enumerate(chunks):
+        ddp_config = DistributedDataParallelConfig(
+            grad_reduce_in_fp32=True,
+            overlap_grad_reduce=plan.overlap_grad_reduce,
+            overlap_param_gather=plan.overlap_param_gather,
+            align_param_gather=plan.align_param_gather,
+            use_distributed_optimizer=job.parallel.distributed_optimizer,
+            check_for_nan_in_grad=False,
+            bucket_size=None,
+        )
+        wrapped.append(DistributedDataParallel(config=config, ddp_config=ddp_config, module=c,
+                                               disable_bucketing=(i > 0 or pp_rank > 0)))
+    return wrapped
+
+
+def set_sync_funcs(config, model: list, plan: DevicePlan) -> None:
+    """Hand the schedule DDP's hooks, as Megatron-LM's training loop does: ``no_sync`` (grads are reduced
+    once, after the last micro-batch), and with overlap the grad-sync / param-sync launchers that let
+    pipeline stages start their reduce-scatter / all-gather as soon as their chunk is done."""
+
+    def one_or_list(funcs: list):
+        return funcs[0] if len(funcs) == 1 else funcs
+
+    config.no_sync_func = one_or_list([m.no_sync for m in model])
+    if plan.overlap_grad_reduce:
+        config.grad_sync_func = one_or_list([m.start_grad_sync for m in model])
+    if plan.overlap_param_gather and plan.align_param_gather:
+        config.param_sync_func = one_or_list([m.start_param_sync for m in model])
+
+
+@contextlib.contextmanager
+def params_synced(model: list, optimizer, plan: DevicePlan) -> Iterator[None]:
+    """With overlapped param all-gather the model's parameters are only complete after the next forward's
+    pre-hooks; evaluation and checkpointing need them now. Force the gather and run without the hooks
+    (Megatron-LM's disable/enable_forward_pre_hook), then re-arm them."""
+    if not plan.overlap_param_gather:
+        yield
+        return
+    optimizer.prepare_model_params_for_param_sync()
+    for chunk in model:
+        chunk.disable_forward_pre_hook(param_sync=True)
+    try:
+        yield
+    finally:
+        for chunk in model:
+            chunk.enable_forward_pre_hook()
 
 
 def optimizer_config(job: Job):
@@ -58,7 +102,9 @@ def optimizer_config(job: Job):
 def build_optimizer(job: Job, model: list):
     from megatron.core.optimizer import get_megatron_optimizer
 
-    return get_megatron_optimizer(optimizer_config(job), model)
+    config = optimizer_config(job)
+    config.overlap_param_gather = model[0].ddp_config.overlap_param_gather  # megatron wants both to agree
+    return get_megatron_optimizer(config, model)
 
 
 def build_scheduler(job: Job, optimizer):

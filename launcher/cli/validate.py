@@ -41,5 +41,9 @@ def command(job_file, overrides, backend, check_files, quiet):
     click.echo(f"tokens per step:         {f.tokens_per_step:,}")
     click.echo(f"memory per GPU (weights+grads+optimizer): {f.gib_per_gpu} GiB; "
                f"with distributed optimizer: {f.gib_per_gpu_distributed_optimizer} GiB")
+    from mtk.training.device_plan import describe_for_validate
+
+    for line in describe_for_validate(job):
+        click.echo(line)
     click.echo(f"steps: {' -> '.join(job.steps())}")
     click.echo("ok")

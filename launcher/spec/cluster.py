@@ -91,6 +91,9 @@ class ClusterSpec(Section):
     instance_type: str | None = Field(None, description="e.g. p5.48xlarge: selects NCCL/EFA settings and EFA count.")
     efa_per_node: int | None = Field(None, ge=0, description="EFA devices per node (default: from instance_type).")
     runs_dir: str = Field("runs", description="Where run dirs go; must be shared storage on clusters.")
+    pg_timeout_s: int = Field(
+        600, ge=60, description="torch.distributed timeout (s) for every process group: how long a rank waits "
+        "in a collective (e.g. while rank 0 builds data indices or writes a checkpoint) before failing.")
     env: dict[str, str] = Field(
         default_factory=dict, description="Extra environment for every process (overrides presets)."
     )

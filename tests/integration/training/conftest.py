@@ -157,7 +157,7 @@ def tr():
         make_job=make_job, start=start, finish=finish, run=run, tail=tail, kill_tree=kill_tree,
         signal_workers=signal_workers, records=records, by_iteration=by_iteration,
         wait_for_iteration=wait_for_iteration, last_exit=last_exit, tracker=tracker,
-        copy_checkpoint=copy_checkpoint)
+        copy_checkpoint=copy_checkpoint, env=_env, RUN_TIMEOUT=RUN_TIMEOUT)
 
 
 def write_indexed_corpus(prefix: Path, n_docs: int, seed: int, eod: int = 1023) -> Path:

@@ -326,6 +326,11 @@ def test_profiler_trace_and_env_dump(tp_ref):
     assert env["topology"]["tp"] == 2
 
 
+def test_cpu_runs_are_strict_device_checked(tp_ref):
+    log = (tp_ref / "run.log").read_text()
+    assert "[mtk] strict device checks on" in log
+
+
 def test_checkpoint_layout_and_tracker(tr, tp_ref):
     ckpt = tp_ref / "checkpoints"
     assert tr.tracker(ckpt) == 20

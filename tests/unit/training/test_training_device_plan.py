@@ -1,0 +1,130 @@
+"""The device plan (layer spec, fusions, overlap per device), what ``mtk validate`` prints from it, and the
+FusedAdam-safe Adam state prefill used on distributed-optimizer resume."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from mtk.launcher.spec import Job
+from mtk.training import checkpoint, device_plan, model
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _job(model_: dict | None = None, **sections) -> Job:
+    return Job.model_validate({"name": "t", "model": {"preset": "tiny", **(model_ or {})}, **sections})
+
+
+def test_cpu_plan_is_local_unfused_and_synchronous():
+    p = device_plan.plan(_job(parallel={"distributed_optimizer": True}), gpu=False, te=False, dp_size=2)
+    assert p.layer_spec == "local"
+    assert not any([p.bias_activation_fusion, p.bias_dropout_fusion, p.masked_softmax_fusion,
+                    p.gradient_accumulation_fusion, p.apply_rope_fusion, p.persist_layer_norm,
+                    p.overlap_grad_reduce, p.overlap_param_gather, p.align_param_gather])
+
+
+def test_gpu_plan_with_te_fuses_and_overlaps_with_data_parallelism():
+    job = _job({"position_embedding": "rope", "activation": "swiglu"},
+               parallel={"distributed_optimizer": True, "pp": 2})
+    p = device_plan.plan(job, gpu=True, te=True, dp_size=4)
+    assert p.layer_spec == "transformer_engine"
+    assert p.gradient_accumulation_fusion and p.apply_rope_fusion and p.bias_activation_fusion
+    assert p.overlap_grad_reduce and p.overlap_param_gather and p.align_param_gather
+    assert not p.persist_layer_norm  # TE norms
+
+
+def test_gpu_plan_without_te_needs_apex_kernels_and_no_rope_fusion():
+    job = _job({"position_embedding": "rope"})
+    bare = device_plan.plan(job, gpu=True, te=False, dp_size=2)
+    assert bare.layer_spec == "local" and not bare.gradient_accumulation_fusion and not bare.apply_rope_fusion
+    assert bare.overlap_grad_reduce and not bare.overlap_param_gather  # no distributed optimizer
+    apex = device_plan.plan(job, gpu=True, te=False, apex=True, grad_accum_kernel=True, dp_size=2)
+    assert apex.gradient_accumulation_fusion and apex.persist_layer_norm
+    assert not device_plan.plan(job, gpu=True, te=True, dp_size=1).overlap_grad_reduce  # nothing to reduce
+
+
+def test_transformer_config_takes_its_fusions_from_the_plan():
+    job = _job({"position_embedding": "rope"})
+    p = device_plan.plan(job, gpu=True, te=True, dp_size=2)
+    kw = model.transformer_config_kwargs(job, cpu=False, plan=p)
+    for field in ("gradient_accumulation_fusion", "apply_rope_fusion", "bias_dropout_fusion",
+                  "masked_softmax_fusion", "persist_layer_norm", "bias_activation_fusion"):
+        assert kw[field] == getattr(p, field), field
+    cpu = model.transformer_config_kwargs(job, cpu=True)
+    assert cpu["gradient_accumulation_fusion"] is False and cpu["apply_rope_fusion"] is False
+
+
+def _validate(*args: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "mtk.launcher.cli", "validate", "-q", *args], cwd=REPO,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_validate_prints_what_a_gpu_run_will_use():
+    out = _validate("examples/gpt-7.5b-p5-slurm.yaml", "--backend", "slurm")
+    line = next(ln for ln in out.splitlines() if ln.startswith("device plan"))
+    assert "gpu/nccl, with Transformer Engine" in line and "TE layer spec" in line
+    assert "grad-accum" in line and "overlap: grad-reduce, param-gather" in line
+    assert "if the image is without Transformer Engine: local layer spec" in out
+
+
+def test_validate_prints_the_cpu_plan_for_cpu_jobs():
+    out = _validate("examples/tiny.yaml")
+    assert "device plan (cpu/gloo):  local layer spec; fused: none; overlap: off" in out
+
+
+class FusedAdamLike(torch.optim.Optimizer):
+    """TE FusedAdam's state_dict contract (TE cannot be installed here): per-param state keys go through
+    a dtype table that has no 'step'."""
+
+    name_to_dtype_map = {"exp_avg": torch.float32, "exp_avg_sq": torch.float32}
+
+    def __init__(self, params):
+        super().__init__(params, {"lr": 1e-3})
+
+    def state_dict(self):
+        sd = super().state_dict()
+        for st in sd["state"].values():
+            for name in st:
+                st[name] = st[name].to(self.name_to_dtype_map[name])
+        return sd
+
+
+FusedAdamLike.__module__ = "transformer_engine.pytorch.optimizers.fused_adam"
+
+
+class _Wrapper:
+    def __init__(self, inner):
+        self.optimizer = inner
+
+
+def test_prefill_adds_step_only_where_the_optimizer_keeps_it_per_param():
+    p = torch.nn.Parameter(torch.zeros(3))
+    fused = _Wrapper(FusedAdamLike([p]))
+    checkpoint._prefill_adam_state(fused)
+    fused.optimizer.param_groups[0]["step"] = 7
+    checkpoint._restore_adam_steps(fused)
+    assert set(fused.optimizer.state[p]) == {"exp_avg", "exp_avg_sq"}
+    fused.optimizer.state_dict()  # KeyError 'step' before the fix
+
+    q = torch.nn.Parameter(torch.zeros(3))
+    plain = _Wrapper(torch.optim.Adam([q]))
+    checkpoint._prefill_adam_state(plain)
+    plain.optimizer.param_groups[0]["step"] = 7
+    checkpoint._restore_adam_steps(plain)
+    assert float(plain.optimizer.state[q]["step"]) == 7.0
+
+
+def test_process_group_timeout_is_a_spec_field_with_a_floor():
+    import pytest
+    from mtk.launcher.spec.errors import SpecError
+    from mtk.launcher.spec.loader import validate
+
+    assert _job().cluster.pg_timeout_s == 600
+    assert _job(cluster={"pg_timeout_s": 3600}).cluster.pg_timeout_s == 3600
+    with pytest.raises(SpecError, match=r"cluster\.pg_timeout_s"):
+        validate({"name": "t", "model": {"preset": "tiny"}, "cluster": {"pg_timeout_s": 5}})

@@ -1,0 +1,140 @@
+"""The one place that decides, per device, the layer spec, the fused kernels and the communication overlap.
+
+The engine (``model``/``optim``) builds from this plan and ``mtk validate`` prints it, so what a GPU run
+will use is visible before any GPU time is spent. Plain data in, plain data out: no torch import, so the
+CLI can call it cheaply; the probes for Transformer Engine / Apex live in :func:`probe`.
+
+Rules (megatron-core 0.19.2):
+
+* Transformer Engine spec when TE imports, megatron-core's local spec otherwise.
+* Fusions are CUDA kernels: all off on CPU. On GPU, bias-activation / bias-dropout / masked-softmax
+  fusions are megatron-core's own (always available; fused bias-GELU needs a bias), gradient-accumulation
+  fusion needs TE's linear layers or Apex's ``fused_weight_gradient_mlp_cuda``, RoPE fusion needs TE,
+  persistent layer norm needs Apex.
+* Overlap of the data-parallel gradient reduce-scatter / all-reduce with the backward pass (megatron DDP's
+  ``overlap_grad_reduce``) on GPU whenever data parallelism > 1; parameter all-gather overlap with the next
+  forward (``overlap_param_gather`` + ``align_param_gather``) only with the distributed optimizer. Both
+  need the streams/events of CUDA, so CPU runs reduce synchronously.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mtk.launcher.spec import Job
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    """What one run uses; field names match megatron-core's config fields where there is one."""
+
+    device: str                      # "gpu" or "cpu"
+    layer_spec: str                  # "transformer_engine" or "local"
+    bias_activation_fusion: bool
+    bias_dropout_fusion: bool
+    masked_softmax_fusion: bool
+    gradient_accumulation_fusion: bool
+    apply_rope_fusion: bool
+    persist_layer_norm: bool
+    overlap_grad_reduce: bool
+    overlap_param_gather: bool
+    align_param_gather: bool
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        """One line for logs and ``mtk validate``."""
+        fused = [name for name, on in (
+            ("bias-act", self.bias_activation_fusion), ("bias-dropout", self.bias_dropout_fusion),
+            ("softmax", self.masked_softmax_fusion), ("grad-accum", self.gradient_accumulation_fusion),
+            ("rope", self.apply_rope_fusion), ("persist-LN", self.persist_layer_norm)) if on]
+        overlap = [name for name, on in (("grad-reduce", self.overlap_grad_reduce),
+                                         ("param-gather", self.overlap_param_gather)) if on]
+        spec = "TE" if self.layer_spec == "transformer_engine" else "local"
+        return (f"{spec} layer spec; fused: {', '.join(fused) or 'none'}; "
+                f"overlap: {', '.join(overlap) or 'off'}")
+
+
+def have_transformer_engine() -> bool:
+    """True when Transformer Engine imports (GPU images); a broken TE install counts as absent."""
+    if importlib.util.find_spec("transformer_engine") is None:
+        return False
+    try:
+        import transformer_engine.pytorch  # noqa: F401
+    except Exception:  # a broken TE install must not stop a run that can use the local spec
+        return False
+    return True
+
+
+def have_apex() -> bool:
+    return importlib.util.find_spec("apex") is not None
+
+
+def have_grad_accum_kernel() -> bool:
+    """Apex's CUDA extension that megatron-core's local linear layers use for gradient-accumulation fusion."""
+    return importlib.util.find_spec("fused_weight_gradient_mlp_cuda") is not None
+
+
+def probe() -> tuple[bool, bool, bool]:
+    """(Transformer Engine, Apex, Apex grad-accumulation kernel) importable here."""
+    return have_transformer_engine(), have_apex(), have_grad_accum_kernel()
+
+
+def plan(job: Job, gpu: bool, te: bool, apex: bool = False, grad_accum_kernel: bool = False,
+         dp_size: int | None = None) -> DevicePlan:
+    """The plan for ``job`` on a GPU (``gpu=True``) or CPU machine with the given libraries present.
+
+    ``dp_size`` defaults to the spec's world size / (tp × pp × cp).
+    """
+    m, p = job.model, job.parallel
+    if dp_size is None:
+        dp_size = max(1, job.cluster.world_size // (p.tp * p.pp * p.cp))
+    swiglu = m.activation == "swiglu"
+    rope = m.position_embedding == "rope"
+    overlap_grad = gpu and dp_size > 1
+    overlap_param = overlap_grad and p.distributed_optimizer
+    return DevicePlan(
+        device="gpu" if gpu else "cpu",
+        layer_spec="transformer_engine" if te else "local",
+        bias_activation_fusion=gpu and (swiglu or m.add_bias_linear),
+        bias_dropout_fusion=gpu,
+        masked_softmax_fusion=gpu,
+        gradient_accumulation_fusion=gpu and (te or grad_accum_kernel),
+        apply_rope_fusion=gpu and te and rope,
+        persist_layer_norm=gpu and apex and not te,  # TE layers bring their own norms
+        overlap_grad_reduce=overlap_grad,
+        overlap_param_gather=overlap_param,
+        align_param_gather=overlap_param and p.pp > 1,
+    )
+
+
+def gpu_plans(job: Job) -> dict[str, DevicePlan]:
+    """What a GPU run of ``job`` will use, on an image with TE (+Apex) and on one without."""
+    return {"with Transformer Engine": plan(job, gpu=True, te=True, apex=True, grad_accum_kernel=True),
+            "without Transformer Engine": plan(job, gpu=True, te=False)}
+
+
+def describe_for_validate(job: Job) -> list[str]:
+    """The lines ``mtk validate`` prints: what a run of ``job`` will use on its device, before it runs."""
+    if job.cluster.device == "cpu":
+        return [f"device plan (cpu/gloo):  {plan(job, gpu=False, te=False).describe()}"]
+    ngc = job.image.base.startswith("nvcr.io/nvidia/pytorch")
+    plans = gpu_plans(job)
+    first = "with Transformer Engine" if ngc else "without Transformer Engine"
+    lines = [f"device plan (gpu/nccl, {first}{' - NGC PyTorch base image' if ngc else ''}): "
+             f"{plans[first].describe()}"]
+    other = next(name for name in plans if name != first)
+    lines.append(f"  if the image is {other}: {plans[other].describe()}")
+    if not plans[first].overlap_grad_reduce:
+        lines.append("  no data parallelism: gradients are not reduced across ranks, nothing to overlap")
+    return lines
+
+
+def plan_for_here(job: Job, gpu: bool, dp_size: int | None = None) -> DevicePlan:
+    """The plan with this machine's libraries (probes TE/Apex)."""
+    te, apex, grad_accum = probe()
+    return plan(job, gpu=gpu, te=te, apex=apex, grad_accum_kernel=grad_accum, dp_size=dp_size)
