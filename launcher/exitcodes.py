@@ -12,6 +12,9 @@ REQUEUE = 42
 STOPPED = 43
 # The guardrail stopped a run that kept failing without checkpoint progress.
 GUARDRAIL = 44
+# The hang watchdog found a rank that stopped reporting progress: stacks are in debug/, the blamed ranks and
+# nodes in state/hang.json; restart without those nodes.
+HANG = 45
 
 # Paths inside a run dir.
 JOB_FILE = "job.json"
@@ -23,3 +26,5 @@ DEBUG_DIR = "debug"
 STATE_DIR = "state"
 SAVE_TRIGGER = "triggers/save"
 EXIT_TRIGGER = "triggers/exit"
+HEARTBEATS_DIR = "state/heartbeats"
+HANG_FILE = "state/hang.json"
