@@ -28,3 +28,7 @@ SAVE_TRIGGER = "triggers/save"
 EXIT_TRIGGER = "triggers/exit"
 HEARTBEATS_DIR = "state/heartbeats"
 HANG_FILE = "state/hang.json"
+# The hosts the watchdog blamed, one per line, for the Slurm script (which moves them into EXCLUDED_FILE).
+HANG_HOSTS_FILE = "state/hang.hosts"
+# The run's excluded nodes, one per line: host, UTC time, reason (tab-separated); every restart passes --exclude.
+EXCLUDED_FILE = "state/excluded_nodes"

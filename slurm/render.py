@@ -163,6 +163,7 @@ def _values(job: Job, run_dir: str, sub: Submission, problems: list[Problem]) ->
             ("MTK_EXIT_REQUEUE", exitcodes.REQUEUE, ""),
             ("MTK_EXIT_STOPPED", exitcodes.STOPPED, ""),
             ("MTK_EXIT_GUARDRAIL", exitcodes.GUARDRAIL, ""),
+            ("MTK_EXIT_HANG", exitcodes.HANG, ""),
             ("MTK_CKPT_DIR", checkpoint_dir(job, run_dir), "train.checkpoint.dir"),
             ("MTK_MAX_FAILURES", s.max_failures, ""),
             ("MTK_REQUEUE", s.requeue, ""),

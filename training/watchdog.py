@@ -267,6 +267,7 @@ class HangMonitor:
         """``state/hang.json`` (every node writes the same verdict; the last rename wins)."""
         path = self.run_dir / exitcodes.HANG_FILE
         atomic_write(path, json.dumps(verdict.to_json(), indent=2) + "\n")
+        atomic_write(self.run_dir / exitcodes.HANG_HOSTS_FILE, "".join(f"{h}\n" for h in verdict.hosts))
         return path
 
     def dump_and_kill(self, agent_pid: int, worker_pids: list[int]) -> None:

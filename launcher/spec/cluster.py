@@ -76,7 +76,8 @@ class EksSpec(Section):
     image_pull_secrets: list[str] = Field(default_factory=list, description="Secret names only; never values.")
     etcd_image: str = "quay.io/coreos/etcd:v3.5.17"
     max_restarts: int = Field(3, ge=0, description="Elastic restarts before the job fails.")
-    min_nodes: int | None = Field(None, ge=1, description="Elastic minimum (default: nodes).")
+    min_nodes: int | None = Field(None, ge=1, description="Must equal nodes (default): elastic ranges are refused "
+                                                          "because the engine needs the full world size.")
     cpu: str | None = Field(None, description="CPU request/limit per worker, e.g. '90'.")
     memory: str | None = Field(None, description="Memory request/limit per worker, e.g. '1000Gi'.")
     backoff_limit: int = Field(2, ge=0, description="Data Jobs: retries before failing.")

@@ -1,4 +1,4 @@
-"""A real two-node Slurm 22.05 cluster (munge + slurmctld + slurmd node1/node2 in private namespaces), started
+"""A real three-node Slurm 22.05 cluster (munge + slurmctld + slurmd node1..node3 in private namespaces), started
 once per session, plus the environments jobs run in. Fails (never skips) when the cluster cannot start.
 
 ``harness`` drives it the way a user does: the ``mtk`` CLI in a subprocess with SLURM_CONF set.
@@ -33,6 +33,13 @@ case "$mode" in
   exit) exit "$arg" ;;
   sleep) sleep "$arg" & wait $! ;;
   tick) for i in $(seq "$arg"); do echo "tick $i"; sleep 1; done ;;
+  hang)
+    # The hang watchdog's contract with the batch script: task $arg's node is blamed (state/hang.hosts) and every
+    # node exits 45 (HANG); once the run has excluded nodes, the restart completes.
+    [ -f "$MTK_RUN_DIR/state/excluded_nodes" ] && exit 0
+    [ "$SLURM_PROCID" = "$arg" ] && hostname >"$MTK_RUN_DIR/state/hang.hosts"
+    sleep 1
+    exit 45 ;;
   usr2)
     trap 'echo "task $SLURM_PROCID got USR2"; exit "$arg"' USR2
     sleep 300 & wait $! ;;
