@@ -15,6 +15,8 @@ GUARDRAIL = 44
 # The hang watchdog found a rank that stopped reporting progress: stacks are in debug/, the blamed ranks and
 # nodes in state/hang.json; restart without those nodes.
 HANG = 45
+# The pre-flight health gate failed on at least one node (state/preflight.json names them): exclude and restart.
+PREFLIGHT = 46
 
 # Paths inside a run dir.
 JOB_FILE = "job.json"

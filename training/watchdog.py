@@ -80,6 +80,8 @@ class Heartbeat:
         self.run_dir = Path(run_dir)
         self.rank = rank
         self.host = socket.gethostname()
+        # On EKS the pod's hostname is not the node's: the downward API gives MTK_NODE_NAME (what to avoid).
+        self.node = os.environ.get("MTK_NODE_NAME") or self.host
         self.spec = spec
         self.enabled = bool(spec.enabled)
         self.timeouts = Timeouts(spec)
@@ -132,7 +134,7 @@ class Heartbeat:
         self._thread = None
 
     def record(self) -> dict:
-        return {"rank": self.rank, "host": self.host, "pid": os.getpid(), "phase": self.phase,
+        return {"rank": self.rank, "host": self.host, "node": self.node, "pid": os.getpid(), "phase": self.phase,
                 "iteration": self.iteration, "progress": self._progress_wall, "deadline": self._deadline,
                 "alive": time.time(), "interval": self.spec.interval,
                 "timeout": None if self._deadline is None else self._deadline - self._progress_wall}
@@ -180,7 +182,8 @@ class Verdict:
 
     @property
     def hosts(self) -> list[str]:
-        return sorted({b["host"] for b in self.blamed})
+        """The blamed nodes (on EKS the node a pod ran on, elsewhere its host)."""
+        return sorted({b.get("node") or b["host"] for b in self.blamed})
 
     def to_json(self) -> dict:
         return {"time": time.time(), "detected_by": socket.gethostname(), "reason": self.reason,
@@ -222,7 +225,8 @@ def judge(records: list[dict], now: float) -> Verdict | None:
         low = min(progress(r) for r in records if r.get("phase") != "done")
         blamed = [r for r in records if r.get("phase") != "done" and progress(r) == low]
         why = "alive but made no progress (furthest behind)"
-    entries = [{"rank": r["rank"], "host": r["host"], "pid": r["pid"], "phase": r["phase"],
+    entries = [{"rank": r["rank"], "host": r["host"], "node": r.get("node", r["host"]), "pid": r["pid"],
+                "phase": r["phase"],
                 "iteration": r["iteration"], "silent_s": round(now - r["alive"], 1),
                 "no_progress_s": round(now - r["progress"], 1), "timeout_s": r.get("timeout")}
                for r in sorted(blamed, key=lambda r: r["rank"])]

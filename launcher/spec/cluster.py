@@ -13,6 +13,7 @@ from pydantic import Field, field_validator
 from .base import Section
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 _SLURM_TIME = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$|^\d+$")
 
 
@@ -92,6 +93,10 @@ class ClusterSpec(Section):
     instance_type: str | None = Field(None, description="e.g. p5.48xlarge: selects NCCL/EFA settings and EFA count.")
     efa_per_node: int | None = Field(None, ge=0, description="EFA devices per node (default: from instance_type).")
     runs_dir: str = Field("runs", description="Where run dirs go; must be shared storage on clusters.")
+    exclude_nodes: list[str] = Field(
+        default_factory=list, description="Nodes never to run on (Slurm --exclude; EKS node anti-affinity), e.g. "
+                                          "the hosts a hang or failed preflight named (state/excluded_nodes)."
+    )
     env: dict[str, str] = Field(
         default_factory=dict, description="Extra environment for every process (overrides presets)."
     )
@@ -105,6 +110,14 @@ class ClusterSpec(Section):
         for name in v:
             if not _ENV_NAME.match(name):
                 raise ValueError(f"'{name}' is not a valid environment variable name (letters, digits, _)")
+        return v
+
+    @field_validator("exclude_nodes")
+    @classmethod
+    def _node_names(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not _NODE_NAME.match(name):
+                raise ValueError(f"'{name}' is not a node name (letters, digits, '.', '-', '_')")
         return v
 
     @property

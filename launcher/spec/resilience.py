@@ -36,8 +36,18 @@ class StragglerSpec(Section):
                                                     "the iteration line.")
 
 
+class PreflightSpec(Section):
+    """The health gate (``mtk-entrypoint preflight``) every node passes before a Slurm training job trains."""
+
+    enabled: bool = Field(True, description="Run the gate before training on Slurm (`mtk launch --no-preflight` "
+                                            "turns it off); a failing node is excluded, too few healthy refuse.")
+    allreduce_mb: float = Field(64.0, gt=0, le=4096, description="Size of the timed all-reduce (bus bandwidth).")
+    min_busbw_gbps: float | None = Field(None, gt=0, description="Fail nodes below this all-reduce bus bandwidth.")
+
+
 class ResilienceSpec(Section):
-    """Hang and straggler detection."""
+    """Hang and straggler detection, and the pre-flight health gate."""
 
     watchdog: WatchdogSpec = Field(default_factory=WatchdogSpec)
     stragglers: StragglerSpec = Field(default_factory=StragglerSpec)
+    preflight: PreflightSpec = Field(default_factory=PreflightSpec)
