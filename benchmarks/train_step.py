@@ -8,6 +8,14 @@ iteration is wall-clock between consecutive iteration ends, so everything the en
 dropped. The bare loop builds the model with the same TransformerConfig and layer spec, wraps it in
 Megatron DDP, and calls get_forward_backward_func + optimizer.step — nothing else. On CPU both need the
 compat layer (megatron.core cannot run on CPU without it). Goal: engine/bare ≤ 1.05.
+
+    python benchmarks/train_step.py --resilience [--rounds 3]
+
+instead compares the engine with the hang watchdog and straggler statistics on (gathered every 10
+iterations, so the 2 × world extra values ride on the loop's all-reduce several times per run) against both
+off, alternating rounds; goal: on/off ≤ 1.01. On a shared machine the end-to-end rounds are noisy, so it
+also times the per-iteration hook work itself in-process (one heartbeat beat, one straggler payload, the forward
+wrapper per micro-batch, a gather every 10 iterations) and prints it as a fraction of the measured step time.
 """
 
 from __future__ import annotations
@@ -99,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--set", action="append", default=[], help="job overrides, e.g. parallel.tp=2")
+    ap.add_argument("--resilience", action="store_true", help="watchdog + straggler stats on vs off instead")
+    ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--bare", nargs=2, metavar=("JOB", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.bare:
@@ -115,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
             "train.tensorboard=false", "debug.env_dump=false", "data.num_workers=0",
             f"cluster.procs_per_node={args.nproc}", f"data.dir={root / 'data'}", *args.set])
         (root / "job.json").write_text(job.to_json())
+        if args.resilience:
+            return _resilience(args, root, job)
         results = {}
         # Alternate twice so background load on a shared machine hits both loops alike.
         for round_ in range(2):
@@ -138,6 +150,63 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bare   median step: {bare:.1f} ms   (rounds: {', '.join(f'{x:.1f}' for x in results['bare'])})")
     print(f"ratio engine/bare: {engine / bare:.3f}x (goal <= 1.05x)")
     return 0
+
+
+def _engine_ms(args, root: Path, name: str, job_file: Path) -> float:
+    run_dir = root / name
+    run_dir.mkdir()
+    _torchrun(args.nproc, ["-m", "mtk.training.worker", "--job", str(job_file), "--run-dir", str(run_dir)],
+              root / f"{name}.log")
+    recs = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return _median_step_ms([r["time"] for r in recs if r["kind"] == "train"], args.warmup)
+
+
+def _resilience(args, root: Path, job) -> int:
+    """Engine step time with the watchdog and straggler statistics on vs off, alternating rounds."""
+    variants = {}
+    for name, on in (("on", True), ("off", False)):
+        variant = job.model_copy(deep=True)
+        variant.resilience.watchdog.enabled = on
+        variant.resilience.stragglers.enabled = on
+        variant.resilience.stragglers.interval = 10
+        variants[name] = root / f"job-{name}.json"
+        variants[name].write_text(variant.to_json())
+    results: dict[str, list[float]] = {"on": [], "off": []}
+    for round_ in range(args.rounds):
+        for name in (("on", "off") if round_ % 2 == 0 else ("off", "on")):
+            results[name].append(_engine_ms(args, root, f"{name}{round_}", variants[name]))
+    on, off = min(results["on"]), min(results["off"])
+    hook_ms = _hook_cost_ms(job, args.nproc)
+    print(f"{args.nproc} procs, {args.iters} iterations, first {args.warmup} dropped, best of {args.rounds} rounds")
+    print(f"watchdog+stragglers on : {on:.2f} ms   (rounds: {', '.join(f'{x:.2f}' for x in results['on'])})")
+    print(f"watchdog+stragglers off: {off:.2f} ms   (rounds: {', '.join(f'{x:.2f}' for x in results['off'])})")
+    print(f"ratio on/off: {on / off:.4f}x (goal <= 1.01x; end-to-end, noisy on a shared machine)")
+    print(f"hook work per iteration: {hook_ms * 1e3:.2f} us = {hook_ms / off:.5f} of the {off:.1f} ms step "
+          f"(ratio {1 + hook_ms / off:.5f}x)")
+    return 0
+
+
+def _hook_cost_ms(job, world: int, iters: int = 20000) -> float:
+    """Mean ms per iteration of the resilience hooks alone: beat + payload (+ gather/summary every 10) + wrapper."""
+    from mtk.training.stragglers import StragglerStats
+    from mtk.training.watchdog import Heartbeat
+
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = job.resilience.model_copy(deep=True)
+        spec.stragglers.interval = 10
+        beat = Heartbeat(tmp, 0, spec.watchdog)  # not started: no thread, only the in-memory beat
+        stats = StragglerStats(spec.stragglers, tmp, 0, world)
+        fwd = stats.wrap(lambda: None)
+        micro = job.train.global_batch_size // job.train.micro_batch_size
+        t0 = time.perf_counter()
+        for i in range(1, iters + 1):
+            beat.beat("step", i)
+            for _ in range(micro):
+                fwd()
+            extra = stats.payload(i, 0.1)
+            if extra:
+                stats.receive(i, extra)
+        return (time.perf_counter() - t0) / iters * 1e3
 
 
 if __name__ == "__main__":

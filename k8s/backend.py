@@ -97,9 +97,6 @@ class EksBackend:
                          "their own ephemeral disk")
         if not e.fsx_claim:
             notes.append("cluster.eks.fsx_claim is empty: no shared storage, checkpoints do not survive a pod")
-        if e.min_nodes and e.min_nodes < job.cluster.nodes:
-            notes.append(f"elastic: training may continue on {e.min_nodes}..{job.cluster.nodes} pods; the "
-                         "data-parallel size then changes, so train.global_batch_size must divide at every size")
         if "getdata" in job.steps() and "preprocess" not in job.steps():
             notes.append("training does not wait for the getdata Job under plain kubectl; apply train.yaml "
                          "after it completes")

@@ -50,6 +50,9 @@ class Obj:
         return self.body["metadata"]["name"]
 
 
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+
 def _meta(job: Job, run: str, name: str, component: str) -> dict:
     return {"name": name, "namespace": job.cluster.eks.namespace, "labels": names.labels(run, component)}
 
@@ -218,11 +221,23 @@ def pytorchjob(job: Job, run: str, run_dir: str) -> dict:
     resources = _worker_resources(job)
     if resources:
         container["resources"] = resources
+    # The node's name (not the pod's hostname) is what the hang watchdog blames and exclude_nodes avoids.
+    container["env"].append({"name": "MTK_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
     pod: dict = {"containers": [container], "volumes": volumes,
                  "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
                  **_pod_placement(job, with_instance_type=True)}
-    if data_files_to_wait_for(job):
-        pod["initContainers"] = [_wait_for_data(job, mounts)]
+    if c.exclude_nodes:
+        pod["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "NotIn", "values": list(c.exclude_nodes)}]}]}}}
+    init = [_wait_for_data(job, mounts)] if data_files_to_wait_for(job) else []
+    if job.resilience.preflight.enabled:
+        # This node's half of the health gate (doctor, storage, GPU/EFA counts) before the trainer starts; the
+        # all-reduce across pods needs the rendezvous and runs on Slurm only.
+        init.append({"name": "preflight", "image": job.image.reference,
+                     "command": step_command("preflight", run_dir), "env": container["env"],
+                     "volumeMounts": mounts, **({"resources": resources} if resources else {})})
+    if init:
+        pod["initContainers"] = init
     min_nodes = e.min_nodes or c.nodes
     return {
         "apiVersion": KUBEFLOW_API, "kind": "PyTorchJob",

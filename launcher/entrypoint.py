@@ -5,6 +5,7 @@
     mtk-entrypoint train      --job JOB.json   derive rendezvous from the environment, run torchrun
     mtk-entrypoint worker     --job JOB.json   one training rank (what torchrun starts)
     mtk-entrypoint doctor                      pre-flight: torch/CUDA/NCCL/EFA/megatron.core
+    mtk-entrypoint preflight  --job JOB.json   health gate on every node: doctor, storage, all-reduce check
 
 Each step lives in its own module and is imported only when called.
 """
@@ -20,6 +21,7 @@ STEPS: dict[str, tuple[str, str]] = {
     "train": ("mtk.launcher.train_step", "start torchrun for this node with rendezvous from the environment"),
     "worker": ("mtk.training.worker", "one training rank (started by torchrun)"),
     "doctor": ("mtk.containers.doctor", "check torch, CUDA, NCCL, EFA and megatron.core on this node"),
+    "preflight": ("mtk.launcher.preflight", "health gate: doctor, storage, GPU/EFA counts, all-reduce across nodes"),
 }
 
 

@@ -141,6 +141,32 @@ def outcome(agent_rc: int, last_exit: dict | None, signalled: bool, kubeflow: bo
     return agent_rc
 
 
+def _start_hang_monitor(job, run_dir: str, agent: subprocess.Popen) -> dict:
+    """Watch every rank's heartbeat beside torchrun (``mtk.training.watchdog``); on a hang, dump and kill."""
+    state: dict = {"monitor": None, "verdict": None}
+    if not job.resilience.watchdog.enabled:
+        return state
+    import threading
+
+    from mtk.training.watchdog import HangMonitor
+
+    monitor = state["monitor"] = HangMonitor(run_dir, job.resilience.watchdog)
+
+    def watch() -> None:
+        verdict = monitor.watch()
+        if verdict is None:
+            return
+        state["verdict"] = verdict
+        path = monitor.record(verdict)
+        print(f"mtk: HANG on node {socket.gethostname()}: {verdict.reason}; stacks into "
+              f"{Path(run_dir) / exitcodes.DEBUG_DIR}, verdict in {path}; stopping with exit code {exitcodes.HANG}",
+              flush=True)
+        monitor.dump_and_kill(agent.pid, training_workers(agent.pid))
+
+    threading.Thread(target=watch, name="mtk-hang-monitor", daemon=True).start()
+    return state
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mtk-entrypoint train", description=__doc__.splitlines()[0])
     parser.add_argument("--job", required=True, help="job.json written by mtk launch")
@@ -179,11 +205,15 @@ def main(argv: list[str] | None = None) -> int:
     agent = subprocess.Popen(cmd, env={**os.environ, "MTK_UNDER_AGENT": "1"})
     for sig in FORWARDED:
         signal.signal(sig, _forward(agent, received))
+    hang = _start_hang_monitor(job, run_dir, agent)
     rc = agent.wait()  # PEP 475: the wait resumes after a forwarded signal
+    hang["monitor"] and hang["monitor"].stop()
     # If the agent died first, its ranks were re-parented to us: let them finish their save before we
     # read last_exit.json and report.
     _reap_orphans(ORPHAN_GRACE_SECONDS)
     kubeflow = any(key.startswith("PET_") for key in os.environ)
     code = outcome(rc, read_last_exit(run_dir, started), bool(received), kubeflow)
+    if hang.get("verdict") is not None:
+        code = exitcodes.HANG
     print(f"mtk: node {node} torchrun exited {rc}; step exit code {code}", flush=True)
     return code

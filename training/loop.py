@@ -104,6 +104,10 @@ class Trainer:
         # Handlers go in before the slow imports and setup: a SIGUSR2 during setup must not kill the rank.
         self.control = Control(self.run_dir, int(os.environ.get("RANK", "0")))
         self.control.install()
+        from .watchdog import Heartbeat
+
+        self.heartbeat = Heartbeat(self.run_dir, int(os.environ.get("RANK", "0")), job.resilience.watchdog)
+        self.heartbeat.start()
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
@@ -181,6 +185,9 @@ class Trainer:
                            if valid_ds is not None and len(valid_ds) and job.train.eval_interval else None)
         self.metrics = metrics.MetricsWriter(job, self.run_dir, self.rank, self.world, self.padded_vocab,
                                              tensorboard=job.train.tensorboard)
+        from .stragglers import StragglerStats
+
+        self.stragglers = StragglerStats(job.resilience.stragglers, self.run_dir, self.rank, self.world)
         t = job.train
         self.num_microbatches = t.global_batch_size // (t.micro_batch_size * self.dp_size)
 
@@ -191,7 +198,7 @@ class Trainer:
         t, m = self.job.train, self.job.model
         many = len(self.model) > 1
         return get_forward_backward_func()(
-            forward_step_func=forward_step,
+            forward_step_func=self.stragglers.wrap(forward_step),
             data_iterator=[iterator] * len(self.model) if many else iterator,
             model=self.model if many else self.model[0],
             num_microbatches=self.num_microbatches,
@@ -231,6 +238,7 @@ class Trainer:
 
         from .optim import params_synced
 
+        self.heartbeat.beat("eval", self.iteration)
         with params_synced(self.model, self.optimizer, self.plan):
             for chunk in self.model:
                 chunk.eval()
@@ -255,6 +263,7 @@ class Trainer:
             return
         from .optim import params_synced
 
+        self.heartbeat.beat("save", self.iteration)
         t0 = time.perf_counter()
         common = {"consumed_samples": self.consumed, "topology": topology(self.job),
                   "precision": self.job.train.precision, "job_name": self.job.name}
@@ -284,6 +293,7 @@ class Trainer:
             chunk.train()
         while self.iteration < t.iterations:
             nxt = self.iteration + 1
+            self.heartbeat.beat("step", nxt)
             self.profiler.before(nxt)
             self.nsys.before(nxt)
             t0 = time.perf_counter()
@@ -298,13 +308,14 @@ class Trainer:
             aux, aux_n = self._moe_aux_loss()
             flags = self.control.local_flags(check_triggers=log_now)
             red = torch.cat([_loss_sum(losses),
-                             torch.tensor([aux, aux_n, *flags], dtype=torch.float64,
-                                          device=torch.cuda.current_device())])
+                             torch.tensor([aux, aux_n, *flags, *self.stragglers.payload(nxt, step_s)],
+                                          dtype=torch.float64, device=torch.cuda.current_device())])
             if self.world > 1:
                 dist.all_reduce(red)
             red = red.tolist()  # the iteration's one device-to-host read
             loss = red[0] / red[1] if red[1] > 0 else float("nan")
             decision = self.control.decision(red[4:])
+            self.metrics.stragglers(self.stragglers.receive(nxt, red[4 + len(flags):]))
             self.metrics.step(loss, step_s, skipped, red[2] / red[3] if red[3] > 0 else None)
             if log_now:
                 lr = self.optimizer.param_groups[0]["lr"]
@@ -335,6 +346,7 @@ class Trainer:
         return exitcodes.OK, "completed"
 
     def close(self) -> None:
+        self.heartbeat.stop()
         if hasattr(self, "profiler"):
             self.profiler.finish()
         if hasattr(self, "nsys"):

@@ -17,6 +17,15 @@
 
     {"kind": "eval", "iteration": int, "lm_loss": float, "ppl": float, "restart_count": int, "time": float}
 
+* straggler record, every ``resilience.stragglers.interval`` iterations (``training/stragglers.py``)::
+
+    {"kind": "stragglers", "iteration": int, "median_forward_ms": float, "median_step_ms": float,
+     "threshold": float, "slowest_ranks": [{"rank", "host", "forward_ms", "step_ms", "ratio"}, ...],
+     "slowest_nodes": [{"host", "ratio"}, ...], "stragglers": [rank, ...], "time": float}
+
+  When ``stragglers`` is not empty the next training record carries ``"straggler": "rank R (host) X.XXx
+  median forward"`` and so does its iteration line.
+
 ``restart_count`` is ``SLURM_RESTART_COUNT`` (Slurm requeues) or ``TORCHELASTIC_RESTART_COUNT``
 (torchrun/PyTorchJob elastic restarts), else 0.
 
@@ -89,6 +98,8 @@ def format_line(rec: dict[str, Any], total_iters: int) -> str:
     ]
     if "moe_aux_loss" in rec:
         parts.insert(8, f"load balancing loss: {rec['moe_aux_loss']:.6E}")
+    if rec.get("straggler"):
+        parts.append(f"straggler: {rec['straggler']}")
     return " | ".join(parts) + " |"
 
 
@@ -105,6 +116,7 @@ class MetricsWriter:
         self.tokens_per_step = job.train.global_batch_size * job.model.seq_length
         self.restarts = restart_count()
         self.tb = None
+        self._straggler_note: str | None = None
         self._reset()
         if self.enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -160,6 +172,8 @@ class MetricsWriter:
         }
         if self._aux_n:
             rec["moe_aux_loss"] = self._aux / self._aux_n
+        if self._straggler_note:
+            rec["straggler"], self._straggler_note = self._straggler_note, None
         self._reset()
         if self.enabled:
             print(format_line(rec, self.job.train.iterations), flush=True)
@@ -183,6 +197,15 @@ class MetricsWriter:
                 self.tb.add_scalar("valid/lm_loss", loss, iteration)
                 self.tb.flush()
         return rec
+
+    def stragglers(self, rec: dict[str, Any] | None) -> None:
+        """Write a ``stragglers`` record (see training/stragglers.py) and name any straggler on the next line."""
+        if rec is None or not self.enabled:
+            return
+        from .stragglers import describe
+
+        self._write(rec)
+        self._straggler_note = describe(rec)
 
     def _write(self, rec: dict[str, Any]) -> None:
         self._fh.write(json.dumps(rec) + "\n")

@@ -17,13 +17,17 @@ from .common import backend_option, handles_spec_errors, job_argument, load, set
 @click.option("--dry-run", is_flag=True, help="Write the run files and print the commands; submit nothing.")
 @click.option("--run-dir", default=None, help="Use this run dir instead of <runs_dir>/<name>-<time>.")
 @click.option("--follow/--no-follow", default=None, help="Stream logs after submitting (default: local only).")
+@click.option("--preflight/--no-preflight", default=None,
+              help="Health gate on every node before training (Slurm; default: resilience.preflight.enabled).")
 @handles_spec_errors
-def command(job_file, overrides, backend, dry_run, run_dir, follow):
+def command(job_file, overrides, backend, dry_run, run_dir, follow, preflight):
     """Launch JOB.yaml on a backend."""
     from ..backends import get_backend
     from ..paths import resolve_paths
     from ..runs import new_run_dir
 
+    if preflight is not None:
+        overrides = [*overrides, f"resilience.preflight.enabled={str(preflight).lower()}"]
     job = load(job_file, overrides, backend, check_files=backend in ("local", "slurm"))
     job = resolve_paths(job, backend)
     target = run_dir or str(new_run_dir(job.cluster.runs_dir, job.name))

@@ -29,3 +29,10 @@ def command(run_ref, runs_dir, as_json):
         click.echo(f"  {s.step:<12} {s.state:<10} {s.id}{code} {s.reason}".rstrip())
         for line in s.log_tail:
             click.echo(f"      | {line}")
+    from ..exclusions import read_excluded
+
+    excluded = read_excluded(run.run_dir)
+    if excluded:
+        click.echo("  excluded nodes (every restart avoids them):")
+        for e in excluded:
+            click.echo(f"    {e.host:<16} since {e.since}: {e.reason}")

@@ -42,6 +42,7 @@ class Metrics:
     train: list[Record] = field(default_factory=list)
     eval: list[Record] = field(default_factory=list)
     restarts: list[Restart] = field(default_factory=list)
+    stragglers: list[Record] = field(default_factory=list)
     log_interval: int = 1
     notes: list[str] = field(default_factory=list)
 
@@ -135,9 +136,10 @@ def read_metrics(path: str | Path, log_interval: int | None = None) -> Metrics:
     records = _parse(text.splitlines(keepends=True), notes)
     train = [r for r in records if r.get("kind", "train") == "train"]
     evals = [r for r in records if r.get("kind") == "eval"]
-    other = len(records) - len(train) - len(evals)
+    stragglers = [r for r in records if r.get("kind") == "stragglers"]
+    other = len(records) - len(train) - len(evals) - len(stragglers)
     if other:
         notes.append(f"ignored {other} record(s) of an unknown kind")
     interval = log_interval or _infer_log_interval(train)
-    return Metrics(train=train, eval=evals, restarts=_find_restarts(train, interval), log_interval=interval,
-                   notes=notes)
+    return Metrics(train=train, eval=evals, restarts=_find_restarts(train, interval), stragglers=stragglers,
+                   log_interval=interval, notes=notes)

@@ -6,7 +6,9 @@ Definitions (so anyone can recompute them from ``metrics.jsonl``):
 * median tokens/s and TFLOP/s per GPU: median over every train record (work redone after a restart was
   real work, so it counts as a throughput sample);
 * MFU: median TFLOP/s per GPU ÷ the GPU's dense bf16 peak (``gpus.PEAKS``), only when the GPU is known;
-* restarts and iterations lost: see ``records``.
+* restarts and iterations lost: see ``records``;
+* stragglers: ranks named in ``stragglers`` records (``mtk.training.stragglers``), with how many gathers named
+  them and their worst forward time relative to the median.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class Summary:
     iterations_lost: int
     skipped_iterations: int
     nan_iterations: int
+    stragglers: list[dict] = field(default_factory=list)
     plots: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -91,8 +94,22 @@ def summarize(metrics: Metrics, gpu: Gpu) -> Summary:
         iterations_lost=metrics.iterations_lost,
         skipped_iterations=int(sum(r.get("skipped") or 0 for r in live if isinstance(r.get("skipped"), int))),
         nan_iterations=int(sum(r.get("nan") or 0 for r in live if isinstance(r.get("nan"), int))),
+        stragglers=straggler_table(metrics.stragglers),
         notes=notes,
     )
+
+
+def straggler_table(records: list[dict]) -> list[dict]:
+    """One row per rank any gather named: rank, host, times named / gathers, worst ratio to the median."""
+    named: dict[int, dict] = {}
+    for rec in records:
+        for entry in rec.get("slowest_ranks", []):
+            if entry.get("rank") in rec.get("stragglers", []):
+                row = named.setdefault(entry["rank"], {"rank": entry["rank"], "host": entry.get("host", "?"),
+                                                       "named": 0, "gathers": len(records), "worst_ratio": 0.0})
+                row["named"] += 1
+                row["worst_ratio"] = max(row["worst_ratio"], float(entry.get("ratio", 0.0)))
+    return sorted(named.values(), key=lambda r: (-r["named"], -r["worst_ratio"]))
 
 
 def _fmt(value: float | None, spec: str, unit: str = "") -> str:
@@ -122,6 +139,8 @@ def rows(s: Summary) -> list[tuple[str, str]]:
         ("restarts", str(s.restarts)),
         ("iterations lost to restarts", str(s.iterations_lost)),
         ("skipped / NaN iterations", f"{s.skipped_iterations} / {s.nan_iterations}"),
+        ("stragglers", "; ".join(f"rank {r['rank']} ({r['host']}) in {r['named']}/{r['gathers']} gathers, up to "
+                                 f"{r['worst_ratio']:.2f}x median forward" for r in s.stragglers) or "none"),
     ]
 
 

@@ -191,8 +191,13 @@ def backend_required_fields(job: Job, backend) -> list[Problem]:
                 if not path.startswith(e.fsx_mount.rstrip("/") + "/") and path != e.fsx_mount:
                     out.append(Problem(field, f"must be under cluster.eks.fsx_mount ({e.fsx_mount}) so every "
                                        "pod sees it", path))
-        if e.min_nodes is not None and e.min_nodes > c.nodes:
-            out.append(Problem("cluster.eks.min_nodes", f"cannot exceed cluster.nodes ({c.nodes})", e.min_nodes))
+        if e.min_nodes is not None and e.min_nodes != c.nodes:
+            # A smaller world would start (torchrun --nnodes=min:max) and crash-loop in the engine's world-size
+            # check: the parallel layout, batch split and exact resume are all fixed by nodes × procs_per_node.
+            out.append(Problem("cluster.eks.min_nodes", f"elastic ranges are not supported: training needs exactly "
+                               f"cluster.nodes ({c.nodes}) pods, and fewer would crash-loop on the world-size check; "
+                               f"remove min_nodes or set it to {c.nodes} (a lost pod is replaced and the run "
+                               "resumes from the last checkpoint)", e.min_nodes))
     return out
 
 

@@ -13,6 +13,7 @@ from pydantic import Field, field_validator
 from .base import Section
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 _SLURM_TIME = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$|^\d+$")
 
 
@@ -76,7 +77,8 @@ class EksSpec(Section):
     image_pull_secrets: list[str] = Field(default_factory=list, description="Secret names only; never values.")
     etcd_image: str = "quay.io/coreos/etcd:v3.5.17"
     max_restarts: int = Field(3, ge=0, description="Elastic restarts before the job fails.")
-    min_nodes: int | None = Field(None, ge=1, description="Elastic minimum (default: nodes).")
+    min_nodes: int | None = Field(None, ge=1, description="Must equal nodes (default): elastic ranges are refused "
+                                                          "because the engine needs the full world size.")
     cpu: str | None = Field(None, description="CPU request/limit per worker, e.g. '90'.")
     memory: str | None = Field(None, description="Memory request/limit per worker, e.g. '1000Gi'.")
     backoff_limit: int = Field(2, ge=0, description="Data Jobs: retries before failing.")
@@ -94,6 +96,10 @@ class ClusterSpec(Section):
     pg_timeout_s: int = Field(
         600, ge=60, description="torch.distributed timeout (s) for every process group: how long a rank waits "
         "in a collective (e.g. while rank 0 builds data indices or writes a checkpoint) before failing.")
+    exclude_nodes: list[str] = Field(
+        default_factory=list, description="Nodes never to run on (Slurm --exclude; EKS node anti-affinity), e.g. "
+                                          "the hosts a hang or failed preflight named (state/excluded_nodes)."
+    )
     env: dict[str, str] = Field(
         default_factory=dict, description="Extra environment for every process (overrides presets)."
     )
@@ -107,6 +113,14 @@ class ClusterSpec(Section):
         for name in v:
             if not _ENV_NAME.match(name):
                 raise ValueError(f"'{name}' is not a valid environment variable name (letters, digits, _)")
+        return v
+
+    @field_validator("exclude_nodes")
+    @classmethod
+    def _node_names(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not _NODE_NAME.match(name):
+                raise ValueError(f"'{name}' is not a node name (letters, digits, '.', '-', '_')")
         return v
 
     @property

@@ -11,6 +11,7 @@ from .debug import DebugSpec
 from .image import ImageSpec
 from .model import ModelSpec
 from .parallel import ParallelSpec
+from .resilience import ResilienceSpec
 from .train import TrainSpec
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$"
@@ -28,6 +29,7 @@ class Job(Section):
     train: TrainSpec = Field(default_factory=TrainSpec)
     data: DataSpec = Field(default_factory=DataSpec)
     debug: DebugSpec = Field(default_factory=DebugSpec)
+    resilience: ResilienceSpec = Field(default_factory=ResilienceSpec)
 
     def steps(self) -> list[str]:
         """The pipeline steps this spec needs, in order."""

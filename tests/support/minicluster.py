@@ -1,6 +1,6 @@
-"""A real two-node Slurm cluster on one Linux machine, for integration tests and demos.
+"""A real three-node Slurm cluster on one Linux machine, for integration tests and demos.
 
-munged, slurmctld and two slurmd (``node1``, ``node2``) run inside one private pid + mount namespace so that
+munged, slurmctld and three slurmd (``node1``..``node3``) run inside one private pid + mount namespace so that
 a private ``/etc/hosts`` can name the nodes and one ``kill -KILL`` of the namespace holder ends every daemon
 and every job step. Each slurmd gets its own UTS namespace (its own hostname), which torchrun's c10d
 rendezvous needs to decide which node hosts the store. Needs root, Debian's ``slurm-wlm`` (built with
@@ -21,7 +21,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-NODES = {"node1": "127.0.1.1", "node2": "127.0.1.2"}
+# Three nodes: a two-node job can lose one (hang, failed health check) and restart on the other two.
+NODES = {"node1": "127.0.1.1", "node2": "127.0.1.2", "node3": "127.0.1.3"}
 REQUIRED = ("munged", "slurmctld", "slurmd", "unshare", "setsid", "sinfo", "scontrol")
 
 _SUPERVISOR = """\
@@ -34,7 +35,7 @@ munged --force --socket="$MINI_DIR/munge/munged.sock" --key-file="$MINI_DIR/mung
   --pid-file="$MINI_DIR/munge/munged.pid" --log-file="$MINI_DIR/log/munged.log" \\
   --seed-file="$MINI_DIR/munge/munged.seed"
 slurmctld -D -f "$MINI_DIR/slurm.conf" >>"$MINI_DIR/log/slurmctld.out" 2>&1 &
-for node in node1 node2; do
+for node in $MINI_NODES; do
   unshare --uts bash -c 'hostname "$1" && exec slurmd -D -N "$1" -f "$2"' slurmd-"$node" "$node" \\
     "$MINI_DIR/slurm.conf" >>"$MINI_DIR/log/slurmd-$node.out" 2>&1 &
 done
@@ -138,12 +139,12 @@ class MiniCluster:
         if not key.exists():
             key.write_bytes(os.urandom(1024))
             key.chmod(0o400)
-        ctld, p1, p2 = free_ports(3)
-        self.conf.write_text(slurm_conf(root, ctld, {"node1": p1, "node2": p2}, self.cpus_per_node))
+        ctld, *ports = free_ports(1 + len(NODES))
+        self.conf.write_text(slurm_conf(root, ctld, dict(zip(NODES, ports, strict=True)), self.cpus_per_node))
         hosts = Path("/etc/hosts").read_text()
         (root / "hosts").write_text(hosts.rstrip("\n") + "\n" + "".join(f"{a} {n}\n" for n, a in NODES.items()))
         (root / "supervisor.sh").write_text(_SUPERVISOR)
-        env = {**os.environ, "MINI_DIR": str(root)}
+        env = {**os.environ, "MINI_DIR": str(root), "MINI_NODES": " ".join(NODES)}
         env.pop("SLURM_CONF", None)
         log = open(root / "log" / "supervisor.out", "ab")  # noqa: SIM115 - lives as long as the cluster
         self.proc = subprocess.Popen(
@@ -173,7 +174,7 @@ class MiniCluster:
             if out.returncode == 0 and all(states.get(n) == "idle" for n in NODES):
                 return
             time.sleep(0.2)
-        raise RuntimeError(f"the Slurm test cluster did not reach two idle nodes in {timeout:.0f} s; "
+        raise RuntimeError(f"the Slurm test cluster did not reach {len(NODES)} idle nodes in {timeout:.0f} s; "
                            f"last sinfo: {last.strip()!r}\n{self.diagnostics()}")
 
     def diagnostics(self, lines: int = 15) -> str:

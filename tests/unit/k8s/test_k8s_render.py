@@ -173,7 +173,7 @@ def test_worker_pod_contract_7b(example_7b):
     assert c["name"] == "pytorch"
     assert c["image"] == "123456789012.dkr.ecr.us-west-2.amazonaws.com/mtk-megatron:latest"
     assert c["command"] == ["mtk-entrypoint", "train", "--job", "/etc/mtk/job.json", "--run-dir", run_dir]
-    env = {e["name"]: e["value"] for e in c["env"]}
+    env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
     assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
     assert env["FI_PROVIDER"] == "efa" and env["PET_NPROC_PER_NODE"] == "8"
     assert network_env(job, run_dir).items() <= env.items()
@@ -291,7 +291,7 @@ def test_resume_path_is_wired(tiny_eks):
     assert worker["restartPolicy"] == "OnFailure"
     assert ptj["spec"]["elasticPolicy"]["maxRestarts"] == job.cluster.eks.max_restarts
     assert ptj["spec"]["runPolicy"]["backoffLimit"] == job.cluster.eks.max_restarts
-    env = {e["name"]: e["value"] for e in worker["template"]["spec"]["containers"][0]["env"]}
+    env = {e["name"]: e["value"] for e in worker["template"]["spec"]["containers"][0]["env"] if "value" in e}
     assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
     # SIGTERM (eviction, cancel) gives the engine time to save before the kubelet kills the pod.
     assert worker["template"]["spec"]["terminationGracePeriodSeconds"] >= 120
@@ -346,7 +346,37 @@ def test_hostile_values_reach_the_pod_verbatim(tiny_eks, env, leaf):
     art = _render(job, run_dir)
     ptj = _by_kind(_objs(art), "PyTorchJob")[0]
     container = ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
-    got = {e["name"]: e["value"] for e in container["env"]}
+    got = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     assert env.items() <= got.items()
     assert container["command"][-1] == run_dir
     assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", ptj["metadata"]["name"])
+
+
+def test_excluded_nodes_and_preflight_init_step_validate(example_7b, tmp_path):
+    """A restart that avoids blamed nodes (cluster.exclude_nodes → required node anti-affinity) and the
+    preflight init container: against the operator's CRD and `kubernetes-validate --strict`."""
+    job = example_7b.model_copy(deep=True)
+    job.cluster.exclude_nodes = ["ip-10-1-2-3.us-west-2.compute.internal", "ip-10-1-2-4.us-west-2.compute.internal"]
+    ptj = _by_kind(_objs(_render(job)), "PyTorchJob")[0]
+    _crd_validator().validate(ptj)
+    pod = ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term["matchExpressions"] == [{"key": "kubernetes.io/hostname", "operator": "NotIn",
+                                         "values": job.cluster.exclude_nodes}]
+    preflight = next(c for c in pod["initContainers"] if c["name"] == "preflight")
+    assert preflight["command"][:2] == ["mtk-entrypoint", "preflight"]
+    assert preflight["resources"] == pod["containers"][0]["resources"]  # sees the GPUs/EFA it must count
+    node_env = {"name": "MTK_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+    assert node_env in pod["containers"][0]["env"]
+    template = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "worker"},
+                "template": ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]}
+    kubernetes_validate.validate(template, "1.32", strict=True)
+    (tmp_path / "worker.yaml").write_text(yaml.safe_dump(template))
+    out = subprocess.run(["kubernetes-validate", "--strict", "--quiet", str(tmp_path / "worker.yaml")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    # Without exclusions there is no affinity; without the gate no preflight init container.
+    job.cluster.exclude_nodes = []
+    job.resilience.preflight.enabled = False
+    pod = _by_kind(_objs(_render(job)), "PyTorchJob")[0]["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert "affinity" not in pod and all(c["name"] != "preflight" for c in pod.get("initContainers", []))

@@ -1,0 +1,158 @@
+"""Hang and straggler detection for real: `mtk launch --backend local`, torchrun + gloo, two ranks.
+
+* A SIGSTOPped rank: the node's ``mtk-entrypoint train`` sees its heartbeat go quiet, writes state/hang.json
+  naming it, collects every rank's Python stacks into debug/ and exits with ``exitcodes.HANG`` long before
+  gloo's own timeout (600 s).
+* A rank slowed by a sleep injected from outside the package (a ``sitecustomize`` on PYTHONPATH that this test
+  writes; nothing in mtk knows about it) is named in metrics.jsonl, on the iteration line and by `mtk report`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from mtk.launcher import exitcodes
+
+ROOT = Path(__file__).resolve().parents[3]
+TINY = str(ROOT / "examples" / "tiny.yaml")
+GLOO_TIMEOUT_S = 600  # training/distributed.py: what a hang would cost without the watchdog
+
+pytestmark = pytest.mark.integration
+
+
+def mtk(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    out = subprocess.run([sys.executable, "-m", "mtk", *args], capture_output=True, text=True, timeout=timeout,
+                         env=env)
+    assert out.returncode == 0, f"mtk {' '.join(args)} exited {out.returncode}\n{out.stdout}\n{out.stderr}"
+    return out
+
+
+def launch(runs: Path, name: str, *sets: str, env: dict[str, str] | None = None, follow: bool = False):
+    args = ["launch", TINY, "--backend", "local", "--set", f"name={name}", "--set", f"cluster.runs_dir={runs}",
+            "--set", "debug.env_dump=false", "--set", "train.eval_interval=null"]
+    for s in sets:
+        args += ["--set", s]
+    out = mtk(*args, "--follow" if follow else "--no-follow", env=env)
+    line = [x for x in out.stdout.splitlines() if x.startswith("run: ")][-1]
+    return out, Path(line.removeprefix("run: "))
+
+
+def train_records(run_dir: Path) -> list[dict]:
+    path = run_dir / exitcodes.METRICS_FILE
+    if not path.exists():
+        return []
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def train_state(run_dir: Path) -> dict:
+    return json.loads(mtk("status", str(run_dir), "--json").stdout)[0]
+
+
+def test_sigstopped_rank_ends_the_run_with_the_hang_code(tmp_path):
+    runs = tmp_path / "runs"
+    timeout = 10.0
+    _, run_dir = launch(runs, "hang", "train.iterations=100000", "train.checkpoint.save_interval=null",
+                        f"resilience.watchdog.step_timeout={timeout}", "resilience.watchdog.interval=1",
+                        "resilience.watchdog.startup_timeout=600")
+    deadline = time.time() + 300
+    while len([r for r in train_records(run_dir) if r["kind"] == "train"]) < 3 and time.time() < deadline:
+        time.sleep(0.5)
+    assert train_records(run_dir), (run_dir / "logs" / "train.log").read_text()[-3000:]
+    beat = json.loads((run_dir / exitcodes.HEARTBEATS_DIR / "rank1.json").read_text())
+    assert beat["phase"] == "step" and beat["deadline"] - beat["progress"] == pytest.approx(timeout)
+
+    os.kill(beat["pid"], signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        while train_state(run_dir)["state"] == "RUNNING" and time.monotonic() - stopped < GLOO_TIMEOUT_S / 2:
+            time.sleep(0.5)
+        took = time.monotonic() - stopped
+    finally:
+        if Path(f"/proc/{beat['pid']}").exists():
+            os.kill(beat["pid"], signal.SIGKILL)
+    state = train_state(run_dir)
+    log = (run_dir / "logs" / "train.log").read_text()
+    print(f"hang: SIGSTOP → exit {state['exit_code']} in {took:.1f}s (step timeout {timeout}s)")
+    assert state["exit_code"] == exitcodes.HANG, log[-3000:]
+    assert took < GLOO_TIMEOUT_S / 4, f"took {took:.0f}s: that is gloo's timeout, not the watchdog"
+
+    hang = json.loads((run_dir / exitcodes.HANG_FILE).read_text())
+    host = socket.gethostname()
+    assert hang["blamed_ranks"] == [1] and hang["blamed_hosts"] == [host], hang
+    assert "rank(s) 1 on" in log and "HANG" in log
+    for rank in (0, 1):
+        stacks = (run_dir / exitcodes.DEBUG_DIR / f"stacks-{host}-rank{rank}.txt").read_text()
+        assert "Thread 0x" in stacks and 'File "' in stacks, f"rank {rank} stacks:\n{stacks}"
+    # Rank 0 was waiting for rank 1 inside a collective, inside the training loop.
+    assert "loop.py" in (run_dir / exitcodes.DEBUG_DIR / f"stacks-{host}-rank0.txt").read_text()
+    # Nothing of the run is left running.
+    assert not [p for p in os.listdir("/proc") if p.isdigit() and str(run_dir) in _cmdline(p)]
+
+
+SLOW_RANK_HOOK = """\
+# Test-only: slow one rank's forward step. Written by tests/integration/launcher/test_resilience_local.py.
+import os
+
+if os.environ.get("RANK") is not None and os.environ.get("RANK") == os.environ.get("MTK_TEST_SLOW_RANK"):
+    import time
+
+    import mtk.training.loop as _loop
+
+    _original = _loop.forward_step
+
+    def _slow_forward_step(*args, **kwargs):
+        time.sleep(float(os.environ["MTK_TEST_SLOW_S"]))
+        return _original(*args, **kwargs)
+
+    _loop.forward_step = _slow_forward_step
+"""
+
+
+def test_injected_sleep_names_the_straggler(tmp_path):
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(textwrap.dedent(SLOW_RANK_HOOK))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])),
+           "MTK_TEST_SLOW_RANK": "1", "MTK_TEST_SLOW_S": "0.25"}
+    runs = tmp_path / "runs"
+    # tp=1: two data-parallel ranks, so the forward section is local compute on each.
+    out, run_dir = launch(runs, "slow", "parallel.tp=1", "train.iterations=8", "resilience.stragglers.interval=4",
+                          "train.checkpoint.save_interval=null", env=env, follow=True)
+    records = train_records(run_dir)
+    gathers = [r for r in records if r["kind"] == "stragglers"]
+    assert [g["iteration"] for g in gathers] == [4, 8]
+    for g in gathers:
+        assert g["stragglers"] == [1], g
+        assert g["slowest_ranks"][0]["rank"] == 1 and g["slowest_ranks"][0]["ratio"] > g["threshold"]
+        assert g["slowest_nodes"][0]["host"] == socket.gethostname()
+    lines = [x for x in out.stdout.splitlines() if " iteration " in x and "straggler: rank 1 (" in x]
+    assert [int(x.split()[1].split("/")[0]) for x in lines] == [4, 8], out.stdout[-3000:]
+
+    report = mtk("report", str(run_dir), "--out", str(tmp_path / "report")).stdout
+    assert "straggler" in report and "rank 1" in report, report
+
+
+def test_no_straggler_without_the_hook(tmp_path):
+    runs = tmp_path / "runs"
+    out, run_dir = launch(runs, "even", "parallel.tp=1", "train.iterations=4", "resilience.stragglers.interval=2",
+                          "resilience.stragglers.threshold=3", "train.checkpoint.save_interval=null", follow=True)
+    gathers = [r for r in train_records(run_dir) if r["kind"] == "stragglers"]
+    assert [g["iteration"] for g in gathers] == [2, 4]
+    assert all(g["stragglers"] == [] for g in gathers), gathers
+    assert "straggler:" not in out.stdout
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
