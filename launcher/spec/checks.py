@@ -196,6 +196,65 @@ def backend_required_fields(job: Job, backend) -> list[Problem]:
     return out
 
 
+@check
+def credentials_by_reference(job: Job, backend) -> list[Problem]:
+    """A credential in ``cluster.env`` would be written in clear into job.json, scripts and manifests."""
+    from mtk.launcher.secrets import looks_secret
+
+    c, out = job.cluster, []
+    for name in c.env:
+        if looks_secret(name):
+            out.append(Problem(f"cluster.env.{name}", "looks like a credential: its value would be written in "
+                               "clear into job.json, the run scripts and the manifests. Remove it from cluster.env, "
+                               f"list it under cluster.secrets (cluster.secrets: [{name}]) and export {name} in the "
+                               "shell that launches (EKS: store it in a Kubernetes Secret)"))
+    seen: set[str] = set()
+    for i, ref in enumerate(c.secrets):
+        if ref.name in seen:
+            out.append(Problem(f"cluster.secrets.{i}.name", "listed twice; keep one entry", ref.name))
+        if ref.name in c.env:
+            out.append(Problem(f"cluster.secrets.{i}.name", f"also set in cluster.env.{ref.name}; a secret comes "
+                               "only from the environment (or Secret) it references", ref.name))
+        seen.add(ref.name)
+    return out
+
+
+@check
+def fetch_items_are_safe(job: Job, backend) -> list[Problem]:
+    """Fetch destinations stay inside data.dir; auth names a declared secret and never rides plain HTTP."""
+    import posixpath
+
+    out, secrets = [], set(job.cluster.secret_names)
+    for i, item in enumerate(job.data.fetch):
+        if item.path is not None:
+            norm = posixpath.normpath(item.path)
+            if posixpath.isabs(item.path) or norm == ".." or norm.startswith("../") or norm in (".", ""):
+                out.append(Problem(f"data.fetch.{i}.path", "must be a file path relative to data.dir that stays "
+                                   "inside it (no leading '/', no '..')", item.path))
+        if item.auth is not None:
+            if item.auth not in secrets:
+                out.append(Problem(f"data.fetch.{i}.auth", f"names no secret: add it to cluster.secrets "
+                                   f"(cluster.secrets: [{item.auth}]) so the value reaches the getdata step",
+                                   item.auth))
+            if not (item.url.startswith("https://") or _loopback(item.url)):
+                out.append(Problem(f"data.fetch.{i}.auth", "a token is only sent over https:// (or to this "
+                                   "machine's loopback address); fix the URL", item.url))
+    return out
+
+
+def _loopback(url: str) -> bool:
+    import ipaddress
+    import urllib.parse
+
+    host = urllib.parse.urlparse(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _file_problems(job: Job) -> list[Problem]:
     """Inputs that must exist when the run starts, unless an earlier step of this run produces them."""
     d = job.data

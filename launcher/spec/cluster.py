@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from .base import Section
 
@@ -82,6 +82,48 @@ class EksSpec(Section):
     backoff_limit: int = Field(2, ge=0, description="Data Jobs: retries before failing.")
 
 
+_K8S_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
+_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+class SecretRef(Section):
+    """A secret by reference. The value comes from the launching shell (Slurm, local) or a Kubernetes Secret
+    (EKS) and reaches every process as the environment variable ``name``; no file, argv or log holds it."""
+
+    name: str = Field(..., description="Environment variable the processes read, e.g. HF_TOKEN.")
+    k8s_secret: str | None = Field(None, description="EKS: Kubernetes Secret holding it (default: <job name>-secrets).")
+    key: str | None = Field(None, description="EKS: key inside that Secret (default: name).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, v):
+        return {"name": v} if isinstance(v, str) else v
+
+    @field_validator("name")
+    @classmethod
+    def _env_name(cls, v: str) -> str:
+        if not _ENV_NAME.match(v):
+            raise ValueError(f"'{v}' is not a valid environment variable name (letters, digits, _)")
+        return v
+
+    @field_validator("k8s_secret")
+    @classmethod
+    def _secret_name(cls, v: str | None) -> str | None:
+        if v is not None and not _K8S_NAME.match(v):
+            raise ValueError("a Kubernetes Secret name: lowercase letters, digits, '-' and '.', ≤ 253 chars")
+        return v
+
+    @field_validator("key")
+    @classmethod
+    def _secret_key(cls, v: str | None) -> str | None:
+        if v is not None and not _K8S_KEY.match(v):
+            raise ValueError("a Secret key: letters, digits, '-', '_' and '.'")
+        return v
+
+    def secret_name(self, job_name: str) -> str:
+        return self.k8s_secret or f"{job_name}-secrets"
+
+
 class ClusterSpec(Section):
     """Resources, shared for all backends."""
 
@@ -94,6 +136,11 @@ class ClusterSpec(Section):
     env: dict[str, str] = Field(
         default_factory=dict, description="Extra environment for every process (overrides presets)."
     )
+    secrets: list[SecretRef] = Field(
+        default_factory=list,
+        description="Credentials by reference (HF_TOKEN, WANDB_API_KEY, ...): names of variables taken from the "
+        "launching environment (EKS: a Kubernetes Secret); their values are never written anywhere.",
+    )
     local: LocalSpec = Field(default_factory=LocalSpec)
     slurm: SlurmSpec = Field(default_factory=SlurmSpec)
     eks: EksSpec = Field(default_factory=EksSpec)
@@ -105,6 +152,10 @@ class ClusterSpec(Section):
             if not _ENV_NAME.match(name):
                 raise ValueError(f"'{name}' is not a valid environment variable name (letters, digits, _)")
         return v
+
+    @property
+    def secret_names(self) -> list[str]:
+        return [s.name for s in self.secrets]
 
     @property
     def world_size(self) -> int:
