@@ -8,11 +8,17 @@ part file, SHA-256 computed on the way) and finally ``DEST`` by rename. The raw 
 resume possible after a time limit or a dropped connection: a decompressor's state cannot be resumed, bytes
 can. A checksum mismatch deletes both temp files and fails naming the URL, expected and actual digests.
 A ``DEST.mtk-fetch.json`` record (URL, digest, size, mtime) makes a second run a no-op.
+
+The data dir is often shared: side files are created with O_EXCL and opened with O_NOFOLLOW, so a symlink
+planted under one of their names cannot redirect a write to a file the user owns elsewhere. An item with
+``auth: NAME`` sends ``$NAME`` as a bearer token to the URL's own host only; a redirect to another host (a
+CDN's signed URL) goes without it. No token or URL credential appears in a log line, record or error.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import http.client
 import json
@@ -37,6 +43,53 @@ DECOMPRESSORS = (".xz", ".gz", ".zst")
 
 class FetchError(RuntimeError):
     """A file that could not be fetched or verified; the message names the URL and what to do."""
+
+
+class FetchInputError(FetchError):
+    """The spec or the environment is wrong (a missing secret, a path outside data.dir): exit code 2."""
+
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def _create_excl(path: str, mode: str = "wb") -> IO:
+    """A fresh side file: whatever (a stale temp, a planted symlink) has the name is removed first, then the
+    file is created exclusively, so no write ever follows a link."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o666)
+    return os.fdopen(fd, mode)
+
+
+def _open_append(path: str) -> IO[bytes]:
+    """The resumable part file: appended to, never through a symlink."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | _NOFOLLOW, 0o666)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise FetchInputError(f"{path} is a symlink; getdata never writes through one — remove it") from None
+        raise exc
+    return os.fdopen(fd, "ab")
+
+
+def _host(url: str) -> tuple[str, str, int | None]:
+    u = urllib.parse.urlparse(url)
+    return u.scheme, (u.hostname or "").lower(), u.port
+
+
+class _SameHostAuth(urllib.request.HTTPRedirectHandler):
+    """Carry the bearer token across a redirect only to the same scheme, host and port."""
+
+    def __init__(self, origin: str, header: str):
+        self.origin, self.header = _host(origin), header
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None:
+            new.remove_header("Authorization")
+            if _host(new.full_url) == self.origin:
+                new.add_unredirected_header("Authorization", self.header)
+        return new
 
 
 @dataclass
@@ -76,9 +129,15 @@ class _Progress:
 
 
 def destination(item: FetchItem, data_dir: str) -> str:
-    """Where ``item`` ends up: ``item.path`` or the URL's file name (minus a compression suffix it undoes)."""
+    """Where ``item`` ends up: ``item.path`` or the URL's file name (minus a compression suffix it undoes);
+    always inside ``data_dir``, symlinked directories included."""
     if item.path:
-        return item.path if os.path.isabs(item.path) else os.path.join(data_dir, item.path)
+        dest = os.path.join(data_dir, item.path)
+        root = os.path.realpath(data_dir)
+        if os.path.isabs(item.path) or os.path.commonpath([root, os.path.realpath(dest)]) != root:
+            raise FetchInputError(f"data.fetch path {item.path!r} leads outside data.dir ({data_dir}); use a path "
+                                  "relative to data.dir without '..'")
+        return dest
     name = os.path.basename(urllib.parse.urlparse(item.url).path) or "download"
     if item.decompress:
         name = next((name[: -len(s)] for s in DECOMPRESSORS if name.endswith(s) and len(name) > len(s)), name)
@@ -92,18 +151,30 @@ def _compression(item: FetchItem) -> str:
 
 # ---------------------------------------------------------------- sources: yield chunks from an offset
 
-def _http_chunks(url: str, offset: int, on_total: Callable[[int | None], None]) -> Iterator[bytes]:
+def _http_chunks(url: str, offset: int, on_total: Callable[[int | None], None],
+                 token: str | None = None, auth_name: str | None = None) -> Iterator[bytes]:
     headers = {"User-Agent": "mtk-getdata", "Accept-Encoding": "identity"}
     if offset:
         headers["Range"] = f"bytes={offset}-"
     req = urllib.request.Request(url, headers=headers)
+    handlers = []
+    if token:
+        bearer = f"Bearer {token}"
+        # Unredirected: urllib itself never forwards it; _SameHostAuth re-adds it for same-host hops only.
+        req.add_unredirected_header("Authorization", bearer)
+        handlers.append(_SameHostAuth(url, bearer))
     try:
-        resp = urllib.request.urlopen(req, timeout=TIMEOUT)
+        resp = urllib.request.build_opener(*handlers).open(req, timeout=TIMEOUT)
     except urllib.error.HTTPError as exc:
         if exc.code == 416 and offset:  # nothing left to fetch
             on_total(offset)
             return
-        raise FetchError(f"{url}: HTTP {exc.code} {exc.reason}") from None
+        hint = ""
+        if exc.code in (401, 403):
+            hint = (f"; the token in {auth_name} (data.fetch[].auth) was refused — check that it grants access"
+                    if token else "; the server wants credentials: add auth: HF_TOKEN (or another name listed in "
+                    "cluster.secrets) to this data.fetch item")
+        raise FetchError(f"{url}: HTTP {exc.code} {exc.reason}{hint}") from None
     with resp:
         length = resp.headers.get("Content-Length")
         if offset and resp.status == 206:
@@ -166,9 +237,13 @@ def _source(url: str):
 
 # ---------------------------------------------------------------- download, decompress, verify
 
-def _attempt(url: str, part: str, name: str, live: bool | None) -> None:
+def _attempt(url: str, part: str, name: str, live: bool | None, auth: tuple[str, str] | None = None) -> None:
     """One pass: append to ``part`` from its current size; raises ConnectionError on a short read."""
     chunks = _source(url)
+    if auth is not None:
+        import functools
+
+        chunks = functools.partial(_http_chunks, auth_name=auth[0], token=auth[1])
     done = os.path.getsize(part) if os.path.exists(part) else 0
     state: dict = {"total": None, "progress": None}
 
@@ -176,7 +251,7 @@ def _attempt(url: str, part: str, name: str, live: bool | None) -> None:
         state["total"] = n
         state["progress"] = _Progress(name, n, live)
 
-    with open(part, "ab") as out:
+    with _open_append(part) as out:
         for chunk in chunks(url, done, set_total):
             out.write(chunk)
             done += len(chunk)
@@ -187,12 +262,12 @@ def _attempt(url: str, part: str, name: str, live: bool | None) -> None:
         state["progress"](done, final=True)
 
 
-def _download(url: str, part: str, progress_live: bool | None) -> None:
+def _download(url: str, part: str, progress_live: bool | None, auth: tuple[str, str] | None = None) -> None:
     """Fill ``part`` with the whole object, resuming from its current size after a dropped connection."""
     name = os.path.basename(part).removesuffix(".part")
     for attempt in range(RETRIES + 1):
         try:
-            _attempt(url, part, name, progress_live)
+            _attempt(url, part, name, progress_live, auth)
             return
         except _Restart:
             os.unlink(part)
@@ -204,7 +279,7 @@ def _download(url: str, part: str, progress_live: bool | None) -> None:
                 raise FetchError(f"{url}: giving up after {RETRIES + 1} attempts: {exc}; rerun getdata to resume "
                                  f"from byte {have}") from None
             wait = min(2.0**attempt, 30.0) * 0.1
-            print(f"getdata: {url}: {exc}; resuming in {wait:.1f} s (attempt {attempt + 2}/{RETRIES + 1})",
+            print(f"getdata: {_safe_url(url)}: {exc}; resuming in {wait:.1f} s (attempt {attempt + 2}/{RETRIES + 1})",
                   file=sys.stderr, flush=True)
             time.sleep(wait)
 
@@ -222,7 +297,7 @@ def _finalize(part: str, tmp: str, kind: str, url: str) -> str:
     """Stream ``part`` (decompressing) into ``tmp``; return the SHA-256 of what was written."""
     digest = hashlib.sha256()
     try:
-        with _open_decompressed(part, kind) as src, open(tmp, "wb") as out:
+        with _open_decompressed(part, kind) as src, _create_excl(tmp) as out:
             while block := src.read(CHUNK):
                 digest.update(block)
                 out.write(block)
@@ -271,7 +346,7 @@ def _write_record(item: FetchItem, dest: str, sha: str) -> None:
     st = os.stat(dest)
     rec = {"url": item.url, "sha256": sha, "size": st.st_size, "mtime": st.st_mtime}
     tmp = f"{_record_path(dest)}.tmp"
-    with open(tmp, "w") as fh:
+    with _create_excl(tmp, "w") as fh:
         json.dump(rec, fh)
     os.replace(tmp, _record_path(dest))
 
@@ -280,14 +355,14 @@ def _claim_part(part: str, url: str) -> None:
     """Resume a part file only if it came from the same URL (``PART.url`` says which)."""
     marker = f"{part}.url"
     try:
-        with open(marker) as fh:
+        with open(os.open(marker, os.O_RDONLY | _NOFOLLOW)) as fh:
             same = fh.read() == url
     except OSError:
         same = False
     if not same:
         if os.path.exists(part):
             os.unlink(part)
-        with open(f"{marker}.tmp", "w") as fh:
+        with _create_excl(f"{marker}.tmp", "w") as fh:
             fh.write(url)
         os.replace(f"{marker}.tmp", marker)
 
@@ -300,8 +375,16 @@ def fetch(item: FetchItem, data_dir: str, progress: bool | None = None) -> Fetch
         return FetchResult(item.url, dest, "present", os.path.getsize(dest), 0.0)
     os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
     part, tmp = f"{dest}.part", f"{dest}.tmp"
+    auth = None
+    if item.auth:
+        token = os.environ.get(item.auth)
+        if not token:
+            raise FetchInputError(f"{item.url}: data.fetch auth names {item.auth}, which is not set in this step's "
+                                  f"environment: list it under cluster.secrets and export it where you launch "
+                                  f"(EKS: put it in the Kubernetes Secret)")
+        auth = (item.auth, token)
     _claim_part(part, item.url)
-    _download(item.url, part, progress)
+    _download(item.url, part, progress, auth)
     kind = _compression(item)
     if kind:
         sha = _finalize(part, tmp, kind, item.url)
@@ -327,6 +410,9 @@ def fetch_all(items: list[FetchItem], data_dir: str, progress: bool | None = Non
     """Fetch every item in order; stops at the first failure (already fetched files stay)."""
     results = []
     for item in items:
+        if item.url.startswith("http://") and not item.sha256:
+            log(f"getdata: warning: {_safe_url(item.url)} is plain HTTP without a sha256: anyone on the path can "
+                "change what is downloaded; use https:// or set data.fetch[].sha256")
         res = fetch(item, data_dir, progress)
         if res.status == "present":
             log(f"getdata: {res.path}: complete, nothing to do")
@@ -334,6 +420,12 @@ def fetch_all(items: list[FetchItem], data_dir: str, progress: bool | None = Non
             log(f"getdata: {res.path}: {res.bytes / 2**20:,.1f} MiB in {res.seconds:.1f} s")
         results.append(res)
     return results
+
+
+def _safe_url(url: str) -> str:
+    from mtk.launcher.secrets import scrub
+
+    return scrub(url)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -349,11 +441,14 @@ def main(argv: list[str] | None = None) -> int:
     if not data.fetch:
         print("getdata: data.fetch is empty; nothing to fetch")
         return 0
+    from mtk.launcher.secrets import scrub
+
+    tokens = [os.environ[i.auth] for i in data.fetch if i.auth and os.environ.get(i.auth)]
     try:
-        fetch_all(data.fetch, data_dir, log=lambda m: print(m, flush=True))
+        fetch_all(data.fetch, data_dir, log=lambda m: print(scrub(m, tokens), flush=True))
     except FetchError as exc:
-        print(f"getdata: error: {exc}", file=sys.stderr)
-        return 1
+        print(f"getdata: error: {scrub(str(exc), tokens)}", file=sys.stderr)
+        return 2 if isinstance(exc, FetchInputError) else 1
     return 0
 
 

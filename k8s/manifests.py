@@ -66,6 +66,24 @@ def _env_list(env: dict[str, str]) -> list[dict]:
     return [{"name": k, "value": str(v)} for k, v in env.items()]
 
 
+def _secret_env(job: Job) -> list[dict]:
+    """``cluster.secrets`` as ``secretKeyRef``s: the pod spec names the Secret and key, never the value."""
+    return [{"name": ref.name, "valueFrom": {"secretKeyRef": {"name": ref.secret_name(job.name),
+                                                              "key": ref.key or ref.name}}}
+            for ref in job.cluster.secrets]
+
+
+def security_context(job: Job, efa: bool = False) -> dict:
+    """As restrictive as the GPU stack allows: no privilege escalation, every capability dropped, the
+    runtime's default seccomp profile. EFA needs IPC_LOCK (libfabric pins memory for RDMA); NGC images run
+    as root, so runAsNonRoot is left to images built for it."""
+    caps: dict = {"drop": ["ALL"]}
+    if efa:
+        caps["add"] = ["IPC_LOCK"]
+    return {"allowPrivilegeEscalation": False, "capabilities": caps,
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
 def _volumes(job: Job, run: str, shm: bool) -> tuple[list[dict], list[dict]]:
     """(volumes, mounts): the spec ConfigMap always; FSx when a claim is set; a sized /dev/shm for training."""
     e = job.cluster.eks
@@ -129,6 +147,7 @@ def etcd_deployment(job: Job, run: str) -> dict:
             "--initial-cluster", f"{host}=http://127.0.0.1:2380", "--initial-cluster-state", "new"]
     container = {
         "name": "etcd", "image": e.etcd_image, "command": ["/usr/local/bin/etcd"], "args": args,
+        "securityContext": security_context(job),
         "ports": [{"name": "client", "containerPort": names.ETCD_PORT, "protocol": "TCP"}],
         "readinessProbe": {"httpGet": {"path": "/health", "port": names.ETCD_PORT},
                            "initialDelaySeconds": 2, "periodSeconds": 5},
@@ -151,9 +170,10 @@ def data_job(job: Job, run: str, run_dir: str, step: str) -> dict:
     """A ``batch/v1`` Job for getdata/preprocess: FSx mounted, no automatic pod restarts, bounded retries."""
     volumes, mounts = _volumes(job, run, shm=False)
     container = {"name": step, "image": job.image.reference, "command": step_command(step, run_dir),
-                 "volumeMounts": mounts}
-    if job.cluster.env:
-        container["env"] = _env_list(job.cluster.env)
+                 "volumeMounts": mounts, "securityContext": security_context(job)}
+    env = _env_list(job.cluster.env) + _secret_env(job)
+    if env:
+        container["env"] = env
     pod = {"restartPolicy": "Never", "containers": [container], "volumes": volumes,
            **_pod_placement(job, with_instance_type=False)}
     return {"apiVersion": "batch/v1", "kind": "Job",
@@ -190,6 +210,7 @@ def _wait_for_data(job: Job, mounts: list[dict]) -> dict:
               f'sleep {WAIT_SECONDS}; done; done')
     return {"name": "wait-for-data", "image": job.image.reference,
             "command": ["sh", "-c", script, "wait-for-data", *data_files_to_wait_for(job)],
+            "securityContext": security_context(job),
             "volumeMounts": [m for m in mounts if m["name"] == "fsx"]}
 
 
@@ -214,7 +235,8 @@ def pytorchjob(job: Job, run: str, run_dir: str) -> dict:
     volumes, mounts = _volumes(job, run, shm=True)
     container = {
         "name": CONTAINER, "image": job.image.reference, "command": step_command("train", run_dir),
-        "env": _env_list(worker_env(job, run_dir)),
+        "env": _env_list(worker_env(job, run_dir)) + _secret_env(job),
+        "securityContext": security_context(job, efa=job.cluster.device == "gpu" and efa_count(job) > 0),
         "ports": [{"name": OPERATOR_PORT_NAME, "containerPort": OPERATOR_DEFAULT_PORT, "protocol": "TCP"}],
         "volumeMounts": mounts,
     }

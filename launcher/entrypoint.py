@@ -41,8 +41,13 @@ def main(argv: list[str] | None = None) -> int:
     if step not in STEPS:
         print(f"mtk-entrypoint: unknown step '{step}'\n\n{usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(STEPS[step][0])
-    return int(module.main(rest) or 0)
+    try:
+        module = importlib.import_module(STEPS[step][0])
+        return int(module.main(rest) or 0)
+    except (Exception, KeyboardInterrupt) as exc:
+        from .failures import report
+
+        return report(exc, f"mtk-entrypoint {step}")
 
 
 if __name__ == "__main__":

@@ -36,6 +36,8 @@ def _run_script(job: Job, run_dir: str, steps: list[list[str]], torchrun: list[s
         f"cd {shlex.quote(run_dir)}",
     ]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+    for name in job.cluster.secret_names:  # by reference: the value comes from the shell that runs this
+        lines.append(f': "${{{name}:?{name} (cluster.secrets) must be exported in this shell}}"')
     for argv in steps:
         if argv[1] == "train":
             lines.append(f"# train runs: {shlex.join(torchrun)}")
@@ -89,7 +91,8 @@ class LocalBackend:
 
     def status(self, run: Run) -> list[StepStatus]:
         state = read_state(run.run_dir)
-        alive = _alive(int(run.ids.get("runner", "0")))
+        runner = int(run.ids.get("runner", "0"))
+        alive = _alive(runner) and _is_runner_of(runner, run.run_dir)
         out = []
         for step, info in state.get("steps", {}).items():
             s = info.get("state", "UNKNOWN")
@@ -135,7 +138,7 @@ class LocalBackend:
 
     def cancel(self, run: Run) -> None:
         pid = int(run.ids.get("runner", "0"))
-        if _alive(pid):
+        if _alive(pid) and _is_runner_of(pid, run.run_dir):
             os.killpg(pid, signal.SIGTERM)
             deadline = time.time() + 30
             while _alive(pid) and time.time() < deadline:
@@ -157,6 +160,17 @@ def _alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def _is_runner_of(pid: int, run_dir: str) -> bool:
+    """The pid in run.json may have been reused by an unrelated process since the run ended: signal its
+    process group only while it still is this run's runner (``python -m mtk.launcher.local_runner RUN_DIR``)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = fh.read().split(b"\0")
+    except OSError:
+        return False
+    return b"mtk.launcher.local_runner" in argv and os.fsencode(str(run_dir)) in argv
 
 
 def _tail(path: str | None, lines: int = 15) -> list[str]:

@@ -40,7 +40,27 @@ class Run:
 
     @classmethod
     def load(cls, path: str | Path) -> Run:
-        return cls(**json.loads(Path(path).read_text()))
+        """Read a run record; a damaged one is reported by name (exit 2), not as a traceback."""
+        path = Path(path)
+        try:
+            data = json.loads(path.read_bytes().decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise DamagedRecord(f"{path}: the run record is damaged ({exc}); it is rewritten at launch only — "
+                                f"restore it from a copy, or pass the run dir of another run") from None
+        fields = {"backend", "run_dir", "name", "created", "ids", "extra", "record_dir"}
+        if not isinstance(data, dict) or not {"backend", "run_dir", "name"} <= set(data) or set(data) - fields:
+            raise DamagedRecord(f"{path}: not an mtk run record (needs backend, run_dir, name; may have "
+                                f"{', '.join(sorted(fields - {'backend', 'run_dir', 'name'}))})")
+        types = {"backend": str, "run_dir": str, "name": str, "created": (int, float), "ids": dict, "extra": dict,
+                 "record_dir": str}
+        bad = [k for k, v in data.items() if not isinstance(v, types[k]) or isinstance(v, bool)]
+        if bad or not all(isinstance(v, str) for v in data.get("ids", {}).values()):
+            raise DamagedRecord(f"{path}: the run record is damaged (wrong type for {', '.join(bad) or 'ids'})")
+        from .backends import REGISTRY
+
+        if data["backend"] not in REGISTRY:
+            raise DamagedRecord(f"{path}: unknown backend {data['backend']!r} (one of {', '.join(REGISTRY)})")
+        return cls(**data)
 
 
 def new_run_dir(runs_dir: str | Path, name: str, now: float | None = None) -> Path:
@@ -52,6 +72,13 @@ def new_run_dir(runs_dir: str | Path, name: str, now: float | None = None) -> Pa
         n += 1
         path = base.with_name(f"{base.name}-{n}")
     return path
+
+
+class DamagedRecord(ValueError):
+    """run.json exists but cannot be a run record: named with the path, exit code 2."""
+
+    user_facing = True
+    exit_code = 2
 
 
 class RunNotFound(FileNotFoundError):

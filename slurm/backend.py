@@ -78,7 +78,8 @@ class SlurmBackend:
         ids: dict[str, str] = {}
         try:
             for sub in subs:
-                ids[sub.step] = slurm.submit(submit_argv(sub, ids.get(sub.after or "")), values)
+                argv = submit_argv(sub, ids.get(sub.after or ""), bool(job.cluster.secrets))
+                ids[sub.step] = slurm.submit(argv, values)
         except BaseException:
             slurm.cancel(ids.values())
             raise

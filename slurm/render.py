@@ -54,10 +54,14 @@ def plan(job: Job, run_dir: str) -> list[Submission]:
             for i, step in enumerate(steps)]
 
 
-def submit_argv(sub: Submission, after_id: str | None) -> list[str]:
+def submit_argv(sub: Submission, after_id: str | None, secrets: bool = False) -> list[str]:
     """``sbatch --parsable [--dependency=afterok:ID --kill-on-invalid-dep=yes] FILE``: a failed step
-    cancels the steps behind it instead of leaving them pending forever."""
+    cancels the steps behind it instead of leaving them pending forever. With ``cluster.secrets``,
+    ``--export=ALL`` makes sure the submitting environment (which holds them) reaches the job even where
+    SBATCH_EXPORT says otherwise: the values travel with the job, never through a file or an argv."""
     argv = ["sbatch", "--parsable"]
+    if secrets:
+        argv.append("--export=ALL")
     if sub.after is not None:
         argv += [f"--dependency=afterok:{after_id}", "--kill-on-invalid-dep=yes"]
     return [*argv, sub.script]
@@ -79,7 +83,8 @@ def render(job: Job, run_dir: str) -> Artifacts:
             problems += [p for p in exc.problems if p not in problems]
     if problems:
         raise SpecError(problems)
-    commands = [submit_argv(sub, f"<job id of {sub.after}>" if sub.after else None) for sub in subs]
+    commands = [submit_argv(sub, f"<job id of {sub.after}>" if sub.after else None, bool(job.cluster.secrets))
+                for sub in subs]
     notes = [f"steps run in order ({' -> '.join(s.step for s in subs)}), each after the previous one succeeds",
              f"logs: {run_dir}/logs/<step>-<job id>.out (one line prefix per node: '0: ', '1: ', ...)"]
     if job.cluster.slurm.singleton:
@@ -193,6 +198,7 @@ def _values(job: Job, run_dir: str, sub: Submission, problems: list[Problem]) ->
     lines += [_assign(name, value, field, problems) for name, value, field in assign]
     lines += ["# Environment of every process on every node (NCCL/EFA presets, then cluster.env)."]
     lines += ["export " + _assign(name, value, field, problems) for name, value, field in exports]
+    lines += _secret_check(job, problems)
     srun = _srun_args(job, run_dir, sub, problems)
     lines += ["# One task per node; `--label` prefixes every output line with the node's task number.",
               "# shellcheck disable=SC2054  # commas inside an element are part of the value",
@@ -203,6 +209,21 @@ def _values(job: Job, run_dir: str, sub: Submission, problems: list[Problem]) ->
               "# shellcheck disable=SC2016  # expanded on the node, not here",
               "MTK_NODE_SH='" + _node_script(job, sub) + "'"]
     return lines
+
+
+def _secret_check(job: Job, problems: list[Problem]) -> list[str]:
+    """Names only: each referenced secret must have reached the batch host from the submitting environment."""
+    names = job.cluster.secret_names
+    if not names:
+        return []
+    return ["# Secrets by reference (cluster.secrets): the values come from the submitting environment.",
+            "for mtk_secret in " + " ".join(_word(n, "cluster.secrets", problems) for n in names) + "; do",
+            '  if [ -z "${!mtk_secret:-}" ]; then',
+            '    echo "mtk: error: $mtk_secret (cluster.secrets) is not set in this job: export it in the shell'
+            ' that runs mtk launch, and do not set SBATCH_EXPORT/--export to exclude it" >&2',
+            "    exit 2",
+            "  fi",
+            "done"]
 
 
 def _assign(name: str, value: object, field: str, problems: list[Problem]) -> str:

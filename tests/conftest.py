@@ -1,5 +1,8 @@
 """Shared test helpers. Area fixtures live in conftest.py files of their own test folders."""
 
+import http.server
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -11,3 +14,78 @@ EXAMPLES = REPO / "examples"
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+# ---- HTTP servers that want a bearer token (getdata auth on every backend); they record what they saw.
+
+
+@dataclass
+class Served:
+    host: str
+    port: int
+    seen: list[tuple[str, str | None]] = field(default_factory=list)  # (path, Authorization header)
+    server: http.server.ThreadingHTTPServer | None = None
+
+    @property
+    def base(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def close(self) -> None:
+        if self.server:
+            self.server.shutdown()
+            self.server.server_close()
+
+
+def serve(host: str, files: dict[str, bytes], token: str | None = None,
+          redirects: dict[str, str] | None = None) -> Served:
+    """Serve ``files`` at their paths; with ``token``, only to ``Authorization: Bearer <token>`` (401 else);
+    ``redirects`` maps a path to an absolute URL answered with 302."""
+    served = Served(host, 0)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            auth = self.headers.get("Authorization")
+            served.seen.append((self.path, auth))
+            if redirects and self.path in redirects:
+                self.send_response(302)
+                self.send_header("Location", redirects[self.path])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            if token is not None and auth != f"Bearer {token}":
+                self.send_response(401)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            body = files.get(self.path)
+            if body is None:
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):  # keep pytest output clean; the requests are in ``seen``
+            return
+
+    server = http.server.ThreadingHTTPServer((host, 0), Handler)
+    served.port, served.server = server.server_address[1], server
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return served
+
+
+@pytest.fixture
+def http_servers():
+    """``start(host, files, token=None, redirects=None)`` -> Served; every server is shut down afterwards."""
+    made: list[Served] = []
+
+    def start(*args, **kwargs) -> Served:
+        made.append(serve(*args, **kwargs))
+        return made[-1]
+
+    yield start
+    for s in made:
+        s.close()

@@ -16,13 +16,22 @@ from typing import Any
 
 from mtk.launcher import exitcodes
 from mtk.launcher.backends import atomic_write
-
-# Environment variables that may hold secrets are recorded by name only.
-_SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "AUTH", "COOKIE")
+from mtk.launcher.secrets import redact_env
 
 
-def _redact(env: dict[str, str]) -> dict[str, str]:
-    return {k: ("<redacted>" if any(m in k.upper() for m in _SECRET_MARKERS) else v) for k, v in sorted(env.items())}
+def _secret_names(run_dir: str | Path | None) -> list[str]:
+    """``cluster.secrets`` of this run (names only), read from its job.json without building the model."""
+    try:
+        job = json.loads((Path(run_dir) / exitcodes.JOB_FILE).read_text()) if run_dir else {}
+        return [ref["name"] for ref in job.get("cluster", {}).get("secrets", [])]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return []
+
+
+def _redact(env: dict[str, str], names: list[str] = ()) -> dict[str, str]:
+    """Secrets by name (credential-like names and cluster.secrets: only 'set, N chars') and by value (a
+    secret's value, URL user:password@, token query parameters inside any other variable)."""
+    return redact_env(env, names)
 
 
 def _versions() -> dict[str, Any]:
@@ -37,7 +46,7 @@ def _versions() -> dict[str, Any]:
     return out
 
 
-def environment_record(rank: int, topology: dict[str, Any]) -> dict[str, Any]:
+def environment_record(rank: int, topology: dict[str, Any], secret_names: list[str] = ()) -> dict[str, Any]:
     import torch
 
     cuda = torch.cuda.is_available()
@@ -52,14 +61,15 @@ def environment_record(rank: int, topology: dict[str, Any]) -> dict[str, Any]:
                   "threads": torch.get_num_threads()},
         "cpus": os.cpu_count(),
         "topology": topology,
-        "env": _redact(dict(os.environ)),
+        "env": _redact(dict(os.environ), list(secret_names)),
     }
 
 
 def dump_environment(run_dir: str | Path, rank: int, topology: dict[str, Any]) -> Path:
     """Write ``<run_dir>/debug/env-<host>-rank<r>.json`` (versions, env with secrets redacted, topology)."""
     path = Path(run_dir) / exitcodes.DEBUG_DIR / f"env-{socket.gethostname()}-rank{rank}.json"
-    atomic_write(path, json.dumps(environment_record(rank, topology), indent=2, default=str) + "\n")
+    record = environment_record(rank, topology, _secret_names(run_dir))
+    atomic_write(path, json.dumps(record, indent=2, default=str) + "\n", 0o600)
     return path
 
 

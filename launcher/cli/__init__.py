@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import click
@@ -39,19 +40,16 @@ class LazyGroup(click.Group):
         return getattr(importlib.import_module(module), attr or "command")
 
     def invoke(self, ctx: click.Context):
-        """User-facing errors become one line on stderr; spec errors exit 2, others 1. No tracebacks."""
+        """The error boundary: expected failures become one message (bad input exits 2, a failed run 1);
+        a traceback only with --debug / MTK_DEBUG=1, or for a bug."""
         try:
             return super().invoke(ctx)
-        except Exception as exc:
-            from ..spec.errors import SpecError
-
-            if isinstance(exc, SpecError):
-                click.echo(f"error: {exc}", err=True)
-                sys.exit(2)
-            if getattr(exc, "user_facing", False):
-                click.echo(f"error: {exc}", err=True)
-                sys.exit(1)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except (Exception, KeyboardInterrupt) as exc:
+            from ..failures import report
+
+            sys.exit(report(exc, "mtk"))
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, help_) for name, (_, help_) in VERBS.items()]
@@ -61,6 +59,9 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="mtk")
+@click.option("--debug", is_flag=True, expose_value=False, is_eager=True,
+              callback=lambda _ctx, _param, on: os.environ.__setitem__("MTK_DEBUG", "1") if on else None,
+              help="Show the full traceback of any error (also MTK_DEBUG=1).")
 def cli() -> None:
     """mtk: build, launch and run Megatron-Core pretraining from one typed job spec.
 

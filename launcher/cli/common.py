@@ -33,8 +33,9 @@ def handles_spec_errors(fn):
         try:
             return fn(*args, **kwargs)
         except SpecError as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(2)
+            from ..failures import report
+
+            sys.exit(report(exc, "mtk"))
 
     return wrapper
 

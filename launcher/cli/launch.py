@@ -23,14 +23,19 @@ from .common import backend_option, handles_spec_errors, job_argument, load, set
 def command(job_file, overrides, backend, dry_run, run_dir, follow, preflight):
     """Launch JOB.yaml on a backend."""
     from ..backends import get_backend
+    from ..outputs import check_launch_outputs
     from ..paths import resolve_paths
     from ..runs import new_run_dir
+    from ..secrets import require
 
     if preflight is not None:
         overrides = [*overrides, f"resilience.preflight.enabled={str(preflight).lower()}"]
     job = load(job_file, overrides, backend, check_files=backend in ("local", "slurm"))
     job = resolve_paths(job, backend)
     target = run_dir or str(new_run_dir(job.cluster.runs_dir, job.name))
+    check_launch_outputs(job, backend, target, dry_run)
+    if not dry_run:
+        require(job, backend)
     impl = get_backend(backend)
     artifacts = impl.render(job, target)
     if getattr(impl, "remote_run_dir", False):  # e.g. EKS: the run dir is a pod path on FSx

@@ -17,11 +17,31 @@ def _drop(run_ref: str, runs_dir: str, trigger: str) -> str:
     from ..backends import atomic_write
 
     run = pick_run(run_ref, runs_dir)
+    _refuse_if_ended(run, trigger)
     path = f"{run.run_dir}/{trigger}"
     from pathlib import Path
 
     atomic_write(Path(path), f"requested at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n")
     return path
+
+
+class RunEnded(RuntimeError):
+    """A trigger for a run that has ended would never be read: say so (exit 1) instead of claiming success."""
+
+    user_facing = True
+
+
+ENDED = {"COMPLETED", "FAILED", "CANCELLED"}
+
+
+def _refuse_if_ended(run, trigger: str) -> None:
+    from ..backends import get_backend
+
+    states = get_backend(run.backend).status(run)
+    if states and all(s.state in ENDED for s in states):
+        summary = ", ".join(f"{s.step} {s.state}" for s in states)
+        raise RunEnded(f"run {run.name} has ended ({summary}): nothing will read the {trigger.rsplit('/', 1)[-1]} "
+                       f"trigger. To train further, launch the spec again (it resumes from the latest checkpoint)")
 
 
 @click.command("save")

@@ -1,9 +1,44 @@
-"""The base model every spec section derives from: unknown keys are errors, not silently dropped."""
+"""The base model every spec section derives from: unknown keys are errors, not silently dropped, and
+``true``/``false`` is not a number (pydantic's lax mode would read ``tp: true`` as 1)."""
 
-from pydantic import BaseModel, ConfigDict
+import types
+import typing
+
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+
+_NUMBERS = {int, float}
+
+
+def _members(annotation: object) -> set:
+    """The types a field accepts, Optional/Union flattened."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return {m for a in typing.get_args(annotation) for m in _members(a)}
+    return {annotation}
+
+
+def _numeric(annotation: object) -> bool:
+    members = _members(annotation) - {type(None)}
+    return bool(members) and members <= _NUMBERS
+
+
+def _numeric_list(annotation: object) -> bool:
+    return typing.get_origin(annotation) in (list, tuple) and all(
+        _numeric(a) for a in typing.get_args(annotation) if a is not Ellipsis)
 
 
 class Section(BaseModel):
     """A spec section. ``extra='forbid'`` turns a typo into an error that names the key."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _bool_is_not_a_number(cls, value: object, info: ValidationInfo) -> object:
+        field = cls.model_fields.get(info.field_name or "")
+        if field is None:
+            return value
+        if isinstance(value, bool) and _numeric(field.annotation):
+            raise ValueError(f"expects a number, not {str(value).lower()}; write the number (e.g. 1)")
+        if isinstance(value, list) and _numeric_list(field.annotation) and any(isinstance(v, bool) for v in value):
+            raise ValueError("expects numbers, not true/false")
+        return value

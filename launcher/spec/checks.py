@@ -146,9 +146,11 @@ def schedule_is_sane(job: Job, backend) -> list[Problem]:
     out = []
     if t.min_lr > t.lr:
         out.append(Problem("train.min_lr", f"is above train.lr ({t.lr})", t.min_lr))
-    if t.lr_warmup_iters > (t.lr_decay_iters or t.iterations):
-        out.append(Problem("train.lr_warmup_iters", f"is longer than the decay horizon "
-                           f"({t.lr_decay_iters or t.iterations} iterations)", t.lr_warmup_iters))
+    if t.lr_warmup_iters and t.lr_warmup_iters >= (t.lr_decay_iters or t.iterations):
+        # Megatron-Core's scheduler asserts warmup < decay on every rank at start-up.
+        out.append(Problem("train.lr_warmup_iters", f"must be shorter than the decay horizon "
+                           f"({t.lr_decay_iters or t.iterations} iterations); lower it or train longer",
+                           t.lr_warmup_iters))
     return out
 
 
@@ -201,6 +203,102 @@ def backend_required_fields(job: Job, backend) -> list[Problem]:
     return out
 
 
+@check
+def credentials_by_reference(job: Job, backend) -> list[Problem]:
+    """A credential in ``cluster.env`` would be written in clear into job.json, scripts and manifests."""
+    from mtk.launcher.secrets import looks_secret
+
+    c, out = job.cluster, []
+    for name in c.env:
+        if looks_secret(name):
+            out.append(Problem(f"cluster.env.{name}", "looks like a credential: its value would be written in "
+                               "clear into job.json, the run scripts and the manifests. Remove it from cluster.env, "
+                               f"list it under cluster.secrets (cluster.secrets: [{name}]) and export {name} in the "
+                               "shell that launches (EKS: store it in a Kubernetes Secret)"))
+    seen: set[str] = set()
+    for i, ref in enumerate(c.secrets):
+        if ref.name in seen:
+            out.append(Problem(f"cluster.secrets.{i}.name", "listed twice; keep one entry", ref.name))
+        if ref.name in c.env:
+            out.append(Problem(f"cluster.secrets.{i}.name", f"also set in cluster.env.{ref.name}; a secret comes "
+                               "only from the environment (or Secret) it references", ref.name))
+        seen.add(ref.name)
+    return out
+
+
+@check
+def fetch_items_are_safe(job: Job, backend) -> list[Problem]:
+    """Fetch destinations stay inside data.dir; auth names a declared secret and never rides plain HTTP."""
+    import posixpath
+
+    out, secrets = [], set(job.cluster.secret_names)
+    for i, item in enumerate(job.data.fetch):
+        if item.path is not None:
+            norm = posixpath.normpath(item.path)
+            if posixpath.isabs(item.path) or norm == ".." or norm.startswith("../") or norm in (".", ""):
+                out.append(Problem(f"data.fetch.{i}.path", "must be a file path relative to data.dir that stays "
+                                   "inside it (no leading '/', no '..')", item.path))
+        if item.auth is not None:
+            if item.auth not in secrets:
+                out.append(Problem(f"data.fetch.{i}.auth", f"names no secret: add it to cluster.secrets "
+                                   f"(cluster.secrets: [{item.auth}]) so the value reaches the getdata step",
+                                   item.auth))
+            if not (item.url.startswith("https://") or _loopback(item.url)):
+                out.append(Problem(f"data.fetch.{i}.auth", "a token is only sent over https:// (or to this "
+                                   "machine's loopback address); fix the URL", item.url))
+    return out
+
+
+def _loopback(url: str) -> bool:
+    import ipaddress
+    import urllib.parse
+
+    host = urllib.parse.urlparse(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+_IDX_MAGIC = b"MMIDIDX\x00\x00"
+_ITEM_SIZES = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 8, 7: 4, 8: 2}  # Megatron's dtype codes -> bytes per token
+
+
+def indexed_pair_problem(prefix: str) -> str | None:
+    """What is wrong with a Megatron ``.idx``/``.bin`` pair, read from the headers and the last entry only:
+    a garbage index, an index of the wrong size, or a ``.bin`` shorter than the index says."""
+    import struct
+
+    idx, binf = prefix + ".idx", prefix + ".bin"
+    try:
+        with open(idx, "rb") as fh:
+            head = fh.read(34)
+            if len(head) < 34 or head[:9] != _IDX_MAGIC:
+                return f"{idx} is not a Megatron index file (bad header)"
+            version, code, n_seq, n_doc = struct.unpack("<QBQQ", head[9:34])
+            if version != 1 or code not in _ITEM_SIZES:
+                return f"{idx}: unknown index version {version} or dtype code {code}"
+            expected = 34 + 12 * n_seq + 8 * n_doc
+            actual = os.path.getsize(idx)
+            if actual != expected:
+                return f"{idx} is {actual} bytes but its header describes {expected} (truncated or damaged)"
+            if n_seq == 0:
+                return None
+            fh.seek(34 + 4 * (n_seq - 1))
+            (last_size,) = struct.unpack("<i", fh.read(4))
+            fh.seek(34 + 4 * n_seq + 8 * (n_seq - 1))
+            (last_ptr,) = struct.unpack("<q", fh.read(8))
+    except OSError as exc:
+        return f"{idx}: {exc.strerror}"
+    need = last_ptr + last_size * _ITEM_SIZES[code]
+    have = os.path.getsize(binf)
+    if last_size < 0 or last_ptr < 0 or have < need:
+        return f"{binf} is {have} bytes but {idx} needs {need} (truncated, or not the index's data file)"
+    return None
+
+
 def _file_problems(job: Job) -> list[Problem]:
     """Inputs that must exist when the run starts, unless an earlier step of this run produces them."""
     d = job.data
@@ -212,10 +310,16 @@ def _file_problems(job: Job) -> list[Problem]:
         prefix = d.resolve(item.prefix)
         if prefix in produced:
             continue
+        missing = False
         for ext in (".bin", ".idx"):
             if not os.path.exists(prefix + ext):
+                missing = True
                 out.append(Problem(f"data.blend.{i}.prefix", f"{prefix}{ext} does not exist; run preprocess "
                                    "first or fix the prefix (without .bin/.idx)", item.prefix))
+        damage = None if missing else indexed_pair_problem(prefix)
+        if damage:
+            out.append(Problem(f"data.blend.{i}.prefix", f"{damage}; run preprocess again for this prefix",
+                               item.prefix))
     for i, item in enumerate(d.folders):
         if not os.path.isdir(d.resolve(item.path)):
             out.append(Problem(f"data.folders.{i}.path", "folder does not exist", item.path))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from .base import Section
 
@@ -64,6 +64,35 @@ class SlurmSpec(Section):
         return v
 
 
+# Kubernetes' own validation rules (apimachinery validation.go, resource.Quantity).
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_QUANTITY = re.compile(r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(([KMGTPE]i)|[numkMGTPE]|[eE][+-]?[0-9]+)?$")
+
+
+def _k8s_label(v: str, what: str) -> str:
+    if len(v) > 63 or not _DNS1123_LABEL.match(v):
+        raise ValueError(f"{what} must be a DNS-1123 label: ≤ 63 lowercase letters, digits and '-', starting "
+                         "and ending with a letter or digit")
+    return v
+
+
+def _k8s_subdomain(v: str, what: str) -> str:
+    if len(v) > 253 or not _DNS1123_SUBDOMAIN.match(v):
+        raise ValueError(f"{what} must be a DNS-1123 subdomain: ≤ 253 lowercase letters, digits, '-' and '.'")
+    return v
+
+
+def _label_key(k: str) -> None:
+    prefix, _, name = k.rpartition("/")
+    if prefix:
+        _k8s_subdomain(prefix, f"the prefix of label key '{k}'")
+    if not name or len(name) > 63 or not _LABEL_VALUE.match(name):
+        raise ValueError(f"label key '{k}': the name part must be ≤ 63 letters, digits, '-', '_', '.', starting "
+                         "and ending with a letter or digit")
+
+
 class EksSpec(Section):
     """Kubeflow PyTorchJob placement, storage and rendezvous."""
 
@@ -82,6 +111,83 @@ class EksSpec(Section):
     cpu: str | None = Field(None, description="CPU request/limit per worker, e.g. '90'.")
     memory: str | None = Field(None, description="Memory request/limit per worker, e.g. '1000Gi'.")
     backoff_limit: int = Field(2, ge=0, description="Data Jobs: retries before failing.")
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, v: str) -> str:
+        return _k8s_label(v, "a namespace")
+
+    @field_validator("fsx_claim", "service_account")
+    @classmethod
+    def _object_name(cls, v: str | None) -> str | None:
+        return None if v is None else _k8s_subdomain(v, "an object name")
+
+    @field_validator("image_pull_secrets")
+    @classmethod
+    def _secret_names(cls, v: list[str]) -> list[str]:
+        for name in v:
+            _k8s_subdomain(name, f"Secret name '{name}'")
+        return v
+
+    @field_validator("shm_size", "cpu", "memory")
+    @classmethod
+    def _quantity(cls, v: str | None) -> str | None:
+        if v is not None and not _QUANTITY.match(v):
+            raise ValueError("not a Kubernetes quantity: a number with an optional suffix, e.g. '90', '500m', "
+                             "'64Gi', '1000Gi', '1e3'")
+        return v
+
+    @field_validator("node_selector")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            _label_key(key)
+            if len(value) > 63 or not _LABEL_VALUE.match(value):
+                raise ValueError(f"label value '{value}' (key '{key}'): ≤ 63 letters, digits, '-', '_', '.', "
+                                 "starting and ending with a letter or digit")
+        return v
+
+
+_K8S_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
+_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+class SecretRef(Section):
+    """A secret by reference. The value comes from the launching shell (Slurm, local) or a Kubernetes Secret
+    (EKS) and reaches every process as the environment variable ``name``; no file, argv or log holds it."""
+
+    name: str = Field(..., description="Environment variable the processes read, e.g. HF_TOKEN.")
+    k8s_secret: str | None = Field(None, description="EKS: Kubernetes Secret holding it (default: <job name>-secrets).")
+    key: str | None = Field(None, description="EKS: key inside that Secret (default: name).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, v):
+        return {"name": v} if isinstance(v, str) else v
+
+    @field_validator("name")
+    @classmethod
+    def _env_name(cls, v: str) -> str:
+        if not _ENV_NAME.match(v):
+            raise ValueError(f"'{v}' is not a valid environment variable name (letters, digits, _)")
+        return v
+
+    @field_validator("k8s_secret")
+    @classmethod
+    def _secret_name(cls, v: str | None) -> str | None:
+        if v is not None and not _K8S_NAME.match(v):
+            raise ValueError("a Kubernetes Secret name: lowercase letters, digits, '-' and '.', ≤ 253 chars")
+        return v
+
+    @field_validator("key")
+    @classmethod
+    def _secret_key(cls, v: str | None) -> str | None:
+        if v is not None and not _K8S_KEY.match(v):
+            raise ValueError("a Secret key: letters, digits, '-', '_' and '.'")
+        return v
+
+    def secret_name(self, job_name: str) -> str:
+        return self.k8s_secret or f"{job_name}-secrets"
 
 
 class ClusterSpec(Section):
@@ -103,6 +209,11 @@ class ClusterSpec(Section):
     env: dict[str, str] = Field(
         default_factory=dict, description="Extra environment for every process (overrides presets)."
     )
+    secrets: list[SecretRef] = Field(
+        default_factory=list,
+        description="Credentials by reference (HF_TOKEN, WANDB_API_KEY, ...): names of variables taken from the "
+        "launching environment (EKS: a Kubernetes Secret); their values are never written anywhere.",
+    )
     local: LocalSpec = Field(default_factory=LocalSpec)
     slurm: SlurmSpec = Field(default_factory=SlurmSpec)
     eks: EksSpec = Field(default_factory=EksSpec)
@@ -122,6 +233,10 @@ class ClusterSpec(Section):
             if not _NODE_NAME.match(name):
                 raise ValueError(f"'{name}' is not a node name (letters, digits, '.', '-', '_')")
         return v
+
+    @property
+    def secret_names(self) -> list[str]:
+        return [s.name for s in self.secrets]
 
     @property
     def world_size(self) -> int:

@@ -26,6 +26,9 @@ class FetchItem(Section):
     path: str | None = Field(None, description="Destination relative to data.dir (default: the URL's file name).")
     sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="Expected SHA-256 of the final file.")
     decompress: bool = Field(True, description="Decompress .xz/.gz/.zst while downloading.")
+    auth: str | None = Field(
+        None, description="Secret reference (a cluster.secrets name, e.g. HF_TOKEN) sent as a bearer token to this "
+        "URL's host only, never across a redirect to another host.")
 
 
 class TokenizerSpec(Section):

@@ -9,22 +9,65 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from ..secrets import looks_secret
 from .checks import run_checks
 from .errors import Problem, SpecError
 from .job import Job
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """safe_load that refuses a key given twice in one mapping: a second ``train:`` block would otherwise
+    replace the first one whole, without a word."""
+
+
+def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[object, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            first = seen.get(key)
+        except TypeError:  # an unhashable key: let the constructor report it
+            continue
+        line = key_node.start_mark.line + 1
+        if first is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key '{key}' (first on line {first}, again on line {line}); "
+                "keep one — the second would silently replace the first", key_node.start_mark)
+        seen[key] = line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+
+def parse_yaml(text: str, where: str) -> object:
+    """YAML text -> data; syntax errors and duplicate keys become a Problem naming the line."""
+    try:
+        return yaml.load(text, Loader=_StrictLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
+        raise SpecError([Problem(f"{where}:{at}", f"YAML error: {getattr(exc, 'problem', None) or exc}")]) from None
+    except RecursionError:
+        raise SpecError([Problem(where, "nested too deeply to be a job spec")]) from None
+
+
 def read_yaml(path: str | Path) -> dict:
-    """Parse a job file; a YAML syntax error names the line."""
+    """Parse a job file; a YAML syntax error or duplicate key names the line."""
     path = Path(path)
     if not path.exists():
         raise SpecError([Problem(str(path), "file not found; pass JOB.yaml or create ./mtk.yaml")])
+    if path.is_dir():
+        raise SpecError([Problem(str(path), "is a directory; pass the job spec file inside it (e.g. mtk.yaml)")])
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
-        raise SpecError([Problem(f"{path}:{where}", f"YAML syntax error: {getattr(exc, 'problem', exc)}")]) from None
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise SpecError([Problem(f"{path}:line {line}", f"not UTF-8 text (byte {exc.object[exc.start]:#04x} at "
+                                 f"offset {exc.start}); save the spec as UTF-8")]) from None
+    except OSError as exc:
+        raise SpecError([Problem(str(path), f"cannot read: {exc.strerror}")]) from None
+    data = parse_yaml(text, str(path))
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -38,7 +81,10 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise SpecError([Problem(f"--set {item}", "expected dotted.key=value, e.g. --set train.iterations=50")])
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        try:
+            value = parse_yaml(raw, f"--set {key}") if raw.strip() else ""
+        except SpecError:
+            value = raw  # not YAML (e.g. 'a: b: c'): the text itself
         node: Any = data
         parts = key.split(".")
         for i, part in enumerate(parts[:-1]):
@@ -46,6 +92,8 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
             if isinstance(node, list):
                 node = node[_index(node, part, key)]
                 continue
+            if not isinstance(node, dict):
+                raise SpecError([Problem(key, f"cannot set a field inside a {type(node).__name__}")])
             if part not in node or node[part] is None:
                 node[part] = [] if nxt.isdigit() else {}
             node = node[part]
@@ -109,6 +157,8 @@ def _problem_from_error(err: dict) -> Problem:
         path = f"{path}.preset"
     value = err.get("input")
     shown = value if isinstance(value, (str, int, float, bool)) else None
+    if any(looks_secret(str(p)) for p in loc):
+        shown = None  # never echo what may be a credential
     return Problem(path, msg, shown)
 
 
@@ -133,5 +183,27 @@ def load_job(path: str | Path, overrides: list[str] | None = None, backend: str 
 
 
 def load_job_json(path: str | Path) -> Job:
-    """Load the serialised spec that travels with a run (already validated when it was written)."""
-    return Job.model_validate_json(Path(path).read_text())
+    """Load the serialised spec that travels with a run. It was validated when written, but a hand-edited or
+    damaged one gets the same field-named problems as a YAML spec, never a raw pydantic error."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise SpecError([Problem(str(path), "job file not found; pass the run's job.json (--job)")]) from None
+    except IsADirectoryError:
+        raise SpecError([Problem(str(path), "is a directory; pass the run's job.json (--job)")]) from None
+    except UnicodeDecodeError:
+        raise SpecError([Problem(str(path), "not UTF-8 JSON; render the run again (mtk launch/render)")]) from None
+    import json
+
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise SpecError([Problem(f"{path}:line {getattr(exc, 'lineno', '?')}", f"not valid JSON ({exc}); the "
+                                 "file is damaged — render the run again (mtk launch/render)")]) from None
+    if not isinstance(data, dict):
+        raise SpecError([Problem(str(path), "must hold a JSON object (the job spec)")])
+    try:
+        return Job.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError([_problem_from_error(e) for e in exc.errors()], str(path)) from None

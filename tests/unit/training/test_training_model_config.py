@@ -52,5 +52,5 @@ def test_vocab_padding_matches_the_launcher_figures():
 
 def test_env_dump_redacts_secret_looking_names():
     env = _redact({"HF_TOKEN": "abc", "AWS_SECRET_ACCESS_KEY": "x", "NCCL_DEBUG": "INFO", "PATH": "/bin"})
-    assert env["HF_TOKEN"] == env["AWS_SECRET_ACCESS_KEY"] == "<redacted>"
+    assert env["HF_TOKEN"].startswith("<redacted>") and env["AWS_SECRET_ACCESS_KEY"].startswith("<redacted>")
     assert env["NCCL_DEBUG"] == "INFO"

@@ -1,0 +1,78 @@
+"""Check the checkpoint a run will resume from, once, before torchrun starts any rank.
+
+A garbage tracker, a missing ``iter_N`` or a truncated shard otherwise surfaces as one traceback per rank,
+deep inside the load, with the file name buried or absent. Here each is one message naming the file and the
+fix, and the step exits with the bad-input code. Reads only the tracker, the directory listing, the torch
+distributed-checkpoint ``.metadata`` and file sizes (never the tensors).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .exitcodes import CHECKPOINTS_DIR
+
+TRACKER = "latest_checkpointed_iteration.txt"
+
+
+class CheckpointDamaged(ValueError):
+    """The checkpoint to resume from cannot be loaded; the message names the file."""
+
+    user_facing = True
+    exit_code = 2
+
+
+def checkpoint_root(job, run_dir: str) -> Path:
+    return Path(job.train.checkpoint.dir or os.path.join(run_dir, CHECKPOINTS_DIR))
+
+
+def check_resume_checkpoint(job, run_dir: str) -> None:
+    """Raise CheckpointDamaged if the tracked checkpoint is unusable; silent when there is none to load."""
+    if not job.train.checkpoint.load:
+        return
+    root = checkpoint_root(job, run_dir)
+    tracker = root / TRACKER
+    try:
+        raw = tracker.read_bytes()
+    except FileNotFoundError:
+        return
+    except IsADirectoryError:
+        raise CheckpointDamaged(f"{tracker} is a directory; remove it to start from scratch") from None
+    text = raw.decode("utf-8", errors="replace").strip()
+    if not text.isdigit():
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise CheckpointDamaged(f"{tracker} holds {shown!r}, not an iteration number: write the iteration of a "
+                                f"complete iter_* dir in {root} into it, or delete it to start from scratch")
+    path = root / f"iter_{int(text):07d}"
+    if not path.is_dir():
+        raise CheckpointDamaged(f"{tracker} names iteration {int(text)} but {path} is missing: restore it, or point "
+                                "the tracker at another complete iter_* dir, or delete the tracker")
+    _check_shards(path)
+
+
+def _check_shards(path: Path) -> None:
+    metadata = path / ".metadata"
+    if not metadata.is_file():
+        raise CheckpointDamaged(f"{metadata} is missing: {path} is not a complete torch_dist checkpoint; "
+                                "point the tracker at another iter_* dir or delete it")
+    try:
+        from torch.distributed.checkpoint import FileSystemReader
+
+        meta = FileSystemReader(str(path)).read_metadata()
+    except Exception as exc:  # pickle/torch errors on a damaged file: name the file, not the internals
+        raise CheckpointDamaged(f"{metadata} cannot be read ({type(exc).__name__}: {exc}); the checkpoint is "
+                                "damaged — point the tracker at another iter_* dir or delete it") from None
+    need: dict[str, int] = {}
+    for info in (meta.storage_data or {}).values():
+        rel = getattr(info, "relative_path", None)
+        if rel is not None:
+            need[rel] = max(need.get(rel, 0), int(info.offset) + int(info.length))
+    for rel, size in sorted(need.items()):
+        shard = path / rel
+        have = shard.stat().st_size if shard.is_file() else None
+        if have is None:
+            raise CheckpointDamaged(f"{shard} is missing (listed in {metadata}); the checkpoint is incomplete")
+        if have < size:
+            raise CheckpointDamaged(f"{shard} is {have} bytes but {metadata} places data up to byte {size}: the "
+                                    "shard is truncated — restore it, or point the tracker at an earlier iter_* dir")
