@@ -127,8 +127,46 @@ def open_binary(path: str, kind: str | None = None) -> IO[bytes]:
         except ImportError:
             raw.close()
             raise InputError(f"{path}: reading .zst needs the 'zstandard' package (pip install zstandard)") from None
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True))
+        return io.BufferedReader(_ZstdReader(raw, zstandard), buffer_size=1 << 20)
     return raw
+
+
+class _ZstdReader(io.RawIOBase):
+    """Streamed .zst decoding that notices a truncated last frame (zstandard's stream_reader just stops)."""
+
+    def __init__(self, raw: IO[bytes], zstandard: object):
+        self.raw, self.zstd = raw, zstandard
+        self.dobj = zstandard.ZstdDecompressor().decompressobj()  # type: ignore[attr-defined]
+        self.pending = b""
+        self.started = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: object) -> int:
+        view = memoryview(buf).cast("B")  # type: ignore[arg-type]
+        while not self.pending:
+            chunk = self.raw.read(1 << 20)
+            if not chunk:
+                if self.started and not self.dobj.eof:
+                    raise EOFError("the last zstd frame ends early")
+                return 0
+            while chunk:
+                if self.dobj.eof:  # a new frame follows the finished one
+                    self.dobj = self.zstd.ZstdDecompressor().decompressobj()  # type: ignore[attr-defined]
+                self.started = True
+                self.pending += self.dobj.decompress(chunk)
+                chunk = self.dobj.unused_data if self.dobj.eof else b""
+        n = min(len(view), len(self.pending))
+        view[:n] = self.pending[:n]
+        self.pending = self.pending[n:]
+        return n
+
+    def close(self) -> None:
+        try:
+            self.raw.close()
+        finally:
+            super().close()
 
 
 class _OwnsGzip(gzip.GzipFile):
