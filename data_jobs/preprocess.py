@@ -322,24 +322,23 @@ def _plan_id(plan: dict) -> str:
 class _Progress:
     """A tqdm bar with ETA on a terminal; a plain line every ``every`` seconds in batch logs."""
 
-    def __init__(self, total_bytes: int, live: bool | None, every: float = 10.0, label: str = "preprocess"):
+    def __init__(self, total_bytes: int, live: bool | None, every: float = 10.0, label: str = "preprocess",
+                 already: int = 0):
         self.total = max(1, total_bytes)
         self.live = sys.stderr.isatty() if live is None else live
         self.every = every
         self.label = label
         self.t0 = self.last = time.monotonic()
-        self.first: int | None = None
+        self.first = already  # work a resumed run had already done: not part of the rate
         self.bar: Any = None
         if self.live:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=self.total, unit="B", unit_scale=True, unit_divisor=1024, desc=label,
-                            file=sys.stderr, dynamic_ncols=True)
+            self.bar = tqdm(total=self.total, initial=already, unit="B", unit_scale=True, unit_divisor=1024,
+                            desc=label, file=sys.stderr, dynamic_ncols=True)
 
     def update(self, done_bytes: int, docs: int, tokens: int, shards: str, final: bool = False) -> None:
         now = time.monotonic()
-        if self.first is None:
-            self.first = done_bytes  # work a resumed run had already done: not part of the rate
         dt = max(now - self.t0, 1e-9)
         if self.bar is not None:
             self.bar.n = done_bytes
@@ -543,8 +542,8 @@ def _run_shards(cfg: PreprocessConfig, tok: Tokenizer, shards: list[Shard], part
     workers = max(1, min(cfg.workers or len(os.sched_getaffinity(0)), len(todo) or 1))
     max_line = int(cfg.max_doc_mb * 2**20)
     sizes = {s.index: _shard_size(s) for s in shards}
-    progress = _Progress(sum(sizes.values()), cfg.progress, label=label)
     done_bytes = sum(sizes[i] for i in results)
+    progress = _Progress(sum(sizes.values()), cfg.progress, label=label, already=done_bytes)
     args = [(s, parts_dir, cfg.json_keys, cfg.append_eod, cfg.skip_bad_lines, max_line) for s in todo]
     try:
         for res in _map(cfg, tok, args, workers):
