@@ -440,12 +440,27 @@ def _run_task(cfg: PreprocessConfig, tok: Tokenizer, plan: dict, plan_id: str, r
         results = _completed(parts_dir, shards)
         summary = _finish(cfg, tok, shards, results, parts_dir, plan, time.monotonic() - t0)
         summary["tasks"] = cfg.tasks
+        summary["task_seconds"] = task_seconds(parts_dir)
         _atomic_json(record_path, {"plan_id": plan_id, "summary": summary})
         shutil.rmtree(parts_dir, ignore_errors=True)
     finally:
         lock.__exit__(None, None, None)
     _print_summary(summary, log)
     return {**summary, "merged": True}
+
+
+def task_seconds(parts_dir: str) -> dict[str, float]:
+    """Seconds each finished task took (its marker), for `mtk status`'s slowest shard."""
+    out = {}
+    for name in sorted(os.listdir(parts_dir)) if os.path.isdir(parts_dir) else []:
+        if name.startswith("task-") and name.endswith(".json"):
+            try:
+                with open(os.path.join(parts_dir, name)) as fh:
+                    task = json.load(fh)
+                out[str(task["task"])] = float(task["seconds"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+    return out
 
 
 def _ensure_manifest(parts_dir: str, plan: dict, plan_id: str) -> None:
@@ -694,7 +709,7 @@ def config_from_args(argv: list[str]) -> PreprocessConfig:
                                tokenizer=data.tokenizer, data_dir=data.dir, json_keys=list(c.json_keys),
                                append_eod=c.append_eod, workers=c.workers,
                                skip_bad_lines=c.skip_bad_lines or c.on_error == "skip-and-count",
-                               tasks=c.shards, allow_empty=c.allow_empty)
+                               tasks=c.shards, allow_empty=c.allow_empty, shard_mb=c.shard_mb)
     else:
         missing = [f for f, v in (("--input", args.input), ("--output-prefix", args.output_prefix),
                                   ("--tokenizer-type", args.tokenizer_type)) if not v]
@@ -740,7 +755,9 @@ def config_from_args(argv: list[str]) -> PreprocessConfig:
             raise PreprocessError(str(exc)) from None
     if args.legacy_eod_as_text:
         cfg.tokenizer = cfg.tokenizer.model_copy(update={"legacy_eod_as_text": True})
-    cfg.engine, cfg.shard_mb, cfg.max_doc_mb = args.engine, args.shard_mb, args.max_doc_mb
+    cfg.engine, cfg.max_doc_mb = args.engine, args.max_doc_mb
+    if args.shard_mb is not None:
+        cfg.shard_mb = args.shard_mb
     if args.no_progress:
         cfg.progress = False
     return cfg

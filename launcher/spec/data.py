@@ -58,6 +58,8 @@ class CorpusSpec(Section):
                         "an EKS Indexed Job); the last task to finish merges into the one output prefix.")
     max_parallel: int | None = Field(None, ge=1, description="At most this many tasks at once (Slurm --array "
                                      "throttle, Indexed Job parallelism; default: all).")
+    shard_mb: float | None = Field(None, gt=0, description="Unit of work and of resume (default: input size / 64, "
+                                   "within 1-64 MiB); tasks own contiguous runs of these.")
 
 
 class BlendItem(Section):

@@ -60,7 +60,11 @@ def mtk_venv(tmp_path_factory) -> Path:
     # Python's packages: a .pth makes this interpreter's own site-packages (mtk, torch, megatron.core) visible.
     inner = subprocess.run([venv / "bin" / "python", "-c", "import site; print(site.getsitepackages()[0])"],
                            capture_output=True, text=True, check=True).stdout.strip()
-    (Path(inner) / "mtk-parent-env.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    lines = site.getsitepackages()
+    # An editable mtk is found through an import hook a .pth installs; .pth files of added dirs are not read.
+    lines += [p.read_text().strip() for sp in site.getsitepackages()
+              for p in sorted(Path(sp).glob("__editable__*.pth"))]
+    (Path(inner) / "mtk-parent-env.pth").write_text("\n".join(lines) + "\n")
     entry = venv / "bin" / "mtk-entrypoint"
     # A shebang cannot hold a path with a space (pip uses a /bin/sh trampoline for the same reason).
     entry.write_text('#!/bin/bash\nexec "$(dirname "$0")/python" -m mtk.launcher.entrypoint "$@"\n')
