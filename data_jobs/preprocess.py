@@ -1,6 +1,8 @@
-"""``mtk-entrypoint preprocess``: JSONL -> Megatron ``{prefix}_{key}_document.bin/.idx``, exact, fast, resumable.
+"""``mtk-entrypoint preprocess``: JSONL/Parquet -> Megatron ``{prefix}_{key}_document.bin/.idx``, exact, fast,
+resumable, and shardable across nodes.
 
     mtk-entrypoint preprocess --job RUN/job.json            # data.corpus + data.tokenizer from the spec
+    mtk-entrypoint preprocess --job RUN/job.json --task-index 2 --tasks 4   # one task of a sharded job
     mtk-entrypoint preprocess --input X.jsonl --output-prefix out/x --tokenizer-type GPT2BPETokenizer \\
         --vocab-file vocab.json --merge-file merges.txt --append-eod --workers 8   # Megatron's own flags
 
@@ -10,7 +12,12 @@ under ``{prefix}.mtk-parts/`` (temp + rename, then a ``.done`` marker). A manife
 tokenizer; a rerun after a kill or a time limit redoes only shards without a marker. Finally the parts are
 streamed into the final files (temp names, renamed at the end) and a ``{prefix}.mtk-preprocess.json``
 record is written; with it in place a rerun does nothing. Output bytes do not depend on worker count,
-shard size, engine or interruptions.
+shard size, engine, interruptions or the number of tasks.
+
+Sharded (``data.corpus.shards: N``): every task computes the same plan and processes only its contiguous slice
+of it (:mod:`.sharding`; index from ``--task-index``, ``SLURM_ARRAY_TASK_ID`` or ``JOB_COMPLETION_INDEX``),
+writing the same part files and markers. The task that finds every shard done merges (under a lock, so
+exactly one does), which is the single-process merge: byte-identical output. ``--merge`` runs only the merge.
 
 Documents follow Megatron's ``tools/preprocess_data.py``: one sequence per non-empty document, EOD appended
 with ``--append-eod``; an empty document adds no sequence but still ends a document. Bad lines (malformed
@@ -32,7 +39,18 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .jsonl import BadLine, InputError, Shard, input_files, line_number, parse_document, plan_shards, read_lines
+from . import sources
+from .jsonl import (
+    BadLine,
+    InputError,
+    Shard,
+    input_files,
+    is_parquet,
+    line_number,
+    parse_document,
+    plan_shards,
+    read_lines,
+)
 
 if TYPE_CHECKING:
     from mtk.launcher.spec.data import TokenizerSpec
@@ -43,6 +61,9 @@ MANIFEST_VERSION = 1
 BATCH_CHARS = 1 << 20  # tokenize in batches of about this many characters
 BATCH_DOCS = 1024
 MAX_EXAMPLES = 5  # bad lines kept with file:line per shard (all are counted)
+
+
+ON_ERROR = ("fail", "skip-and-count")
 
 
 class PreprocessError(RuntimeError):
@@ -65,6 +86,21 @@ class PreprocessConfig:
     shard_mb: float | None = None  # None: total input / 64, within [1, 64] MiB (fixed by the inputs alone)
     max_doc_mb: float = 16.0
     progress: bool | None = None  # None: a live line on a TTY, periodic lines otherwise
+    tasks: int = 1  # tasks of a sharded job (data.corpus.shards); 1: one process does everything
+    task_index: int | None = None  # None: do every task's shards here; else only this task's, then maybe merge
+    merge_only: bool = False  # only merge the parts the tasks wrote (fails naming the shards still missing)
+    allow_empty: bool = False  # an input with no documents is an error unless this is set
+
+    def check(self) -> None:
+        """Refuse settings that cannot be honoured, before any work."""
+        if self.workers is not None and self.workers < 1:
+            raise PreprocessError(f"workers must be at least 1 (got {self.workers}); leave it unset for one "
+                                  "per CPU this task may use")
+        if self.tasks < 1:
+            raise PreprocessError(f"tasks must be at least 1 (got {self.tasks})")
+        if self.task_index is not None and not 0 <= self.task_index < self.tasks:
+            raise PreprocessError(f"task index {self.task_index} is outside 0..{self.tasks - 1} "
+                                  f"(data.corpus.shards is {self.tasks})")
 
     def output_paths(self, key: str) -> tuple[str, str]:
         base = f"{self.output_prefix}_{key}_document"
@@ -175,27 +211,34 @@ def process_shard(shard: Shard, parts_dir: str, keys: list[str], append_eod: boo
             bufs[key].add(tok.encode_batch([texts[i] for texts in batch]), eod)
         batch, chars = [], 0
 
+    parquet = is_parquet(shard.path)
+
     def bad(n: int, offset: int, reason: str) -> None:
-        line = line_number(shard.path, offset) if shard.start else n
-        entry = BadLine(shard.path, line, reason)
+        line = line_number(shard.path, offset) if shard.start and not parquet else n
+        entry = BadLine(shard.path, line, reason, "row" if parquet else "line")
         if not skip_bad:
-            raise PreprocessError(f"{entry}\n  fix the line, or pass --skip-bad-lines (data.corpus.skip_bad_lines) "
-                                  "to skip and count such lines")
+            raise PreprocessError(f"{entry} (shard {shard.index})\n  fix the {entry.unit}, or set "
+                                  "data.corpus.on_error: skip-and-count (--skip-bad-lines) to skip and count such "
+                                  f"{entry.unit}s")
         kind = reason.split(" (")[0]
         res.skipped_by_reason[kind] = res.skipped_by_reason.get(kind, 0) + 1
         if len(res.skipped_examples) < MAX_EXAMPLES:
             res.skipped_examples.append(str(entry))
 
     try:
-        for n, offset, raw in read_lines(shard, max_line):
+        for n, offset, raw in _documents(shard, keys, max_line):
             if raw is None:
                 bad(n, offset, f"document longer than {max_line / 2**20:g} MiB (raise --max-doc-mb)")
                 continue
-            res.input_bytes += len(raw)
-            if not raw.strip():
-                res.blank_lines += 1
-                continue
-            texts = parse_document(raw, keys)
+            if isinstance(raw, tuple):  # a Parquet row: (texts or reason, bytes)
+                texts, size = raw
+                res.input_bytes += size
+            else:
+                res.input_bytes += len(raw)
+                if not raw.strip():
+                    res.blank_lines += 1
+                    continue
+                texts = parse_document(raw, keys)
             if isinstance(texts, str):
                 bad(n, offset, texts)
                 continue
@@ -206,6 +249,10 @@ def process_shard(shard: Shard, parts_dir: str, keys: list[str], append_eod: boo
             if chars >= BATCH_CHARS or len(batch) >= BATCH_DOCS:
                 flush()
         flush()
+    except InputError as exc:
+        for buf in bufs.values():
+            buf.fh.close()
+        raise PreprocessError(f"{exc} (shard {shard.index})") from None
     except BaseException:
         for buf in bufs.values():
             buf.fh.close()
@@ -217,6 +264,17 @@ def process_shard(shard: Shard, parts_dir: str, keys: list[str], append_eod: boo
         res.tokens += bufs[key].tokens
     _atomic_json(_done_path(parts_dir, shard.index), asdict(res))
     return res
+
+
+def _documents(shard: Shard, keys: list[str], max_line: int):
+    """(line/row number, offset, raw JSONL line | (texts or reason, bytes) for a Parquet row | None if too long)."""
+    if is_parquet(shard.path):
+        from .parquet import read_rows
+
+        for row, texts, size in read_rows(shard, keys):
+            yield row, 0, (texts, size)
+        return
+    yield from read_lines(shard, max_line)
 
 
 def _run_one(args: tuple) -> ShardResult:
@@ -234,13 +292,18 @@ def _atomic_json(path: str, obj: Any) -> None:
 
 def _plan(cfg: PreprocessConfig, tok: Tokenizer) -> dict:
     files = input_files(cfg.input)
-    total = sum(os.path.getsize(p) for p in files)
-    shard_bytes = cfg.shard_mb * 2**20 if cfg.shard_mb else min(max(total / 64, 1 << 20), 64 << 20)
+    total = sum(sources.size(p) for p in files)
+    if total == 0 and not cfg.allow_empty:
+        raise PreprocessError(f"{cfg.input}: the corpus is empty (0 bytes); check the getdata step, or set "
+                              "data.corpus.allow_empty (--allow-empty) if an empty output is intended")
+    # At least four shards per task, so a sharded job's slices stay balanced.
+    per = max(64, 4 * cfg.tasks)
+    shard_bytes = cfg.shard_mb * 2**20 if cfg.shard_mb else min(max(total / per, 1 << 20), 64 << 20)
     shards = plan_shards(files, max(1, int(shard_bytes)))
     return {
         "version": MANIFEST_VERSION,
-        "inputs": [{"path": os.path.abspath(p), "size": os.path.getsize(p), "mtime": os.path.getmtime(p)}
-                   for p in files],
+        "inputs": [{"path": p if sources.is_s3(p) else os.path.abspath(p), "size": sources.size(p),
+                    "mtime": sources.mtime(p)} for p in files],
         "shards": [s.to_dict() for s in shards],
         "keys": cfg.json_keys,
         "append_eod": cfg.append_eod,
@@ -257,51 +320,179 @@ def _plan_id(plan: dict) -> str:
 
 
 class _Progress:
-    """A live line on a terminal; a plain line every ``every`` seconds in batch logs."""
+    """A tqdm bar with ETA on a terminal; a plain line every ``every`` seconds in batch logs."""
 
-    def __init__(self, total_bytes: int, live: bool | None, every: float = 10.0):
+    def __init__(self, total_bytes: int, live: bool | None, every: float = 10.0, label: str = "preprocess",
+                 already: int = 0):
         self.total = max(1, total_bytes)
         self.live = sys.stderr.isatty() if live is None else live
         self.every = every
+        self.label = label
         self.t0 = self.last = time.monotonic()
+        self.first = already  # work a resumed run had already done: not part of the rate
+        self.bar: Any = None
+        if self.live:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=self.total, initial=already, unit="B", unit_scale=True, unit_divisor=1024,
+                            desc=label, file=sys.stderr, dynamic_ncols=True)
 
     def update(self, done_bytes: int, docs: int, tokens: int, shards: str, final: bool = False) -> None:
         now = time.monotonic()
-        if not (self.live or final or now - self.last >= self.every):
+        dt = max(now - self.t0, 1e-9)
+        if self.bar is not None:
+            self.bar.n = done_bytes
+            self.bar.set_postfix_str(f"shards {shards} docs {docs:,} tokens {tokens:,} {tokens / dt:,.0f} tok/s",
+                                     refresh=True)
+            if final:
+                self.bar.close()
+            return
+        if not (final or now - self.last >= self.every):
             return
         self.last = now
-        dt = max(now - self.t0, 1e-9)
-        line = (f"preprocess: {100 * done_bytes / self.total:5.1f}% shards {shards} docs {docs:,} "
-                f"tokens {tokens:,} {docs / dt:,.0f} docs/s {done_bytes / 2**20 / dt:,.1f} MB/s")
-        if self.live:
-            print("\r" + line, end="\n" if final else "", file=sys.stderr, flush=True)
-        else:
-            print(line, file=sys.stderr, flush=True)
+        rate = (done_bytes - self.first) / dt
+        eta = (self.total - done_bytes) / rate if rate > 0 else float("nan")
+        print(f"{self.label}: {100 * done_bytes / self.total:5.1f}% shards {shards} docs {docs:,} "
+              f"tokens {tokens:,} {docs / dt:,.0f} docs/s {tokens / dt:,.0f} tok/s {rate / 2**20:,.1f} MB/s "
+              f"eta {_clock(eta)}", file=sys.stderr, flush=True)
+
+
+def _clock(seconds: float) -> str:
+    if seconds != seconds:  # nan: no rate yet
+        return "?"
+    s = int(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
 def preprocess(cfg: PreprocessConfig, log: Any = print) -> dict:
-    """Run (or resume, or skip when already done) a preprocessing job; returns the summary dict."""
+    """Run (or resume, or skip when already done) a preprocessing job or one task of it; returns the summary."""
     t0 = time.monotonic()
+    cfg.check()
     tok = _load_tokenizer(cfg.tokenizer, cfg.data_dir, cfg.engine, verified=False, log=log)
     try:
         plan = _plan(cfg, tok)
-    except InputError as exc:
+    except (InputError, sources.SourceError) as exc:
         raise PreprocessError(str(exc)) from None
     plan_id = _plan_id(plan)
     record_path = f"{cfg.output_prefix}.mtk-preprocess.json"
+    done = _done_record(cfg, record_path, plan_id)
+    if done is not None:
+        log(f"preprocess: {cfg.output_prefix} is complete for these inputs and tokenizer; nothing to do")
+        return {**done["summary"], "already_done": True}
+    parent = os.path.dirname(os.path.abspath(cfg.output_prefix))
+    os.makedirs(parent, exist_ok=True)
+    if cfg.task_index is None and not cfg.merge_only:
+        with _exclusive(f"{cfg.output_prefix}.mtk-lock"):
+            summary = _run_locked(cfg, tok, plan, plan_id, record_path, log, t0)
+        _print_summary(summary, log)
+        return summary
+    return _run_task(cfg, tok, plan, plan_id, record_path, log, t0)
+
+
+def _done_record(cfg: PreprocessConfig, record_path: str, plan_id: str) -> dict | None:
     outputs = [p for key in cfg.json_keys for p in cfg.output_paths(key)]
     if os.path.isfile(record_path) and all(os.path.isfile(p) for p in outputs):
         with open(record_path) as fh:
             record = json.load(fh)
         if record.get("plan_id") == plan_id:
-            log(f"preprocess: {cfg.output_prefix} is complete for these inputs and tokenizer; nothing to do")
-            return {**record["summary"], "already_done": True}
-    parent = os.path.dirname(os.path.abspath(cfg.output_prefix))
-    os.makedirs(parent, exist_ok=True)
-    with _exclusive(f"{cfg.output_prefix}.mtk-lock"):
-        summary = _run_locked(cfg, tok, plan, plan_id, record_path, log, t0)
+            return record
+    return None
+
+
+def _run_task(cfg: PreprocessConfig, tok: Tokenizer, plan: dict, plan_id: str, record_path: str, log: Any,
+              t0: float) -> dict:
+    """One task of a sharded job: its slice of the plan, a task marker, then the merge if it is the last."""
+    from .sharding import owner
+
+    parts_dir = f"{cfg.output_prefix}.mtk-parts"
+    shards = [Shard(**s) for s in plan["shards"]]
+    task: dict = {}
+    if not cfg.merge_only:
+        index = int(cfg.task_index or 0)
+        mine = [s for s in shards if owner(shards, cfg.tasks)[s.index] == index]
+        with _exclusive(f"{cfg.output_prefix}.mtk-lock.task-{index}"):
+            _ensure_manifest(parts_dir, plan, plan_id)
+            log(f"preprocess: task {index} of {cfg.tasks}: {len(mine)} of {len(shards)} shards "
+                f"({sum(s.nbytes for s in mine) / 2**20:,.1f} MiB)")
+            results, tok = _run_shards(cfg, tok, mine, parts_dir, log, label=f"preprocess task {index}")
+            task = _task_summary(index, cfg.tasks, mine, results, time.monotonic() - t0)
+            _atomic_json(os.path.join(parts_dir, f"task-{index:05d}.json"), task)
+        log(f"preprocess: task {index} done: {task['docs']:,} docs, {task['tokens']:,} tokens, "
+            f"{task['skipped']:,} skipped, {task['seconds']:.1f} s")
+    missing = [s.index for s in shards if not os.path.isfile(_done_path(parts_dir, s.index))]
+    if missing:
+        if cfg.merge_only:
+            own = owner(shards, cfg.tasks)
+            tasks = sorted({own[i] for i in missing})
+            raise PreprocessError(f"cannot merge {cfg.output_prefix}: shards {_ranges(missing)} are not done "
+                                  f"(tasks {_ranges(tasks)}); rerun those tasks first")
+        log(f"preprocess: {len(missing)} shards of other tasks still running; the last task to finish merges")
+        return {**task, "merged": False}
+    try:
+        lock = _exclusive(f"{cfg.output_prefix}.mtk-lock")
+        lock.__enter__()
+    except PreprocessError:
+        log("preprocess: another task is merging; this task is done")
+        return {**task, "merged": False}
+    try:
+        if _done_record(cfg, record_path, plan_id) is not None:
+            return {**task, "merged": False}
+        results = _completed(parts_dir, shards)
+        summary = _finish(cfg, tok, shards, results, parts_dir, plan, time.monotonic() - t0)
+        summary["tasks"] = cfg.tasks
+        summary["task_seconds"] = task_seconds(parts_dir)
+        _atomic_json(record_path, {"plan_id": plan_id, "summary": summary})
+        shutil.rmtree(parts_dir, ignore_errors=True)
+    finally:
+        lock.__exit__(None, None, None)
     _print_summary(summary, log)
-    return summary
+    return {**summary, "merged": True}
+
+
+def task_seconds(parts_dir: str) -> dict[str, float]:
+    """Seconds each finished task took (its marker), for `mtk status`'s slowest shard."""
+    out = {}
+    for name in sorted(os.listdir(parts_dir)) if os.path.isdir(parts_dir) else []:
+        if name.startswith("task-") and name.endswith(".json"):
+            try:
+                with open(os.path.join(parts_dir, name)) as fh:
+                    task = json.load(fh)
+                out[str(task["task"])] = float(task["seconds"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+    return out
+
+
+def _ensure_manifest(parts_dir: str, plan: dict, plan_id: str) -> None:
+    """Pin the plan all tasks share; parts of another plan are never mixed in (or deleted under a peer)."""
+    manifest_path = os.path.join(parts_dir, "manifest.json")
+    if os.path.isfile(manifest_path):
+        with open(manifest_path) as fh:
+            if json.load(fh).get("plan_id") != plan_id:
+                raise PreprocessError(f"{parts_dir} holds parts of a different plan (inputs, tokenizer, shard "
+                                      "count or settings changed since they were written); once no task of the "
+                                      f"old job runs, delete {parts_dir} and rerun")
+        return
+    os.makedirs(parts_dir, exist_ok=True)
+    _atomic_json(manifest_path, {"plan_id": plan_id, "plan": plan})
+
+
+def _task_summary(index: int, tasks: int, mine: list[Shard], results: dict[int, ShardResult],
+                  seconds: float) -> dict:
+    rs = [results[s.index] for s in mine]
+    return {"task": index, "tasks": tasks, "shards": [s.index for s in mine], "docs": sum(r.docs for r in rs),
+            "tokens": sum(r.tokens for r in rs), "input_bytes": sum(r.input_bytes for r in rs),
+            "skipped": sum(sum(r.skipped_by_reason.values()) for r in rs), "seconds": round(seconds, 3)}
+
+
+def _ranges(nums: list[int]) -> str:
+    out: list[str] = []
+    for n in sorted(nums):
+        if out and out[-1].split("-")[-1] == str(n - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{n}"
+        else:
+            out.append(str(n))
+    return ",".join(out)
 
 
 def _run_locked(cfg: PreprocessConfig, tok: Tokenizer, plan: dict, plan_id: str, record_path: str, log: Any,
@@ -355,7 +546,7 @@ def _completed(parts_dir: str, shards: list[Shard]) -> dict[int, ShardResult]:
 
 
 def _run_shards(cfg: PreprocessConfig, tok: Tokenizer, shards: list[Shard], parts_dir: str,
-                log: Any) -> tuple[dict[int, ShardResult], Tokenizer]:
+                log: Any, label: str = "preprocess") -> tuple[dict[int, ShardResult], Tokenizer]:
     """Process every shard without a done marker; returns the results and the tokenizer that made them."""
     from .bpe_fast import FastPathMismatch
 
@@ -366,8 +557,8 @@ def _run_shards(cfg: PreprocessConfig, tok: Tokenizer, shards: list[Shard], part
     workers = max(1, min(cfg.workers or len(os.sched_getaffinity(0)), len(todo) or 1))
     max_line = int(cfg.max_doc_mb * 2**20)
     sizes = {s.index: _shard_size(s) for s in shards}
-    progress = _Progress(sum(sizes.values()), cfg.progress)
     done_bytes = sum(sizes[i] for i in results)
+    progress = _Progress(sum(sizes.values()), cfg.progress, label=label, already=done_bytes)
     args = [(s, parts_dir, cfg.json_keys, cfg.append_eod, cfg.skip_bad_lines, max_line) for s in todo]
     try:
         for res in _map(cfg, tok, args, workers):
@@ -375,20 +566,22 @@ def _run_shards(cfg: PreprocessConfig, tok: Tokenizer, shards: list[Shard], part
             done_bytes += sizes[res.index]
             progress.update(done_bytes, sum(r.docs for r in results.values()),
                             sum(r.tokens for r in results.values()), f"{len(results)}/{len(shards)}")
+        progress.update(done_bytes, sum(r.docs for r in results.values()),
+                        sum(r.tokens for r in results.values()), f"{len(results)}/{len(shards)}", final=True)
     except FastPathMismatch as exc:
         log(f"preprocess: WARNING {exc}; redoing every shard with the reference engine")
+        mine = {f"shard-{s.index:06d}." for s in shards}  # a task redoes its own shards, never a peer's
         for name in os.listdir(parts_dir):
-            if name.startswith("shard-"):
+            if name[:13] in mine:
                 os.unlink(os.path.join(parts_dir, name))
         cfg.engine = "hf"
         return _run_shards(cfg, _load_tokenizer(cfg.tokenizer, cfg.data_dir, "hf", False, log), shards,
-                           parts_dir, log)
+                           parts_dir, log, label)
     return results, tok
 
 
 def _shard_size(s: Shard) -> int:
-    total = os.path.getsize(s.path)
-    return (total if s.end < 0 else s.end) - s.start
+    return s.nbytes
 
 
 def _map(cfg: PreprocessConfig, tok: Tokenizer, args: list[tuple], workers: int):
@@ -411,6 +604,9 @@ def _finish(cfg: PreprocessConfig, tok: Tokenizer, shards: list[Shard], results:
             parts_dir: str, plan: dict, elapsed: float) -> dict:
     from .indexed import merge_parts
 
+    if not any(results[s.index].docs for s in shards) and not cfg.allow_empty:
+        raise PreprocessError(f"{cfg.input}: no documents (only blank or skipped lines); check the input, or set "
+                              "data.corpus.allow_empty (--allow-empty) if an empty output is intended")
     outputs = {}
     for key in cfg.json_keys:
         bin_path, idx_path = cfg.output_paths(key)
@@ -471,12 +667,21 @@ def _parser() -> argparse.ArgumentParser:
     meg.add_argument("--merge-file")
     meg.add_argument("--tokenizer-model")
     meg.add_argument("--append-eod", action="store_true", default=None)
-    meg.add_argument("--workers", type=int)
+    meg.add_argument("--workers", type=int, help="processes (default: one per CPU this task may use)")
     meg.add_argument("--split-sentences", action="store_true", help="not supported (sentence splitting)")
     for ignored in ("--partitions", "--log-interval", "--keep-sequential-samples", "--keep-newlines"):
         meg.add_argument(ignored, nargs="?", const=True, help=argparse.SUPPRESS)
     ext = ap.add_argument_group("mtk")
-    ext.add_argument("--skip-bad-lines", action="store_true", default=None)
+    ext.add_argument("--skip-bad-lines", action="store_true", default=None,
+                     help="same as --on-error skip-and-count")
+    ext.add_argument("--on-error", choices=ON_ERROR, help="a bad line/row: stop (fail, the default) or skip and count")
+    ext.add_argument("--allow-empty", action="store_true", default=None, help="an input without documents is ok")
+    shard = ap.add_argument_group("sharded job (data.corpus.shards)")
+    shard.add_argument("--tasks", type=int, help="tasks of the sharded job (default: data.corpus.shards, or 1)")
+    shard.add_argument("--task-index", type=int,
+                       help="this task's index (default: $SLURM_ARRAY_TASK_ID or $JOB_COMPLETION_INDEX when "
+                            "the job is sharded; none: do every task's shards here)")
+    shard.add_argument("--merge", action="store_true", help="only merge the finished tasks' parts")
     ext.add_argument("--legacy-eod-as-text", action="store_true", default=None)
     ext.add_argument("--engine", choices=["auto", "hf"], default="auto",
                      help="auto: verified fast BPE engine where it applies; hf: reference libraries only")
@@ -502,7 +707,9 @@ def config_from_args(argv: list[str]) -> PreprocessConfig:
         c = data.corpus
         cfg = PreprocessConfig(input=data.resolve(c.input), output_prefix=data.resolve(c.output_prefix),
                                tokenizer=data.tokenizer, data_dir=data.dir, json_keys=list(c.json_keys),
-                               append_eod=c.append_eod, workers=c.workers, skip_bad_lines=c.skip_bad_lines)
+                               append_eod=c.append_eod, workers=c.workers,
+                               skip_bad_lines=c.skip_bad_lines or c.on_error == "skip-and-count",
+                               tasks=c.shards, allow_empty=c.allow_empty, shard_mb=c.shard_mb)
     else:
         missing = [f for f, v in (("--input", args.input), ("--output-prefix", args.output_prefix),
                                   ("--tokenizer-type", args.tokenizer_type)) if not v]
@@ -523,13 +730,34 @@ def config_from_args(argv: list[str]) -> PreprocessConfig:
         cfg.json_keys = args.json_keys
     if args.append_eod:
         cfg.append_eod = True
-    if args.workers:
+    if args.workers is not None:
+        if args.workers < 1:
+            raise PreprocessError(f"--workers {args.workers}: must be at least 1 (leave it out for one per CPU "
+                                  "this task may use)")
         cfg.workers = args.workers
-    if args.skip_bad_lines:
+    if args.skip_bad_lines or args.on_error == "skip-and-count":
         cfg.skip_bad_lines = True
+    elif args.on_error == "fail":
+        cfg.skip_bad_lines = False
+    if args.allow_empty:
+        cfg.allow_empty = True
+    if args.tasks is not None:
+        cfg.tasks = args.tasks
+    cfg.merge_only = args.merge
+    if args.task_index is not None:
+        cfg.task_index = args.task_index
+    elif cfg.tasks > 1 and not args.merge:
+        from .sharding import index_from_env
+
+        try:
+            cfg.task_index = index_from_env()
+        except ValueError as exc:
+            raise PreprocessError(str(exc)) from None
     if args.legacy_eod_as_text:
         cfg.tokenizer = cfg.tokenizer.model_copy(update={"legacy_eod_as_text": True})
-    cfg.engine, cfg.shard_mb, cfg.max_doc_mb = args.engine, args.shard_mb, args.max_doc_mb
+    cfg.engine, cfg.max_doc_mb = args.engine, args.max_doc_mb
+    if args.shard_mb is not None:
+        cfg.shard_mb = args.shard_mb
     if args.no_progress:
         cfg.progress = False
     return cfg

@@ -174,12 +174,22 @@ def data_job(job: Job, run: str, run_dir: str, step: str) -> dict:
     env = _env_list(job.cluster.env) + _secret_env(job)
     if env:
         container["env"] = env
+    corpus = job.data.corpus
+    if step == "preprocess" and corpus is not None and corpus.workers:
+        # the workers' CPUs: a pod given fewer would run its workers on a fraction of a core each
+        container["resources"] = {"requests": {"cpu": str(corpus.workers)}}
     pod = {"restartPolicy": "Never", "containers": [container], "volumes": volumes,
            **_pod_placement(job, with_instance_type=False)}
+    spec: dict = {"backoffLimit": job.cluster.eks.backoff_limit,
+                  "template": {"metadata": {"labels": names.labels(run, step)}, "spec": pod}}
+    if step == "preprocess" and corpus is not None and corpus.shards > 1:
+        # One pod per task; each reads its index from JOB_COMPLETION_INDEX (set by the Job controller), works on
+        # its slice of the corpus, and the last to finish merges the one output prefix training waits for.
+        spec.update(completionMode="Indexed", completions=corpus.shards,
+                    parallelism=corpus.max_parallel or corpus.shards)
+        spec["backoffLimit"] = job.cluster.eks.backoff_limit * corpus.shards
     return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": _meta(job, run, names.data_job(run, step), step),
-            "spec": {"backoffLimit": job.cluster.eks.backoff_limit,
-                     "template": {"metadata": {"labels": names.labels(run, step)}, "spec": pod}}}
+            "metadata": _meta(job, run, names.data_job(run, step), step), "spec": spec}
 
 
 def worker_env(job: Job, run_dir: str) -> dict[str, str]:

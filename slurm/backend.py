@@ -131,6 +131,10 @@ class SlurmBackend:
             state = neutral(rec.state)
             st = StepStatus(label, state, job_id, exit_code=None if state in ACTIVE else rec.exit_code,
                             reason=self._reason(run, label, rec, final))
+            if label == "preprocess":  # a sharded preprocess: shards done / total, slowest task
+                from mtk.data_jobs.shard_status import shard_summary
+
+                st.reason = "; ".join(p for p in (st.reason, shard_summary(f"{run.run_dir}/job.json")) if p)
             if st.state == "FAILED":
                 step = label.split("#")[0]
                 path = Path(rec.stdout) if rec.stdout and "%" not in rec.stdout else \
@@ -182,6 +186,12 @@ class SlurmBackend:
                 return
             job_id = todo[0]
             path = logfiles.log_path(run.run_dir, step, job_id)
+            tasks = logfiles.array_logs(run.run_dir, step, job_id)
+            if tasks:  # a job array (sharded preprocess): one file per task; --node: a task index or a host
+                for task_path in logfiles.pick_tasks(tasks, node):
+                    yield from logfiles.read_lines(task_path)
+                done.add(job_id)
+                continue
             if not follow:
                 yield from logfiles.read_lines(path, _node_index(run, job_id, node))
                 done.add(job_id)

@@ -25,6 +25,34 @@ def log_path(run_dir: str, step: str, job_id: str) -> Path:
     return Path(run_dir) / exitcodes.LOGS_DIR / f"{step}-{job_id}.out"
 
 
+def array_logs(run_dir: str, step: str, job_id: str) -> dict[int, Path]:
+    """task index -> log of each task of a job array (``<step>-<array id>_<task>.out``); {} for a plain job."""
+    found = {}
+    for path in (Path(run_dir) / exitcodes.LOGS_DIR).glob(f"{step}-{job_id}_*.out"):
+        index = path.name[len(f"{step}-{job_id}_"):-len(".out")]
+        if index.isdigit():
+            found[int(index)] = path
+    return found
+
+
+def pick_tasks(tasks: dict[int, Path], node: str | None) -> list[Path]:
+    """The array tasks ``--node`` names: all, the task with that index, or those that ran on that host."""
+    if node is None:
+        return [tasks[i] for i in sorted(tasks)]
+    if node.isdigit():
+        if int(node) not in tasks:
+            raise LogsError(f"--node {node}: this job array has tasks {', '.join(map(str, sorted(tasks)))}")
+        return [tasks[int(node)]]
+    picked = []
+    for i in sorted(tasks):
+        with open(tasks[i], errors="replace") as fh:
+            if f" on {node} (" in fh.readline():
+                picked.append(tasks[i])
+    if not picked:
+        raise LogsError(f"--node {node!r}: no task of this job array ran on it (give a task index 0-{max(tasks)})")
+    return picked
+
+
 def node_hosts(run_dir: str, job_id: str) -> list[str]:
     """The allocation's hosts in task order, as the batch script recorded them."""
     path = Path(run_dir) / exitcodes.STATE_DIR / f"nodes.{job_id}"

@@ -114,10 +114,30 @@ def render_script(job: Job, run_dir: str, sub: Submission) -> str:
     return "\n".join([*intro, *header, "", *values, ""]) + "\n" + logic
 
 
+def preprocess_array(job: Job) -> str | None:
+    """``--array`` of a sharded preprocess step: one task per shard, ``%`` throttled by max_parallel."""
+    corpus = job.data.corpus
+    if corpus is None or corpus.shards <= 1:
+        return None
+    return f"0-{corpus.shards - 1}%{corpus.max_parallel or corpus.shards}"
+
+
+def step_cpus(job: Job, step: str) -> tuple[str | None, str]:
+    """CPUs each task asks for, and the field that decided it. Preprocess asks for what its workers use: the
+    spec's workers, else cluster.slurm.cpus_per_task, else None (then the whole node: --exclusive)."""
+    s, corpus = job.cluster.slurm, job.data.corpus
+    if step == "preprocess" and corpus is not None and corpus.workers:
+        return str(corpus.workers), "data.corpus.workers"
+    if s.cpus_per_task:
+        return str(s.cpus_per_task), "cluster.slurm.cpus_per_task"
+    return None, ""
+
+
 def _header(job: Job, run_dir: str, sub: Submission, problems: list[Problem]) -> list[str]:
     c, s = job.cluster, job.cluster.slurm
     train = sub.step == "train"
-    log = f"{run_dir}/{exitcodes.LOGS_DIR}/{sub.step}-%j.out"
+    array = preprocess_array(job) if sub.step == "preprocess" else None
+    log = f"{run_dir}/{exitcodes.LOGS_DIR}/{sub.step}-{'%A_%a' if array else '%j'}.out"
     wanted: list[tuple[str, str | None, str]] = [
         ("job-name", sub.job_name, "name"),
         ("nodes", str(c.nodes if train else 1), "cluster.nodes"),
@@ -125,8 +145,11 @@ def _header(job: Job, run_dir: str, sub: Submission, problems: list[Problem]) ->
     ]
     if train and c.device == "gpu":
         wanted.append(("gpus-per-node", str(c.procs_per_node), "cluster.procs_per_node"))
-    if s.cpus_per_task:
-        wanted.append(("cpus-per-task", str(s.cpus_per_task), "cluster.slurm.cpus_per_task"))
+    if array:
+        wanted.append(("array", array, "data.corpus.shards"))
+    cpus, cpus_field = step_cpus(job, sub.step)
+    if cpus:
+        wanted.append(("cpus-per-task", cpus, cpus_field))
     if s.mem is not None:
         wanted.append(("mem", s.mem, "cluster.slurm.mem"))
     wanted.append(("time", s.time, "cluster.slurm.time"))
@@ -134,8 +157,9 @@ def _header(job: Job, run_dir: str, sub: Submission, problems: list[Problem]) ->
         value = getattr(s, key)
         if value is not None:
             wanted.append((key, value, f"cluster.slurm.{key}"))
-    if s.exclusive:
-        wanted.append(("exclusive", None, "cluster.slurm.exclusive"))
+    if s.exclusive or (sub.step == "preprocess" and not cpus):
+        # preprocess without a worker count runs one worker per CPU of the node: it must be given them all
+        wanted.append(("exclusive", None, "cluster.slurm.exclusive" if s.exclusive else "data.corpus.workers"))
     if c.exclude_nodes:
         wanted.append(("exclude", ",".join(c.exclude_nodes), "cluster.exclude_nodes"))
     wanted += [("output", log, "run dir"), ("error", log, "run dir"), ("open-mode", "append", "run dir")]
@@ -203,7 +227,7 @@ def _values(job: Job, run_dir: str, sub: Submission, problems: list[Problem]) ->
     lines += ["# One task per node; `--label` prefixes every output line with the node's task number.",
               "# shellcheck disable=SC2054  # commas inside an element are part of the value",
               "MTK_SRUN_ARGS=(", *(f"  {_word(a, f, problems)}" for a, f in srun), ")"]
-    if not s.cpus_per_task:
+    if not step_cpus(job, sub.step)[0]:
         lines.append('MTK_SRUN_ARGS+=(--cpus-per-task="${SLURM_CPUS_ON_NODE:-1}")  # all CPUs of the node')
     lines += ["# Runs on each node: activate the environment there (the batch host's is not enough), then the step.",
               "# shellcheck disable=SC2016  # expanded on the node, not here",
@@ -245,8 +269,9 @@ def _srun_args(job: Job, run_dir: str, sub: Submission, problems: list[Problem])
                 (f"--wait={SRUN_WAIT_SECONDS}", "")]
     else:
         args = [("--label", ""), ("--nodes=1", ""), ("--ntasks=1", "")]
-    if s.cpus_per_task:
-        args.append((f"--cpus-per-task={s.cpus_per_task}", "cluster.slurm.cpus_per_task"))
+    cpus, cpus_field = step_cpus(job, sub.step)
+    if cpus:
+        args.append((f"--cpus-per-task={cpus}", cpus_field))
     if s.runtime == "pyxis":
         args += _pyxis_args(job, run_dir, problems)
     return args

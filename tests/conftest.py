@@ -89,3 +89,14 @@ def http_servers():
     yield start
     for s in made:
         s.close()
+
+
+@pytest.fixture(scope="session")
+def corpus_formats():
+    """tests/corpus_formats.py: one document list written as JSONL + .zst + Parquet and as one JSONL file."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("corpus_formats", Path(__file__).parent / "corpus_formats.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

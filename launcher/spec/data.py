@@ -44,14 +44,25 @@ class TokenizerSpec(Section):
 
 
 class CorpusSpec(Section):
-    """A JSONL corpus to tokenize into Megatron .bin/.idx (the preprocess step)."""
+    """A JSONL/Parquet corpus to tokenize into Megatron .bin/.idx (the preprocess step)."""
 
-    input: str = Field(..., description="JSONL file (.gz/.xz/.zst ok) or a directory of shards; relative to data.dir.")
+    input: str = Field(..., description="JSONL (.gz/.xz/.zst ok) or Parquet file, a directory of them, or an "
+                       "s3://bucket/prefix; relative to data.dir.")
     output_prefix: str = Field(..., description="Output prefix; files are {prefix}_{key}_document.bin/.idx.")
     json_keys: list[str] = Field(default_factory=lambda: ["text"], min_length=1)
     append_eod: bool = True
-    workers: int | None = Field(None, ge=1, description="Processes (default: CPUs of the node).")
-    skip_bad_lines: bool = Field(False, description="Skip (and count) malformed lines instead of failing.")
+    workers: int | None = Field(None, ge=1, description="Processes per task (default: the CPUs the task may use; "
+                                "Slurm then allocates the whole node).")
+    skip_bad_lines: bool = Field(False, description="Same as on_error: skip-and-count.")
+    on_error: Literal["fail", "skip-and-count"] = Field(
+        "fail", description="A malformed line/row: stop naming file, line/row and shard, or skip it and count it.")
+    allow_empty: bool = Field(False, description="Accept an input without documents (otherwise an error).")
+    shards: int = Field(1, ge=1, le=10000, description="Tasks the preprocess step is split into (a Slurm job array, "
+                        "an EKS Indexed Job); the last task to finish merges into the one output prefix.")
+    max_parallel: int | None = Field(None, ge=1, description="At most this many tasks at once (Slurm --array "
+                                     "throttle, Indexed Job parallelism; default: all).")
+    shard_mb: float | None = Field(None, gt=0, description="Unit of work and of resume (default: input size / 64, "
+                                   "within 1-64 MiB); tasks own contiguous runs of these.")
 
 
 class BlendItem(Section):

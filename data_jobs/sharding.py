@@ -1,0 +1,46 @@
+"""Which shards an array task owns: contiguous runs of the plan, balanced by bytes, fixed by the plan alone.
+
+Task ``i`` of ``n`` (a Slurm array index, an EKS Indexed Job's completion index) owns the shards whose byte
+midpoint falls in the i-th n-th of the corpus. Contiguous slices keep each task's reads sequential, and since
+every task computes the same plan from the same inputs, no coordination is needed to agree on the split.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .jsonl import Shard
+
+# Environment variables that carry a task's index, in the order they are consulted.
+INDEX_VARIABLES = ("SLURM_ARRAY_TASK_ID", "JOB_COMPLETION_INDEX")
+
+
+def owner(shards: list[Shard], tasks: int) -> dict[int, int]:
+    """shard index -> task index for every shard of the plan."""
+    total = sum(s.nbytes for s in shards)
+    out: dict[int, int] = {}
+    acc = 0
+    for pos, s in enumerate(shards):
+        if total > 0:
+            mid = acc + s.nbytes / 2
+            out[s.index] = min(tasks - 1, int(tasks * mid / total))
+        else:
+            out[s.index] = min(tasks - 1, pos * tasks // max(1, len(shards)))
+        acc += s.nbytes
+    return out
+
+
+def task_shards(shards: list[Shard], tasks: int, index: int) -> list[Shard]:
+    own = owner(shards, tasks)
+    return [s for s in shards if own[s.index] == index]
+
+
+def index_from_env() -> int | None:
+    """The task index the scheduler gave this process (Slurm array / Kubernetes Indexed Job), if any."""
+    for name in INDEX_VARIABLES:
+        value = os.environ.get(name, "").strip()
+        if value:
+            if not value.isdigit():
+                raise ValueError(f"{name}={value!r} is not a task index")
+            return int(value)
+    return None
