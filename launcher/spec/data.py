@@ -49,6 +49,8 @@ class CorpusSpec(Section):
     append_eod: bool = True
     workers: int | None = Field(None, ge=1, description="Processes (default: CPUs of the node).")
     skip_bad_lines: bool = Field(False, description="Skip (and count) malformed lines instead of failing.")
+    weight: float | None = Field(None, gt=0, description="The corpus' weight when data.blend or data.folders are "
+                                                          "given too (required then; alone it is the whole data).")
 
 
 class BlendItem(Section):
