@@ -158,6 +158,9 @@ def corpus_beside_a_mixture_has_a_weight(job: Job, backend) -> list[Problem]:
     d = job.data
     if d.corpus is None or d.corpus.weight is not None or not (d.blend or d.folders):
         return []
+    listed = {d.resolve(b.prefix) for b in d.blend}
+    if not d.folders and all(p in listed for p in d.corpus_prefixes()):
+        return []  # the blend names the corpus' own prefixes with their weights: nothing is guessed
     given = ", ".join(f"{b.prefix}={b.weight:g}" for b in d.blend) or ", ".join(
         f"{f.path}={f.weight:g}" for f in d.folders)
     return [Problem("data.corpus.weight", f"required when data.blend/data.folders are given too ({given}): set "

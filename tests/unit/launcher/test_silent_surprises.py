@@ -38,6 +38,9 @@ def test_corpus_weight_is_the_weight_training_uses():
     assert blend(job) == (["/data/books", "/data/web_text_document"], [0.3, 0.7])
     alone = _job({"corpus": CORPUS})  # a corpus alone is the whole data: no weight needed
     assert blend(alone)[1] == [1.0]
+    named = _job({"corpus": CORPUS, "blend": [{"prefix": "web_text_document", "weight": 0.4},
+                                              {"prefix": "books", "weight": 0.6}]})  # the blend weighs it already
+    assert blend(named) == (["/data/web_text_document", "/data/books"], [0.4, 0.6])
 
 
 @pytest.mark.parametrize("backend", ["local", "eks"])
