@@ -81,11 +81,14 @@ def bytes_per_parameter(precision: str, dp: int, distributed: bool) -> float:
     return weights + grads + (state / dp if distributed else state)
 
 
-def compute(job: Job) -> Figures:
+def compute(job: Job, parameters_per_rank: int | None = None) -> Figures:
+    """``parameters_per_rank``: counted on megatron-core's meta-device model (``megatron_check``) when known;
+    otherwise an even split of the formula's total over the model-parallel ranks."""
     p, t = job.parallel, job.train
     dp = data_parallel_size(job)
     total, active = parameter_counts(job)
-    per_gpu = total // (p.tp * p.pp) if not job.model.moe.num_experts else total // (p.tp * p.pp * p.ep)
+    per_gpu = parameters_per_rank if parameters_per_rank is not None else (
+        total // (p.tp * p.pp) if not job.model.moe.num_experts else total // (p.tp * p.pp * p.ep))
     gib = 1024**3
     return Figures(
         world_size=job.cluster.world_size,

@@ -33,6 +33,8 @@ from typing import Any
 
 from mtk.launcher.backends import atomic_write
 
+from . import lease
+
 TRACKER = "latest_checkpointed_iteration.txt"
 PARTIAL_SUFFIX = ".partial"
 _ITER_DIR = re.compile(r"^iter_(\d{7,})$")
@@ -276,8 +278,10 @@ def check_compatible(path: Path, common: dict[str, Any], job) -> None:
 class CheckpointManager:
     """Save/load for one run. All ranks call every method (they contain collectives)."""
 
-    def __init__(self, root: str | Path, keep_last: int | None = None, log=print, async_save: bool = False):
+    def __init__(self, root: str | Path, keep_last: int | None = None, log=print, async_save: bool = False,
+                 owner: str | Path | None = None):
         self.root = Path(root)
+        self.owner = str(owner or root)  # the run dir that writes here, named to a second writer (lease)
         self.keep_last = keep_last
         self.log = log
         self.async_save = async_save
@@ -291,6 +295,7 @@ class CheckpointManager:
 
         if dist.get_rank() == 0:
             self.root.mkdir(parents=True, exist_ok=True)
+            lease.acquire(self.root, self.owner)  # before touching partials: they may be another run's save
             for p in remove_partials(self.root):
                 self.log(f"[checkpoint] removed partial save {p} left by an interrupted run")
         dist.barrier()

@@ -48,7 +48,7 @@ def blend(job: Job, log: Callable[[str], None] | None = None) -> tuple[list[str]
     for prefix in d.corpus_prefixes():
         if prefix not in prefixes:
             prefixes.append(prefix)
-            weights.append(1.0)
+            weights.append(d.corpus.weight if d.corpus and d.corpus.weight else 1.0)  # weight required beside a blend
     if d.folders:
         from mtk.data_jobs.mixture import expand_folders  # the data helper's module; loaded only here
 

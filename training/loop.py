@@ -165,7 +165,7 @@ class Trainer:
         ckpt = job.train.checkpoint
         root = ckpt.dir or str(self.run_dir / exitcodes.CHECKPOINTS_DIR)
         self.ckpt = checkpoint.CheckpointManager(root, ckpt.keep_last, log=lambda m: _log(self.rank, m),
-                                                 async_save=ckpt.async_save)
+                                                 async_save=ckpt.async_save, owner=self.run_dir)
         self.ckpt.prepare()
         if ckpt.load:
             state = self.ckpt.load(self.model, self.optimizer, self.scheduler, job)

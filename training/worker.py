@@ -14,7 +14,7 @@ from pathlib import Path
 
 from mtk.launcher import exitcodes
 
-from . import compat
+from . import compat, quiet
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
 # The checkpoint writer re-imports this module in a spawned helper; it must find the import stubs but
 # must not start training, hence the guard.
 compat.install_import_stubs()
+quiet.install()  # known, unactionable warnings only (see quiet.py); anything else still prints
 
 if __name__ == "__main__":
     sys.exit(main())

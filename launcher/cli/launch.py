@@ -14,13 +14,19 @@ from .common import backend_option, handles_spec_errors, job_argument, load, set
 @job_argument
 @set_option
 @backend_option
-@click.option("--dry-run", is_flag=True, help="Write the run files and print the commands; submit nothing.")
+@click.option("--dry-run", is_flag=True, help="Write the run files into a local preview dir and print the commands; "
+                                            "submit nothing and touch none of the cluster's paths.")
+@click.option("--out", default=None, type=click.Path(file_okay=False),
+              help="With --dry-run: where to write the preview (default: ./runs/<run> for slurm/eks).")
 @click.option("--run-dir", default=None, help="Use this run dir instead of <runs_dir>/<name>-<time>.")
 @click.option("--follow/--no-follow", default=None, help="Stream logs after submitting (default: local only).")
 @click.option("--preflight/--no-preflight", default=None,
               help="Health gate on every node before training (Slurm; default: resilience.preflight.enabled).")
+@click.option("--megatron-check/--no-megatron-check", default=None,
+              help="Have megatron-core build the config and model on the meta device before submitting (default: "
+                   "on for slurm and eks, where a refusal would otherwise come after queueing; needs mtk[train]).")
 @handles_spec_errors
-def command(job_file, overrides, backend, dry_run, run_dir, follow, preflight):
+def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflight, megatron_check):
     """Launch JOB.yaml on a backend."""
     from ..backends import get_backend
     from ..outputs import check_launch_outputs
@@ -31,6 +37,12 @@ def command(job_file, overrides, backend, dry_run, run_dir, follow, preflight):
     if preflight is not None:
         overrides = [*overrides, f"resilience.preflight.enabled={str(preflight).lower()}"]
     job = load(job_file, overrides, backend, check_files=backend in ("local", "slurm"))
+    if megatron_check if megatron_check is not None else backend != "local":
+        from ..megatron_check import enforce
+
+        note = enforce(job, job_file).note
+        if note:
+            click.echo(f"note: {note}", err=True)
     job = resolve_paths(job, backend)
     target = run_dir or str(new_run_dir(job.cluster.runs_dir, job.name))
     check_launch_outputs(job, backend, target, dry_run)
@@ -40,11 +52,20 @@ def command(job_file, overrides, backend, dry_run, run_dir, follow, preflight):
     artifacts = impl.render(job, target)
     if getattr(impl, "remote_run_dir", False):  # e.g. EKS: the run dir is a pod path on FSx
         artifacts = dataclasses.replace(artifacts, record_dir=str(Path("runs").absolute() / Path(target).name))
-    artifacts.write()
+    if out is not None and not dry_run:
+        raise click.UsageError("--out is for --dry-run previews; a real launch writes into its run dir")
     if dry_run:
+        # A preview never writes into the cluster's paths (a laptop as root would create /fsx/runs/<run>).
+        preview = out or (artifacts.record_dir if backend != "local" else None) or (
+            target if backend == "local" else str(Path("runs").absolute() / Path(target).name))
+        artifacts = dataclasses.replace(artifacts, record_dir=str(Path(preview).absolute()))
+        artifacts.write()
         click.echo(artifacts.describe())
-        click.echo("dry run: nothing submitted")
+        click.echo(f"dry run: nothing submitted; preview written to {artifacts.record_dir}"
+                   + ("" if artifacts.record_dir == artifacts.run_dir else f" (the run dir {artifacts.run_dir} "
+                                                                           "was not created)"))
         return
+    artifacts.write()
     run = impl.submit(job, artifacts)
     run.record_dir = artifacts.record_dir or ""
     run.save()

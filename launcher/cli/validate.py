@@ -20,18 +20,27 @@ def _human(n: int) -> str:
 @backend_option
 @click.option("--check-files", is_flag=True, help="Also check that data and tokenizer files exist here.")
 @click.option("--quiet", "-q", is_flag=True, help="Only the figures, not the resolved spec.")
+@click.option("--megatron/--no-megatron", "by_megatron", default=True, show_default=True,
+              help="Also have megatron-core build its config and the model on the meta device (needs mtk[train]; "
+                   "skipped with a note where torch/megatron-core are not installed).")
 @handles_spec_errors
-def command(job_file, overrides, backend, check_files, quiet):
+def command(job_file, overrides, backend, check_files, quiet, by_megatron):
     """Check JOB.yaml and print the resolved spec and derived figures."""
     import yaml
 
     from ..figures import compute
 
     job = load(job_file, overrides, backend, check_files)
+    per_rank, note = None, "megatron-core checks not run (--no-megatron)"
+    if by_megatron:
+        from ..megatron_check import enforce
+
+        verdict = enforce(job, job_file)
+        per_rank, note = verdict.parameters_per_rank, verdict.note
     if not quiet:
         click.echo(yaml.safe_dump(job.model_dump(mode="json"), sort_keys=False).rstrip())
         click.echo("---")
-    f = compute(job)
+    f = compute(job, per_rank)
     click.echo(f"world size:              {f.world_size}")
     click.echo(f"data parallel:           {f.data_parallel}")
     click.echo(f"micro-batches per step:  {f.micro_batches_per_step}")
@@ -39,6 +48,8 @@ def command(job_file, overrides, backend, check_files, quiet):
     if f.active_parameters != f.parameters:
         click.echo(f"active parameters:       {_human(f.active_parameters)}")
     click.echo(f"tokens per step:         {f.tokens_per_step:,}")
+    source = "megatron-core's meta-device model" if per_rank is not None else "formula"
+    click.echo(f"parameters per GPU:      {_human(f.parameters_per_gpu)} (rank 0, from the {source})")
     click.echo(f"memory per GPU (weights+grads+optimizer): {f.gib_per_gpu} GiB; "
                f"with distributed optimizer: {f.gib_per_gpu_distributed_optimizer} GiB")
     from mtk.training.device_plan import describe_for_validate
@@ -46,4 +57,8 @@ def command(job_file, overrides, backend, check_files, quiet):
     for line in describe_for_validate(job):
         click.echo(line)
     click.echo(f"steps: {' -> '.join(job.steps())}")
+    if note:
+        click.echo(f"note: {note}")
+    else:
+        click.echo("megatron-core: config and model build accepted (meta device)")
     click.echo("ok")

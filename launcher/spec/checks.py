@@ -155,6 +155,30 @@ def schedule_is_sane(job: Job, backend) -> list[Problem]:
 
 
 @check
+def corpus_beside_a_mixture_has_a_weight(job: Job, backend) -> list[Problem]:
+    """A corpus mixed with weighted blend/folder entries must say its share; 1.0 beside 0.3/0.7 is a guess."""
+    d = job.data
+    if d.corpus is None or d.corpus.weight is not None or not (d.blend or d.folders):
+        return []
+    listed = {d.resolve(b.prefix) for b in d.blend}
+    if not d.folders and all(p in listed for p in d.corpus_prefixes()):
+        return []  # the blend names the corpus' own prefixes with their weights: nothing is guessed
+    given = ", ".join(f"{b.prefix}={b.weight:g}" for b in d.blend) or ", ".join(
+        f"{f.path}={f.weight:g}" for f in d.folders)
+    return [Problem("data.corpus.weight", f"required when data.blend/data.folders are given too ({given}): set "
+                    "the corpus' share in the same units, e.g. data.corpus.weight: 0.5")]
+
+
+@check
+def profiler_is_wired_for_backend(job: Job, backend) -> list[Problem]:
+    """Nsight Systems wraps the node agent in the Slurm script only; elsewhere it would be silently ignored."""
+    if job.debug.nsys.enabled and backend in ("local", "eks"):
+        return [Problem("debug.nsys.enabled", f"Nsight Systems capture is wired into the slurm backend only, not "
+                        f"{backend}; use debug.torch_profiler (every backend) or --backend slurm", True)]
+    return []
+
+
+@check
 def tokenizer_has_files(job: Job, backend) -> list[Problem]:
     d = job.data
     tok = d.tokenizer

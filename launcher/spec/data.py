@@ -63,6 +63,8 @@ class CorpusSpec(Section):
                                      "throttle, Indexed Job parallelism; default: all).")
     shard_mb: float | None = Field(None, gt=0, description="Unit of work and of resume (default: input size / 64, "
                                    "within 1-64 MiB); tasks own contiguous runs of these.")
+    weight: float | None = Field(None, gt=0, description="The corpus' weight when data.blend or data.folders are "
+                                                          "given too (required then; alone it is the whole data).")
 
 
 class BlendItem(Section):

@@ -46,8 +46,9 @@ def test_dry_run_imports_no_sdk(backend, tmp_path):
         f"    cli.main({args!r}, standalone_mode=False)\nexcept SystemExit:\n    pass"
     )
     mods = _modules_after(code, cwd=tmp_path)
-    # EKS: the run dir is a pod path; the launching machine keeps its copy under ./runs/<run>.
-    local = tmp_path / "runs" / "run" if backend == "eks" else tmp_path / "run"
+    # Slurm/EKS: the run dir is a cluster path; a dry run previews into ./runs/<run> on this machine.
+    local = tmp_path / "run" if backend == "local" else tmp_path / "runs" / "run"
+    assert backend == "local" or not (tmp_path / "run").exists()
     assert (local / "job.json").exists(), "dry run wrote no files"
     assert not {m for m in mods if m.split(".")[0] in ("torch", "megatron", "docker", "kubernetes", "boto3")}
 

@@ -1,0 +1,258 @@
+"""Validation by megatron-core itself: its config objects and the model, built on the meta device.
+
+``mtk validate`` and ``mtk launch`` run this before anything is submitted, so every refusal megatron-core
+would make at model build (a ``TransformerConfig`` assertion, a layer that refuses its sizes, the LR
+scheduler's own checks, the engine's preflight) is reported as a field-named error on the laptop instead of
+after queueing. Nothing is allocated: parameters live on ``torch.device("meta")``, and the process groups of
+the whole job come from torch's fake backend (one process plays rank 0 of the job's world size).
+
+It runs in a child process (``python -m mtk.launcher.megatron_check``) because megatron-core keeps parallel
+state in module globals and the CPU compat layer patches torch: the CLI's own process stays clean and light.
+Where torch/megatron-core are not installed (a login node with plain ``pip install mtk``) the check is skipped
+and the caller says so: install ``mtk[train]`` to get it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .spec import Job
+
+# megatron-core's argument names -> the job spec field that sets them (first named in a message wins).
+FIELDS: dict[str, str] = {
+    "expert_tensor_parallel_size": "parallel.tp",
+    "expert_model_parallel_size": "parallel.ep",
+    "tensor_model_parallel_size": "parallel.tp",
+    "virtual_pipeline_model_parallel_size": "parallel.virtual_pp",
+    "pipeline_model_parallel_size": "parallel.pp",
+    "context_parallel_size": "parallel.cp",
+    "sequence_parallel": "parallel.sequence_parallel",
+    "num_moe_experts": "model.moe.num_experts",
+    "moe_router_topk": "model.moe.router_topk",
+    "moe_ffn_hidden_size": "model.moe.ffn_hidden_size",
+    "moe_expert_capacity_factor": "model.moe.capacity_factor",
+    "add_bias_linear": "model.add_bias_linear",
+    "num_query_groups": "model.num_query_groups",
+    "num_attention_heads": "model.num_attention_heads",
+    "ffn_hidden_size": "model.ffn_hidden_size",
+    "hidden_size": "model.hidden_size",
+    "num_layers": "model.num_layers",
+    "recompute_num_layers": "train.recompute_num_layers",
+    "recompute_granularity": "train.recompute",
+    "recompute_method": "train.recompute",
+    "lr_warmup_steps": "train.lr_warmup_iters",
+    "lr_decay_steps": "train.lr_decay_iters",
+    "fp8": "train.precision",
+    "fp16": "train.precision",
+    "bf16": "train.precision",
+    "vocab_size": "model.vocab_size",
+    "max_sequence_length": "model.max_position_embeddings",
+}
+# Refusals whose text names no argument: (pattern, field). Checked before the argument names.
+_KNOWN: tuple[tuple[str, str], ...] = (
+    (r"Bias in Mo[Ee]", "model.add_bias_linear"),
+    (r"capacity_factor|drop_policy", "model.moe.capacity_factor"),
+)
+# Fixes appended to megatron-core's message, by field.
+FIXES: dict[str, str] = {
+    "model.add_bias_linear": "set model.add_bias_linear: false (experts are tensor-parallel at parallel.tp > 1, "
+                             "which megatron-core allows only without bias) or parallel.tp: 1",
+    "model.ffn_hidden_size": "pick an FFN size divisible by parallel.tp",
+    "model.moe.ffn_hidden_size": "pick an expert FFN size divisible by parallel.tp",
+    "model.hidden_size": "pick a hidden size divisible by parallel.tp and num_attention_heads",
+}
+_SPEC_FIELD = re.compile(r"^((?:model|parallel|train|cluster|data)\.[a-z_.]+)")
+
+
+@dataclass
+class Verdict:
+    """What megatron-core said about a job: problems (field, message) and, when the model built, its size."""
+
+    ran: bool
+    problems: list[tuple[str, str]] = field(default_factory=list)
+    parameters_per_rank: int | None = None
+    note: str = ""
+
+
+def available() -> bool:
+    return importlib.util.find_spec("torch") is not None and importlib.util.find_spec("megatron") is not None
+
+
+def field_of(message: str, default: str = "model", job: Job | None = None) -> str:
+    """The spec field a megatron-core message is about: a spec path it starts with, a known message, the first
+    megatron argument it names, or the spec size a bare "N is not divisible by M" is about."""
+    m = _SPEC_FIELD.match(message)
+    if m:
+        return m.group(1).rstrip(".")
+    for pattern, name in _KNOWN:
+        if re.search(pattern, message):
+            return name
+    hits = [(pos, name) for name in FIELDS if (pos := _find_word(message, name)) >= 0]
+    if hits:
+        return FIELDS[min(hits)[1]]
+    bare = re.search(r"(\d+) is not divisible by (\d+)", message)
+    if bare and job is not None:
+        return _field_with_value(job, int(bare.group(1))) or default
+    return default
+
+
+def _field_with_value(job: Job, value: int) -> str | None:
+    m = job.model
+    sizes = {"model.moe.ffn_hidden_size": m.moe.ffn_hidden_size if m.moe.num_experts else None,
+             "model.ffn_hidden_size": m.ffn, "model.hidden_size": m.hidden_size,
+             "model.num_attention_heads": m.num_attention_heads, "model.num_query_groups": m.query_groups,
+             "model.vocab_size": m.vocab_size, "model.num_layers": m.num_layers}
+    return next((name for name, size in sizes.items() if size == value), None)
+
+
+def _find_word(text: str, word: str) -> int:
+    m = re.search(rf"(?<![A-Za-z_]){re.escape(word)}(?![A-Za-z_])", text)
+    return m.start() if m else -1
+
+
+def check(job: Job, timeout: float = 300) -> Verdict:
+    """Ask megatron-core (in a child process) whether it would build this job's model."""
+    if not available():
+        return Verdict(False, note="megatron-core checks skipped: torch/megatron-core are not installed here "
+                                   "(pip install 'mtk[train]' to have megatron-core check the model before submit)")
+    proc = subprocess.run([sys.executable, "-m", "mtk.launcher.megatron_check"], input=job.to_json(),
+                          capture_output=True, text=True, timeout=timeout)
+    try:
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-8:])
+        return Verdict(False, note=f"megatron-core check could not run (exit {proc.returncode}):\n{tail}")
+    return Verdict(True, [tuple(p) for p in out["problems"]], out.get("parameters_per_rank"))
+
+
+def enforce(job: Job, source: str | None = None) -> Verdict:
+    """Raise SpecError naming each field megatron-core refuses; return the verdict (sizes, skip note) otherwise."""
+    from .spec.errors import Problem, SpecError
+
+    verdict = check(job)
+    if verdict.problems:
+        raise SpecError([Problem(name, message) for name, message in verdict.problems], source)
+    return verdict
+
+
+# --------------------------------------------------------------------------- the child process
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return " ".join(text.split())[:400]
+
+
+def _problem(job: Job, what: str, exc: BaseException) -> tuple[str, str]:
+    text = _first_line(exc)
+    name = field_of(text, job=job)
+    fix = FIXES.get(name)
+    return name, f"{what}: {text}" + (f"; {fix}" if fix else "")
+
+
+def _uses_te(job: Job) -> bool:
+    """Transformer Engine is there on GPU images (NGC bases) and never on CPU: decide by the job's device."""
+    return job.cluster.device == "gpu"
+
+
+def _config_problems(job: Job) -> tuple[object | None, list[tuple[str, str]]]:
+    from mtk.training import loop, model
+
+    cpu = job.cluster.device == "cpu"
+    try:
+        loop.preflight(job, cpu, _uses_te(job))
+    except loop.EngineError as exc:
+        return None, [(field_of(str(exc)), str(exc))]
+    try:
+        return model.transformer_config(job, cpu), []
+    except (AssertionError, ValueError, TypeError, NotImplementedError) as exc:
+        return None, [_problem(job, "megatron-core refuses this model", exc)]
+
+
+def _scheduler_problems(job: Job) -> list[tuple[str, str]]:
+    import types
+
+    from mtk.training import optim
+
+    fake = types.SimpleNamespace(param_groups=[{"lr": 0.0, "weight_decay": 0.0, "params": []}])
+    try:
+        optim.build_scheduler(job, fake)
+    except (AssertionError, ValueError) as exc:
+        t = job.train
+        detail = _first_line(exc) if str(exc).strip() else (
+            f"lr_warmup_iters ({t.lr_warmup_iters}) must be below the decay horizon "
+            f"(lr_decay_iters or iterations = {t.lr_decay_iters or t.iterations})")
+        name = "train.lr_warmup_iters" if "warmup" in detail or not str(exc).strip() else field_of(detail)
+        return [(name, f"megatron-core's LR scheduler refuses: {detail}")]
+    return []
+
+
+def _init_fake_world(job: Job) -> None:
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    p = job.parallel
+    dist.init_process_group("fake", rank=0, world_size=job.cluster.world_size, store=FakeStore())
+    ps.initialize_model_parallel(
+        tensor_model_parallel_size=p.tp, pipeline_model_parallel_size=p.pp,
+        virtual_pipeline_model_parallel_size=p.virtual_pp, context_parallel_size=p.cp,
+        expert_model_parallel_size=p.ep if job.model.moe.num_experts else 1, create_gloo_process_groups=False)
+
+
+def _model_problems(job: Job, config) -> tuple[int | None, list[tuple[str, str]]]:
+    import torch
+    from mtk.training import model
+
+    try:
+        _init_fake_world(job)
+        config.perform_initialization = False
+        with torch.device("meta"):
+            chunks = model.build_model(job, config, None, use_te=False)
+    except (AssertionError, ValueError, TypeError, RuntimeError, NotImplementedError) as exc:
+        return None, [_problem(job, "megatron-core refuses to build the model", exc)]
+    return sum(p.numel() for c in chunks for p in c.parameters()), []
+
+
+def run_child(job_json: str) -> dict:
+    from mtk.launcher.spec.job import Job
+    from mtk.training import compat
+
+    job = Job.model_validate_json(job_json)
+    compat.install_import_stubs()
+    if not compat.cuda_available():
+        compat.install()  # megatron-core's CUDA-only calls at build time (streams, current_device) on this host
+    problems = _scheduler_problems(job)
+    config, config_problems = _config_problems(job)
+    problems += config_problems
+    params = None
+    if config is not None:
+        params, model_problems = _model_problems(job, config)
+        problems += model_problems
+    return {"problems": problems, "parameters_per_rank": params}
+
+
+def main() -> None:
+    import contextlib
+    import io
+    import os
+    import warnings
+
+    warnings.simplefilter("ignore")
+    os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
+    noise = io.StringIO()
+    with contextlib.redirect_stdout(noise):
+        result = run_child(sys.stdin.read())
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
+
