@@ -90,6 +90,7 @@ class PreprocessConfig:
     task_index: int | None = None  # None: do every task's shards here; else only this task's, then maybe merge
     merge_only: bool = False  # only merge the parts the tasks wrote (fails naming the shards still missing)
     allow_empty: bool = False  # an input with no documents is an error unless this is set
+    job: str | None = None  # job.json this run came from: the merge then builds the training index cache
 
     def check(self) -> None:
         """Refuse settings that cannot be honoured, before any work."""
@@ -702,6 +703,7 @@ def config_from_args(argv: list[str]) -> PreprocessConfig:
         from mtk.launcher.spec import load_job_json
 
         data = load_job_json(args.job).data
+        job_path = args.job
         if data.corpus is None:
             raise PreprocessError(f"{args.job}: data.corpus is not set; there is nothing to preprocess")
         c = data.corpus
@@ -709,7 +711,7 @@ def config_from_args(argv: list[str]) -> PreprocessConfig:
                                tokenizer=data.tokenizer, data_dir=data.dir, json_keys=list(c.json_keys),
                                append_eod=c.append_eod, workers=c.workers,
                                skip_bad_lines=c.skip_bad_lines or c.on_error == "skip-and-count",
-                               tasks=c.shards, allow_empty=c.allow_empty, shard_mb=c.shard_mb)
+                               tasks=c.shards, allow_empty=c.allow_empty, shard_mb=c.shard_mb, job=job_path)
     else:
         missing = [f for f, v in (("--input", args.input), ("--output-prefix", args.output_prefix),
                                   ("--tokenizer-type", args.tokenizer_type)) if not v]
@@ -767,7 +769,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         cfg = config_from_args(argv)
-        preprocess(cfg, log=lambda msg: print(msg, flush=True))
+        summary = preprocess(cfg, log=lambda msg: print(msg, flush=True))
+        if cfg.job and summary.get("merged", True) and not summary.get("already_done"):
+            from .index_cache import build_index_cache
+
+            build_index_cache(cfg.job, log=lambda msg: print(msg, flush=True))
     except PreprocessError as exc:
         print(f"preprocess: error: {exc}", file=sys.stderr)
         return 1
