@@ -29,7 +29,12 @@ def build_index_cache(job_json: str, log: Any = print) -> str | None:
 
     job = load_job_json(job_json)
     t0 = time.monotonic()
-    train, valid = data.build_datasets(job, data.tokenizer_info(job), log=log)
+    try:
+        train, valid = data.build_datasets(job, data.tokenizer_info(job), log=log)
+    except (ValueError, RuntimeError) as exc:  # e.g. a split that gives a part no documents
+        log(f"index cache: WARNING not built ({exc}); the dataset itself is complete, but training will stop on "
+            "the same problem: fix it before launching training")
+        return None
     where = data.cache_dir(job)
     log(f"index cache: {len(train):,} train / {len(valid) if valid is not None else 0:,} valid samples of "
         f"{job.model.seq_length} tokens (seed {job.train.seed}, split {job.data.split}) ready in {where} "
