@@ -417,10 +417,14 @@ def _run_task(cfg: PreprocessConfig, tok: Tokenizer, plan: dict, plan_id: str, r
                 f"({sum(s.nbytes for s in mine) / 2**20:,.1f} MiB)")
             results, tok = _run_shards(cfg, tok, mine, parts_dir, log, label=f"preprocess task {index}")
             task = _task_summary(index, cfg.tasks, mine, results, time.monotonic() - t0)
-            _atomic_json(os.path.join(parts_dir, f"task-{index:05d}.json"), task)
+            with contextlib.suppress(FileNotFoundError):  # a peer that saw our last shard done merged already
+                _atomic_json(os.path.join(parts_dir, f"task-{index:05d}.json"), task)
         log(f"preprocess: task {index} done: {task['docs']:,} docs, {task['tokens']:,} tokens, "
             f"{task['skipped']:,} skipped, {task['seconds']:.1f} s")
     missing = [s.index for s in shards if not os.path.isfile(_done_path(parts_dir, s.index))]
+    if missing and _done_record(cfg, record_path, plan_id) is not None:
+        log(f"preprocess: another task has merged {cfg.output_prefix}; this task is done")
+        return {**task, "merged": False}
     if missing:
         if cfg.merge_only:
             own = owner(shards, cfg.tasks)
@@ -444,6 +448,9 @@ def _run_task(cfg: PreprocessConfig, tok: Tokenizer, plan: dict, plan_id: str, r
         summary["task_seconds"] = task_seconds(parts_dir)
         _atomic_json(record_path, {"plan_id": plan_id, "summary": summary})
         shutil.rmtree(parts_dir, ignore_errors=True)
+        for i in range(cfg.tasks):
+            with contextlib.suppress(OSError):
+                os.unlink(f"{cfg.output_prefix}.mtk-lock.task-{i}")
     finally:
         lock.__exit__(None, None, None)
     _print_summary(summary, log)
