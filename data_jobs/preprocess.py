@@ -90,6 +90,7 @@ class PreprocessConfig:
     task_index: int | None = None  # None: do every task's shards here; else only this task's, then maybe merge
     merge_only: bool = False  # only merge the parts the tasks wrote (fails naming the shards still missing)
     allow_empty: bool = False  # an input with no documents is an error unless this is set
+    job: str | None = None  # job.json this run came from: the merge then builds the training index cache
 
     def check(self) -> None:
         """Refuse settings that cannot be honoured, before any work."""
@@ -416,10 +417,14 @@ def _run_task(cfg: PreprocessConfig, tok: Tokenizer, plan: dict, plan_id: str, r
                 f"({sum(s.nbytes for s in mine) / 2**20:,.1f} MiB)")
             results, tok = _run_shards(cfg, tok, mine, parts_dir, log, label=f"preprocess task {index}")
             task = _task_summary(index, cfg.tasks, mine, results, time.monotonic() - t0)
-            _atomic_json(os.path.join(parts_dir, f"task-{index:05d}.json"), task)
+            with contextlib.suppress(FileNotFoundError):  # a peer that saw our last shard done merged already
+                _atomic_json(os.path.join(parts_dir, f"task-{index:05d}.json"), task)
         log(f"preprocess: task {index} done: {task['docs']:,} docs, {task['tokens']:,} tokens, "
             f"{task['skipped']:,} skipped, {task['seconds']:.1f} s")
     missing = [s.index for s in shards if not os.path.isfile(_done_path(parts_dir, s.index))]
+    if missing and _done_record(cfg, record_path, plan_id) is not None:
+        log(f"preprocess: another task has merged {cfg.output_prefix}; this task is done")
+        return {**task, "merged": False}
     if missing:
         if cfg.merge_only:
             own = owner(shards, cfg.tasks)
@@ -443,6 +448,9 @@ def _run_task(cfg: PreprocessConfig, tok: Tokenizer, plan: dict, plan_id: str, r
         summary["task_seconds"] = task_seconds(parts_dir)
         _atomic_json(record_path, {"plan_id": plan_id, "summary": summary})
         shutil.rmtree(parts_dir, ignore_errors=True)
+        for i in range(cfg.tasks):
+            with contextlib.suppress(OSError):
+                os.unlink(f"{cfg.output_prefix}.mtk-lock.task-{i}")
     finally:
         lock.__exit__(None, None, None)
     _print_summary(summary, log)
@@ -702,6 +710,7 @@ def config_from_args(argv: list[str]) -> PreprocessConfig:
         from mtk.launcher.spec import load_job_json
 
         data = load_job_json(args.job).data
+        job_path = args.job
         if data.corpus is None:
             raise PreprocessError(f"{args.job}: data.corpus is not set; there is nothing to preprocess")
         c = data.corpus
@@ -709,7 +718,7 @@ def config_from_args(argv: list[str]) -> PreprocessConfig:
                                tokenizer=data.tokenizer, data_dir=data.dir, json_keys=list(c.json_keys),
                                append_eod=c.append_eod, workers=c.workers,
                                skip_bad_lines=c.skip_bad_lines or c.on_error == "skip-and-count",
-                               tasks=c.shards, allow_empty=c.allow_empty, shard_mb=c.shard_mb)
+                               tasks=c.shards, allow_empty=c.allow_empty, shard_mb=c.shard_mb, job=job_path)
     else:
         missing = [f for f, v in (("--input", args.input), ("--output-prefix", args.output_prefix),
                                   ("--tokenizer-type", args.tokenizer_type)) if not v]
@@ -767,7 +776,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         cfg = config_from_args(argv)
-        preprocess(cfg, log=lambda msg: print(msg, flush=True))
+        summary = preprocess(cfg, log=lambda msg: print(msg, flush=True))
+        if cfg.job and summary.get("merged", True) and not summary.get("already_done"):
+            from .index_cache import build_index_cache
+
+            build_index_cache(cfg.job, log=lambda msg: print(msg, flush=True))
     except PreprocessError as exc:
         print(f"preprocess: error: {exc}", file=sys.stderr)
         return 1

@@ -104,9 +104,15 @@ def check_split_documents(prefixes: list[str], split: str) -> None:
                     f"(or turn off evaluation with train.eval_interval: null)")
 
 
-def cache_dir(job: Job) -> str:
+def cache_dir(job: Job, run_dir: str | None = None) -> str:
+    """data.cache_dir; else mock data's index (a run file) in the run dir; else ``<data.dir>/index-cache``, shared
+    by every run of the same data and built once by the preprocess step."""
     d = job.data
-    return d.cache_dir or os.path.join(d.dir, "index-cache")
+    if d.cache_dir:
+        return d.cache_dir
+    if d.mock and run_dir:
+        return os.path.join(run_dir, "index-cache")
+    return os.path.join(d.dir, "index-cache")
 
 
 def split_sizes(job: Job) -> list[int]:
@@ -117,7 +123,8 @@ def split_sizes(job: Job) -> list[int]:
     return [train, evals * t.eval_iters * t.global_batch_size, 0]
 
 
-def build_datasets(job: Job, info: TokenizerInfo, log: Callable[[str], None] | None = None) -> tuple[Any, Any]:
+def build_datasets(job: Job, info: TokenizerInfo, log: Callable[[str], None] | None = None,
+                   run_dir: str | None = None) -> tuple[Any, Any]:
     """(train, valid) datasets; valid is None when the split gives it no data or eval is off."""
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig, MockGPTDataset
@@ -130,13 +137,13 @@ def build_datasets(job: Job, info: TokenizerInfo, log: Callable[[str], None] | N
     if not mock:
         check_prefixes(prefixes)
         check_split_documents(prefixes, split)
-    os.makedirs(cache_dir(job), exist_ok=True)
+    os.makedirs(cache_dir(job, run_dir), exist_ok=True)
     config = GPTDatasetConfig(
         random_seed=job.train.seed,
         sequence_length=job.model.seq_length,
         blend=None if mock else (prefixes, weights),
         split=split,
-        path_to_cache=cache_dir(job),
+        path_to_cache=cache_dir(job, run_dir),
         tokenizer=NullTokenizer(info.vocab_size, eod_id=info.eod),
         reset_position_ids=False,
         reset_attention_mask=False,

@@ -176,7 +176,8 @@ class Trainer:
                 _log(self.rank, f"[checkpoint] resumed from {state['path']} at iteration {self.iteration}, "
                                 f"consumed samples {self.consumed}")
 
-        train_ds, valid_ds = data.build_datasets(job, self.tok, log=lambda m: _log(self.rank, m))
+        train_ds, valid_ds = data.build_datasets(job, self.tok, log=lambda m: _log(self.rank, m),
+                                                 run_dir=str(self.run_dir))
         self.train_sampler = data.ResumableSampler(len(train_ds), self.consumed, job.train.micro_batch_size,
                                                    self.dp_rank, self.dp_size)
         self.train_iter = data.batches(train_ds, self.train_sampler, job.data.num_workers,
