@@ -6,7 +6,7 @@ and every job step. Each slurmd gets its own UTS namespace (its own hostname), w
 rendezvous needs to decide which node hosts the store. Needs root, Debian's ``slurm-wlm`` (built with
 multiple-slurmd support) and ``munge``. Clients only need ``SLURM_CONF`` (see :meth:`MiniCluster.env`).
 
-    python -m mtk.slurm.minicluster DIR     # start, print the SLURM_CONF line, run until Ctrl-C
+    PYTHONPATH=tests python -m support.minicluster DIR     # start, print the SLURM_CONF line, run until Ctrl-C
 """
 
 from __future__ import annotations
