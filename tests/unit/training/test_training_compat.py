@@ -44,7 +44,10 @@ def test_cpu_mapping_and_megatron_import_in_a_fresh_process():
         out["zeros_n"] = str(torch.empty(2, device="cuda:1").device)
         out["int_dev"] = str(torch.ones(2, device=0).device)
         t = torch.ones(2)
-        out["cuda_noop"] = t.cuda() is t
+        moved = t.cuda()
+        from mtk.training.strict_device import TRACKER
+        out["cuda_alias"] = [moved is not t, moved.data_ptr() == t.data_ptr(), str(moved.device),
+                             moved in TRACKER.device, t in TRACKER.host, t not in TRACKER.device]
         out["to_cuda"] = str(t.to("cuda").device)
         out["to_int"] = str(t.to(torch.cuda.current_device()).device)
         out["to_dtype"] = str(t.to(torch.float64).dtype)
@@ -67,7 +70,8 @@ def test_cpu_mapping_and_megatron_import_in_a_fresh_process():
 
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["zeros"] == out["zeros_n"] == out["int_dev"] == "cpu"
-    assert out["cuda_noop"] is True
+    # .cuda() is a new CPU alias (as on a GPU, a new tensor), tracked as on the device; the original stays host
+    assert out["cuda_alias"] == [True, True, "cpu", True, True, True]
     assert out["to_cuda"] == out["to_int"] == "cpu"
     assert out["to_dtype"] == "torch.float64"
     assert out["type"] == "torch.cuda.FloatTensor"
