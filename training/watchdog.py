@@ -40,6 +40,8 @@ DUMP_SIGNAL = signal.SIGUSR1
 DUMP_GRACE_S = 3.0
 # A rank whose publisher thread has not written for this many intervals is not running at all.
 STALE_INTERVALS = 3.0
+# Slurm's default KillWait: SIGKILL this long after the SIGTERM of scancel/preemption.
+SLURM_KILLWAIT_S = 30
 # Phases in the order one iteration goes through them (a rank in a later phase is further along).
 PHASES = ("startup", "step", "eval", "save", "done")
 
@@ -104,6 +106,11 @@ class Heartbeat:
         now = time.monotonic()
         if self.phase in ("step", "eval", "save"):
             self.timeouts.observe(self.phase, now - self._phase_start)
+            if self.phase == "save" and self.rank == 0 and now - self._phase_start > SLURM_KILLWAIT_S:
+                print(f"[watchdog] a checkpoint save took {now - self._phase_start:.0f}s, longer than Slurm's default "
+                      f"KillWait ({SLURM_KILLWAIT_S}s): a SIGTERM save on preemption/scancel would be killed. Stop "
+                      "with `mtk stop` or `scancel --signal=USR2 --batch JOB` (then scancel), and keep "
+                      "cluster.slurm.signal_lead above this for the time limit", flush=True)
         self.phase, self.iteration, self._phase_start = phase, iteration, now
         self._progress_wall = time.time()
         self._deadline = (self._progress_wall + self.timeouts.timeout(phase)) if phase != "done" else None
