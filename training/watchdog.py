@@ -282,12 +282,27 @@ class HangMonitor:
         return path
 
     def dump_and_kill(self, agent_pid: int, worker_pids: list[int]) -> None:
-        """Ask local ranks for stacks (waking stopped ones), give them DUMP_GRACE_S, then SIGKILL agent and ranks."""
+        """Ask local ranks for stacks, give them DUMP_GRACE_S, then SIGKILL agent and ranks.
+
+        A stopped rank must run to dump: it gets SIGCONT and is killed as soon as its stack file has grown, so
+        that it cannot go on training with its peers during the grace period.
+        """
+        stacks = {int(r["pid"]): stacks_path(self.run_dir, r["host"], int(r["rank"]))
+                  for r in read_heartbeats(self.run_dir, 0) if r.get("host") == socket.gethostname()}
         for pid in worker_pids:
             with contextlib.suppress(ProcessLookupError):
+                stopped = _proc_state(pid) == "T"
+                path = stacks.get(pid)
+                before = path.stat().st_size if path is not None and path.exists() else 0
                 os.kill(pid, DUMP_SIGNAL)
-                if _proc_state(pid) == "T":
+                if stopped:
                     os.kill(pid, signal.SIGCONT)
+                    deadline = time.monotonic() + DUMP_GRACE_S
+                    while (time.monotonic() < deadline and path is not None
+                           and (path.stat().st_size if path.exists() else 0) == before):
+                        time.sleep(0.001)
+                    time.sleep(0.02)  # the rest of the dump (one write per frame)
+                    os.kill(pid, signal.SIGKILL)
         time.sleep(DUMP_GRACE_S)
         # The agent first: killed workers would otherwise be restarted by an elastic agent.
         for pid in [agent_pid, *worker_pids]:
