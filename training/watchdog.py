@@ -40,6 +40,8 @@ DUMP_SIGNAL = signal.SIGUSR1
 DUMP_GRACE_S = 3.0
 # A rank whose publisher thread has not written for this many intervals is not running at all.
 STALE_INTERVALS = 3.0
+# Slurm's default KillWait: SIGKILL this long after the SIGTERM of scancel/preemption.
+SLURM_KILLWAIT_S = 30
 # Phases in the order one iteration goes through them (a rank in a later phase is further along).
 PHASES = ("startup", "step", "eval", "save", "done")
 
@@ -104,6 +106,11 @@ class Heartbeat:
         now = time.monotonic()
         if self.phase in ("step", "eval", "save"):
             self.timeouts.observe(self.phase, now - self._phase_start)
+            if self.phase == "save" and self.rank == 0 and now - self._phase_start > SLURM_KILLWAIT_S:
+                print(f"[watchdog] a checkpoint save took {now - self._phase_start:.0f}s, longer than Slurm's default "
+                      f"KillWait ({SLURM_KILLWAIT_S}s): a SIGTERM save on preemption/scancel would be killed. Stop "
+                      "with `mtk stop` or `scancel --signal=USR2 --batch JOB` (then scancel), and keep "
+                      "cluster.slurm.signal_lead above this for the time limit", flush=True)
         self.phase, self.iteration, self._phase_start = phase, iteration, now
         self._progress_wall = time.time()
         self._deadline = (self._progress_wall + self.timeouts.timeout(phase)) if phase != "done" else None
@@ -275,12 +282,27 @@ class HangMonitor:
         return path
 
     def dump_and_kill(self, agent_pid: int, worker_pids: list[int]) -> None:
-        """Ask local ranks for stacks (waking stopped ones), give them DUMP_GRACE_S, then SIGKILL agent and ranks."""
+        """Ask local ranks for stacks, give them DUMP_GRACE_S, then SIGKILL agent and ranks.
+
+        A stopped rank must run to dump: it gets SIGCONT and is killed as soon as its stack file has grown, so
+        that it cannot go on training with its peers during the grace period.
+        """
+        stacks = {int(r["pid"]): stacks_path(self.run_dir, r["host"], int(r["rank"]))
+                  for r in read_heartbeats(self.run_dir, 0) if r.get("host") == socket.gethostname()}
         for pid in worker_pids:
             with contextlib.suppress(ProcessLookupError):
+                stopped = _proc_state(pid) == "T"
+                path = stacks.get(pid)
+                before = path.stat().st_size if path is not None and path.exists() else 0
                 os.kill(pid, DUMP_SIGNAL)
-                if _proc_state(pid) == "T":
+                if stopped:
                     os.kill(pid, signal.SIGCONT)
+                    deadline = time.monotonic() + DUMP_GRACE_S
+                    while (time.monotonic() < deadline and path is not None
+                           and (path.stat().st_size if path.exists() else 0) == before):
+                        time.sleep(0.001)
+                    time.sleep(0.02)  # the rest of the dump (one write per frame)
+                    os.kill(pid, signal.SIGKILL)
         time.sleep(DUMP_GRACE_S)
         # The agent first: killed workers would otherwise be restarted by an elastic agent.
         for pid in [agent_pid, *worker_pids]:

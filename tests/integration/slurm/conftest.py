@@ -80,9 +80,9 @@ def mtk_venv(tmp_path_factory) -> Path:
     # Python's packages: a .pth makes this interpreter's own site-packages (mtk, torch, megatron.core) visible.
     inner = subprocess.run([venv / "bin" / "python", "-c", "import site; print(site.getsitepackages()[0])"],
                            capture_output=True, text=True, check=True).stdout.strip()
-    # addsitedir (not a bare path line) also runs that dir's own .pth files: an editable install of mtk is one.
-    parents = ", ".join(repr(p) for p in site.getsitepackages())
-    (Path(inner) / "mtk-parent-env.pth").write_text(f"import site; list(map(site.addsitedir, ({parents},)))\n")
+    # addsitedir (not a bare path line) so the parent's own .pth files run too: an editable mtk install is one.
+    (Path(inner) / "mtk-parent-env.pth").write_text(
+        f"import site; list(map(site.addsitedir, {site.getsitepackages()!r}))\n")
     entry = venv / "bin" / "mtk-entrypoint"
     # A shebang cannot hold a path with a space (pip uses a /bin/sh trampoline for the same reason).
     entry.write_text('#!/bin/bash\nexec "$(dirname "$0")/python" -m mtk.launcher.entrypoint "$@"\n')

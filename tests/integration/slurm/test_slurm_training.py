@@ -172,36 +172,58 @@ def test_save_trigger_checkpoints_without_stopping_and_exit_trigger_stops_cleanl
     assert harness.active_jobs() == []
 
 
+SELF_STOP_HOOK = """\
+# Test-only (written by test_slurm_training.py): rank 1 SIGSTOPs itself once, before iteration 7, so the hang comes
+# after the checkpoint at 4 however fast the machine is. The marker file keeps the restart from stopping again.
+import os
+
+if os.environ.get("RANK") == "1" and os.environ.get("MTK_TEST_STOP_MARK"):
+    import signal
+
+    import mtk.training.loop as _loop
+
+    _original = _loop.Trainer.train_step
+
+    def _train_step(self):
+        mark = os.environ["MTK_TEST_STOP_MARK"]
+        if self.iteration == 6 and not os.path.exists(mark):
+            open(mark, "w").close()
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return _original(self)
+
+    _loop.Trainer.train_step = _train_step
+"""
+
+
 def test_sigstop_of_one_rank_hangs_excludes_its_node_and_resumes(harness, mtk_venv, reference, read_metrics):
-    """The hang watchdog on the three-node cluster: a SIGSTOPped rank on the second node ends the job with exit 45
-    within the step timeout, every rank's stacks are in debug/, the restart runs without that node (preflight
-    first) and the losses after the resume are the uninterrupted run's."""
+    """The hang watchdog on the three-node cluster: rank 1 (second node) is SIGSTOPped after the checkpoint at 4;
+    the job ends with exit 45 within the step timeout, every rank's stacks are in debug/, the restart runs without
+    that node (preflight first) and the losses after the resume are the uninterrupted run's."""
     import json
-    import time
 
     from mtk.launcher import exitcodes
 
     timeout = 20
+    hook = harness.root / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SELF_STOP_HOOK)
+    mark = harness.root / "stopped.mark"
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])),
+           "MTK_TEST_STOP_MARK": str(mark)}
     run = harness.launch(harness.spec("ft", train=FT_TRAIN), f"cluster.slurm.venv={mtk_venv}",
-                         f"resilience.watchdog.step_timeout={timeout}", "resilience.watchdog.interval=1")
+                         f"resilience.watchdog.step_timeout={timeout}", "resilience.watchdog.interval=1", env=env)
     job = harness.run_record(run)["ids"]["train"]
-    ckpt = harness.root / "runs" / "ft" / "checkpoints" / "latest_checkpointed_iteration.txt"
-    harness.wait("a checkpoint and one more iteration", lambda: ckpt.exists()
-                 and _iteration(read_metrics, run) >= int(ckpt.read_text()) + 1, timeout=600)
-    victims = _workers_on("1", run)
-    assert victims, "no training worker found on the second node"
-    os.kill(victims[0], signal.SIGSTOP)
-    stopped = time.monotonic()
+    harness.wait("rank 1 to stop itself", mark.exists, timeout=900)
+    stopped = mark.stat().st_mtime
     harness.wait("the hang to be detected", lambda: "excluding node" in (run / "state" / "events.log").read_text(),
                  timeout=300)
-    took = time.monotonic() - stopped
-    print(f"SIGSTOP -> job exit 45 and exclusion in {took:.1f}s (step timeout {timeout}s)")
+    hang = json.loads((run / exitcodes.HANG_FILE).read_text())
+    print(f"SIGSTOP -> hang verdict in {hang['time'] - stopped:.1f}s (step timeout {timeout}s)")
     rows = harness.wait("the replacement job to complete", lambda: len(r := harness.status(run)) >= 2
                         and r[-1]["state"] == "COMPLETED" and r, timeout=900)
     assert rows[0]["id"] == job and rows[0]["exit_code"] == exitcodes.HANG, rows
-    assert took < 600 / 2, "that is gloo's timeout, not the watchdog"
+    assert hang["time"] - stopped < 600 / 2, "that is gloo's timeout, not the watchdog"
     first_nodes = (run / "state" / f"nodes.{job}").read_text().split()
-    hang = json.loads((run / exitcodes.HANG_FILE).read_text())
     assert hang["blamed_hosts"] == [first_nodes[1]] and hang["blamed_ranks"] == [1], hang
     for rank, node in ((0, first_nodes[0]), (1, first_nodes[1])):
         stacks = (run / "debug" / f"stacks-{node}-rank{rank}.txt").read_text()
@@ -210,7 +232,7 @@ def test_sigstop_of_one_rank_hangs_excludes_its_node_and_resumes(harness, mtk_ve
     assert first_nodes[1] not in second_nodes and len(second_nodes) == 2
     assert "preflight passed" in (run / "state" / "events.log").read_text()
     second_log = (run / "logs" / f"train-{rows[-1]['id']}.out").read_text()
-    assert "[checkpoint] resumed from" in second_log  # from the last checkpoint, not from scratch
+    assert "[checkpoint] resumed from" in second_log and "at iteration 4" in second_log
     losses = read_metrics(run)  # the last record of an iteration wins: the resumed run's values
     assert sorted(losses) == sorted(reference)
     assert all(close(losses[i], reference[i]) for i in reference), (losses, reference)

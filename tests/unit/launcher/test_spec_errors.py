@@ -101,7 +101,7 @@ CASES = [
         {"image.registry": "r.example", "cluster.runs_dir": "/fsx/r", "data.dir": "/fsx/d", "cluster.eks.min_nodes": 3},
         "eks",
         "cluster.eks.min_nodes",
-        "cannot exceed cluster.nodes (2)",
+        "elastic ranges are not supported",
     ),
     (
         {"data.tokenizer": {"type": "GPT2BPETokenizer"}},
