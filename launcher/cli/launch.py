@@ -30,6 +30,12 @@ def command(job_file, overrides, backend, dry_run, run_dir, follow):
     job = resolve_paths(job, backend)
     target = run_dir or str(new_run_dir(job.cluster.runs_dir, job.name))
     check_launch_outputs(job, backend, target, dry_run)
+    if backend == "eks":
+        from ..image_pin import pin_image
+
+        job, note = pin_image(job)
+        if note:
+            click.echo(note, err=True)
     if not dry_run:
         require(job, backend)
     impl = get_backend(backend)

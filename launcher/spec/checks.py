@@ -148,8 +148,9 @@ def schedule_is_sane(job: Job, backend) -> list[Problem]:
         out.append(Problem("train.min_lr", f"is above train.lr ({t.lr})", t.min_lr))
     if t.lr_warmup_iters and t.lr_warmup_iters >= (t.lr_decay_iters or t.iterations):
         # Megatron-Core's scheduler asserts warmup < decay on every rank at start-up.
-        out.append(Problem("train.lr_warmup_iters", f"must be shorter than the decay horizon "
-                           f"({t.lr_decay_iters or t.iterations} iterations); lower it or train longer",
+        out.append(Problem("train.lr_warmup_iters", f"is as long as or longer than the decay horizon "
+                           f"({t.lr_decay_iters or t.iterations} iterations); Megatron-Core needs warmup < decay: "
+                           "lower it or train longer",
                            t.lr_warmup_iters))
     return out
 
