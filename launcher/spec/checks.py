@@ -234,6 +234,10 @@ def fetch_items_are_safe(job: Job, backend) -> list[Problem]:
             if posixpath.isabs(item.path) or norm == ".." or norm.startswith("../") or norm in (".", ""):
                 out.append(Problem(f"data.fetch.{i}.path", "must be a file path relative to data.dir that stays "
                                    "inside it (no leading '/', no '..')", item.path))
+        if _url_carries_credentials(item.url):
+            out.append(Problem(f"data.fetch.{i}.url", "carries a credential (user:password@ or a token/signature "
+                               "parameter), which would be written into job.json and the manifests; put the token "
+                               "in a secret and reference it: auth: HF_TOKEN (listed in cluster.secrets)"))
         if item.auth is not None:
             if item.auth not in secrets:
                 out.append(Problem(f"data.fetch.{i}.auth", f"names no secret: add it to cluster.secrets "
@@ -243,6 +247,18 @@ def fetch_items_are_safe(job: Job, backend) -> list[Problem]:
                 out.append(Problem(f"data.fetch.{i}.auth", "a token is only sent over https:// (or to this "
                                    "machine's loopback address); fix the URL", item.url))
     return out
+
+
+def _url_carries_credentials(url: str) -> bool:
+    import urllib.parse
+
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.password or (parsed.username and parsed.scheme in ("http", "https")):
+        return True
+    from mtk.launcher.secrets import looks_secret
+
+    names = [k for k, _ in urllib.parse.parse_qsl(parsed.query, keep_blank_values=True)]
+    return any(looks_secret(k.replace("-", "_")) or "signature" in k.lower() for k in names)
 
 
 def _loopback(url: str) -> bool:

@@ -164,3 +164,12 @@ def test_eks_launch_pins_the_content_tag_build_image_recorded(tmp_path):
     assert pinned.image.reference == f"r.example/{job.image.name}:sha-0123456789ab" and "pinned" in note
     fixed = load_job(EXAMPLES / "tiny.yaml", ["image.registry=r.example", "image.tag=v1.2"])
     assert pin_image(fixed, tmp_path) == (fixed, "")
+
+
+def test_fetch_urls_carrying_credentials_are_refused_without_echoing_them():
+    fetch = ("data.fetch=[{url: 'https://bob:pw9876@h.example/x'}, "
+             "{url: 'https://h.example/y?X-Amz-Signature=sig9876&token=tok9876'}, {url: 'https://h.example/z?rev=1'}]")
+    out = mtk("validate", str(EXAMPLES / "tiny.yaml"), "-q", "--set", fetch)
+    assert out.returncode == 2 and "data.fetch.0.url" in out.stderr and "data.fetch.1.url" in out.stderr
+    assert "data.fetch.2.url" not in out.stderr and "auth: HF_TOKEN" in out.stderr
+    assert "9876" not in out.stderr + out.stdout
