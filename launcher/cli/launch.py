@@ -35,7 +35,7 @@ def command(job_file, overrides, backend, dry_run, run_dir, follow):
 
         job, note = pin_image(job)
         if note:
-            click.echo(note, err=True)
+            click.echo(note)  # stdout: stderr stays for the one error line, if any
     if not dry_run:
         require(job, backend)
     impl = get_backend(backend)
