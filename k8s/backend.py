@@ -123,6 +123,13 @@ class EksBackend:
         run.ids.pop("spec", None)
         _save_quietly(run)  # status/cancel work even if a data Job fails below
 
+        if job.cluster.eks.sync_secrets:  # values only in these API requests, never in a file
+            import os
+
+            for secret in manifests.secret_objects(job, dict(os.environ)):
+                kube.apply(secret)
+                self.say(f"applied Secret/{secret['metadata']['name']} ({len(secret['stringData'])} keys from "
+                         "this environment)")
         for body in objs:
             kind, name = body["kind"], body["metadata"]["name"]
             kube.apply(body)

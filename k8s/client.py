@@ -40,6 +40,7 @@ class Kind:
 
 KINDS: dict[str, Kind] = {
     "ConfigMap": Kind("CoreV1Api", "namespaced_config_map"),
+    "Secret": Kind("CoreV1Api", "namespaced_secret"),
     "Service": Kind("CoreV1Api", "namespaced_service"),
     "Deployment": Kind("AppsV1Api", "namespaced_deployment"),
     "Job": Kind("BatchV1Api", "namespaced_job"),

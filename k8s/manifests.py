@@ -73,6 +73,28 @@ def _secret_env(job: Job) -> list[dict]:
             for ref in job.cluster.secrets]
 
 
+def secret_objects(job: Job, env: dict[str, str]) -> list[dict]:
+    """The Secrets ``cluster.secrets`` references, filled from ``env`` (``cluster.eks.sync_secrets``). Never
+    rendered into a file: built in memory at submit and sent only in the API request. Shared by every run of
+    the job name, so they carry no run label and cancel leaves them."""
+    from mtk.launcher.secrets import missing
+    from mtk.launcher.spec.errors import Problem, SpecError
+
+    absent = set(missing(job.cluster.secret_names, env))
+    if absent:
+        raise SpecError([Problem(f"cluster.secrets.{i}.name", f"{ref.name} is not set here, and "
+                                 "cluster.eks.sync_secrets copies the Secret from this environment: export it "
+                                 "first (or create the Secret yourself and set sync_secrets: false)", ref.name)
+                         for i, ref in enumerate(job.cluster.secrets) if ref.name in absent])
+    bodies: dict[str, dict] = {}
+    for ref in job.cluster.secrets:
+        name = ref.secret_name(job.name)
+        body = bodies.setdefault(name, {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "stringData": {},
+                                        "metadata": {"name": name, "labels": {names.LABEL_MANAGED_BY: names.MANAGER}}})
+        body["stringData"][ref.key or ref.name] = env[ref.name]
+    return list(bodies.values())
+
+
 def security_context(job: Job, efa: bool = False) -> dict:
     """As restrictive as the GPU stack allows: no privilege escalation, every capability dropped, the
     runtime's default seccomp profile. EFA needs IPC_LOCK (libfabric pins memory for RDMA); NGC images run

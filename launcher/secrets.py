@@ -29,8 +29,8 @@ _QUERY = re.compile(r"(?P<key>[?&;](?:[A-Za-z0-9_.-]*(?:token|key|secret|sig|sig
                     r"credential)[A-Za-z0-9_.-]*))=(?P<val>[^&#\s]+)", re.IGNORECASE)
 # 'Authorization: Bearer abc' / 'Bearer abc' in messages.
 _BEARER = re.compile(r"(?P<key>\b(?:Bearer|Basic|token)\s+)(?P<val>[A-Za-z0-9._~+/=-]{8,})", re.IGNORECASE)
-# Shortest value treated as a secret when scrubbing by value: shorter ones ('1', 'on') would mangle text.
-MIN_SECRET_LEN = 4
+# Shortest value scrubbed by value: shorter ones ('1', 'true', '/usr') would mangle unrelated text.
+MIN_SECRET_LEN = 6
 
 
 def looks_secret(name: str) -> bool:

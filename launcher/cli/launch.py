@@ -46,6 +46,12 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
     job = resolve_paths(job, backend)
     target = run_dir or str(new_run_dir(job.cluster.runs_dir, job.name))
     check_launch_outputs(job, backend, target, dry_run)
+    if backend == "eks":
+        from ..image_pin import pin_image
+
+        job, note = pin_image(job)
+        if note:
+            click.echo(note)  # stdout: stderr stays for the one error line, if any
     if not dry_run:
         require(job, backend)
     impl = get_backend(backend)

@@ -148,8 +148,9 @@ def schedule_is_sane(job: Job, backend) -> list[Problem]:
         out.append(Problem("train.min_lr", f"is above train.lr ({t.lr})", t.min_lr))
     if t.lr_warmup_iters and t.lr_warmup_iters >= (t.lr_decay_iters or t.iterations):
         # Megatron-Core's scheduler asserts warmup < decay on every rank at start-up.
-        out.append(Problem("train.lr_warmup_iters", f"must be shorter than the decay horizon "
-                           f"({t.lr_decay_iters or t.iterations} iterations); lower it or train longer",
+        out.append(Problem("train.lr_warmup_iters", f"is as long as or longer than the decay horizon "
+                           f"({t.lr_decay_iters or t.iterations} iterations); Megatron-Core needs warmup < decay: "
+                           "lower it or train longer",
                            t.lr_warmup_iters))
     return out
 
@@ -262,6 +263,10 @@ def fetch_items_are_safe(job: Job, backend) -> list[Problem]:
             if posixpath.isabs(item.path) or norm == ".." or norm.startswith("../") or norm in (".", ""):
                 out.append(Problem(f"data.fetch.{i}.path", "must be a file path relative to data.dir that stays "
                                    "inside it (no leading '/', no '..')", item.path))
+        if _url_carries_credentials(item.url):
+            out.append(Problem(f"data.fetch.{i}.url", "carries a credential (user:password@ or a token/signature "
+                               "parameter), which would be written into job.json and the manifests; put the token "
+                               "in a secret and reference it: auth: HF_TOKEN (listed in cluster.secrets)"))
         if item.auth is not None:
             if item.auth not in secrets:
                 out.append(Problem(f"data.fetch.{i}.auth", f"names no secret: add it to cluster.secrets "
@@ -271,6 +276,18 @@ def fetch_items_are_safe(job: Job, backend) -> list[Problem]:
                 out.append(Problem(f"data.fetch.{i}.auth", "a token is only sent over https:// (or to this "
                                    "machine's loopback address); fix the URL", item.url))
     return out
+
+
+def _url_carries_credentials(url: str) -> bool:
+    import urllib.parse
+
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.password or (parsed.username and parsed.scheme in ("http", "https")):
+        return True
+    from mtk.launcher.secrets import looks_secret
+
+    names = [k for k, _ in urllib.parse.parse_qsl(parsed.query, keep_blank_values=True)]
+    return any(looks_secret(k.replace("-", "_")) or "signature" in k.lower() for k in names)
 
 
 def _loopback(url: str) -> bool:

@@ -111,6 +111,9 @@ class EksSpec(Section):
     cpu: str | None = Field(None, description="CPU request/limit per worker, e.g. '90'.")
     memory: str | None = Field(None, description="Memory request/limit per worker, e.g. '1000Gi'.")
     backoff_limit: int = Field(2, ge=0, description="Data Jobs: retries before failing.")
+    sync_secrets: bool = Field(
+        False, description="mtk launch creates/updates each cluster.secrets Secret from this machine's environment "
+        "through the API (the values travel only in that request, never in a file).")
 
     @field_validator("namespace")
     @classmethod

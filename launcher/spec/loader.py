@@ -44,6 +44,10 @@ def parse_yaml(text: str, where: str) -> object:
     """YAML text -> data; syntax errors and duplicate keys become a Problem naming the line."""
     try:
         return yaml.load(text, Loader=_StrictLoader)
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow (NUL, other C0 controls)
+        line = text[: exc.position].count("\n") + 1
+        raise SpecError([Problem(f"{where}:line {line}", f"character U+{exc.character:04X} is not allowed in YAML; "
+                                 "remove it (quote escapes such as \"\\t\" work inside double quotes)")]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"

@@ -53,7 +53,7 @@ class ModelSpec(Section):
         if not isinstance(data, dict) or data.get("preset") is None:
             return data
         name = data["preset"]
-        if name not in PRESETS:
+        if not isinstance(name, str) or name not in PRESETS:
             close = difflib.get_close_matches(str(name), PRESETS, n=1)
             hint = f"did you mean '{close[0]}'? " if close else ""
             raise ValueError(f"unknown preset '{name}': {hint}choose one of {', '.join(PRESETS)}")

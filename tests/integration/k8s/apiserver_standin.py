@@ -21,6 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 
 COLLECTIONS = {
     ("", "v1", "configmaps"): "ConfigMap", ("", "v1", "services"): "Service", ("", "v1", "pods"): "Pod",
+    ("", "v1", "secrets"): "Secret",
     ("apps", "v1", "deployments"): "Deployment", ("batch", "v1", "jobs"): "Job",
     ("kubeflow.org", "v1", "pytorchjobs"): "PyTorchJob",
 }

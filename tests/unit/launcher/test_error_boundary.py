@@ -3,6 +3,8 @@ run), never a Python traceback; --debug / MTK_DEBUG=1 shows the traceback."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import struct
@@ -21,12 +23,37 @@ def run(*argv: str, cwd=None, env: dict | None = None) -> subprocess.CompletedPr
                           env={**os.environ, **(env or {})})
 
 
-def mtk(*args: str, **kw) -> subprocess.CompletedProcess:
-    return run("-m", "mtk", *args, **kw)
+def _in_process(main, argv: list[str], cwd=None) -> subprocess.CompletedProcess:
+    """The real entry point, in this process (a subprocess per case costs seconds of imports)."""
+    err, out = io.StringIO(), io.StringIO()
+    old = os.getcwd()
+    try:
+        if cwd:
+            os.chdir(cwd)
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            try:
+                code = main(argv)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        os.chdir(old)
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
 
-def entry(*args: str, **kw) -> subprocess.CompletedProcess:
-    return run("-m", "mtk.launcher.entrypoint", *args, **kw)
+def mtk(*args: str, cwd=None, env=None) -> subprocess.CompletedProcess:
+    if env:
+        return run("-m", "mtk", *args, cwd=cwd, env=env)
+    from mtk.launcher.cli import main
+
+    return _in_process(main, list(args), cwd)
+
+
+def entry(*args: str, env=None) -> subprocess.CompletedProcess:
+    if env:
+        return run("-m", "mtk.launcher.entrypoint", *args, env=env)
+    from mtk.launcher.entrypoint import main
+
+    return _in_process(main, list(args))
 
 
 def named(out: subprocess.CompletedProcess, code: int, *words: str) -> None:
@@ -105,7 +132,7 @@ def test_debug_shows_the_traceback(tmp_path):
     assert loud.returncode == 2 and "Traceback" in loud.stderr
     bad = tmp_path / "d"
     bad.mkdir()
-    assert "Traceback" in mtk("--debug", "validate", str(bad)).stderr
+    assert "Traceback" in run("-m", "mtk", "--debug", "validate", str(bad)).stderr
 
 
 def _finished_local_run(tmp_path: Path) -> Path:

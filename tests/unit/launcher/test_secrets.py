@@ -147,3 +147,29 @@ def test_local_cancel_leaves_a_reused_pid_alone(tmp_path):
     finally:
         other.kill()
         other.wait()
+
+
+def test_eks_launch_pins_the_content_tag_build_image_recorded(tmp_path):
+    from mtk.launcher.image_pin import build_record, pin_image
+    from mtk.launcher.spec import load_job
+
+    job = load_job(EXAMPLES / "tiny.yaml", ["image.registry=r.example"])
+    same, note = pin_image(job, tmp_path)
+    assert same.image.tag == "latest" and "mutable" in note
+    record = build_record(job, tmp_path)
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"dry_run": False, "tags": [f"{job.image.name}:latest",
+                                                             f"{job.image.name}:sha-0123456789ab"]}))
+    pinned, note = pin_image(job, tmp_path)
+    assert pinned.image.reference == f"r.example/{job.image.name}:sha-0123456789ab" and "pinned" in note
+    fixed = load_job(EXAMPLES / "tiny.yaml", ["image.registry=r.example", "image.tag=v1.2"])
+    assert pin_image(fixed, tmp_path) == (fixed, "")
+
+
+def test_fetch_urls_carrying_credentials_are_refused_without_echoing_them():
+    fetch = ("data.fetch=[{url: 'https://bob:pw9876@h.example/x'}, "
+             "{url: 'https://h.example/y?X-Amz-Signature=sig9876&token=tok9876'}, {url: 'https://h.example/z?rev=1'}]")
+    out = mtk("validate", str(EXAMPLES / "tiny.yaml"), "-q", "--set", fetch)
+    assert out.returncode == 2 and "data.fetch.0.url" in out.stderr and "data.fetch.1.url" in out.stderr
+    assert "data.fetch.2.url" not in out.stderr and "auth: HF_TOKEN" in out.stderr
+    assert "9876" not in out.stderr + out.stdout
