@@ -293,9 +293,11 @@ def check_compatible(path: Path, common: dict[str, Any], job) -> None:
                            f"{bool(saved['distributed_optimizer'])}; resume with the same setting (the optimizer "
                            "state layouts differ) or point train.checkpoint.dir elsewhere to start fresh")
     if distopt and (saved.get("tp"), saved.get("pp")) != (job.parallel.tp, job.parallel.pp):
-        raise RuntimeError(f"checkpoint {path} was saved with the distributed optimizer at tp={saved.get('tp')} "
-                           f"pp={saved.get('pp')}; its dp_reshardable state loads only at the same tp/pp (the "
-                           "data-parallel size may change); use those sizes or the plain optimizer")
+        raise RuntimeError(f"checkpoint {path} was saved with the distributed optimizer at parallel.tp="
+                           f"{saved.get('tp')} parallel.pp={saved.get('pp')} (this job: {job.parallel.tp}, "
+                           f"{job.parallel.pp}); its dp_reshardable optimizer state loads only at the same tp/pp "
+                           "(the data-parallel size may change); use those sizes, or start a new run from its "
+                           "weights with train.init_from")
     precision = megatron_lm.saved_precision(common) or job.train.precision
     if (precision == "fp32") != (job.train.precision == "fp32"):
         raise RuntimeError(f"checkpoint {path} was saved with train.precision={precision}; "
