@@ -492,6 +492,8 @@ def check_same_model(path: Path, common: dict[str, Any], job, padded_vocab_size:
         return
     for arg, attr in _SHAPE_FIELDS.items():
         saved, ours = getattr(args, arg, None), getattr(job.model, attr)
+        if arg == "num_query_groups" and not getattr(args, "group_query_attention", False):
+            saved = getattr(args, "num_attention_heads", None)  # Megatron-LM's value is unused without GQA
         if saved is not None and saved != ours:
             raise RuntimeError(f"{field}: checkpoint {path} has {arg}={saved} but this job has model.{arg}={ours}; "
                                "set the model to the checkpoint's shape")

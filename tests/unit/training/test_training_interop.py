@@ -98,3 +98,11 @@ def test_init_from_refuses_another_models_shape():
                                      consumed_train_samples=0, iteration=1)
     with pytest.raises(RuntimeError, match=r"train.init_from: .* num_layers=3 but this job has model.num_layers=2"):
         checkpoint.check_same_model("ck", {"args": args}, job, 1024, "train.init_from")
+
+
+def test_init_from_ignores_megatron_lms_query_groups_without_gqa():
+    job = _job()
+    args = megatron_lm.megatron_args(job, data_parallel_size=1, padded_vocab_size=1024, consumed_train_samples=0,
+                                     iteration=1)
+    args.group_query_attention, args.num_query_groups = False, 1  # Megatron-LM's defaults for plain MHA
+    checkpoint.check_same_model("ck", {"args": args}, job, 1024, "train.init_from")
