@@ -6,7 +6,7 @@
   saving (``fixture.json``);
 * ``release`` tracker (weights only, ``--no-save-optim``): mtk starts at iteration 1 from those weights with a
   fresh optimizer — the same as ``train.init_from`` pointing at the numbered checkpoint with the same weights,
-  and the same as ``train.init_from`` pointing at that checkpoint exported to a Hugging Face directory.
+  and (up to the padded vocabulary rows) ``train.init_from`` pointing at that checkpoint exported to HF.
 """
 
 from __future__ import annotations
@@ -74,7 +74,8 @@ def test_release_checkpoint_starts_a_run_from_its_weights(tr, from_release):
 @pytest.mark.parametrize("source", ["checkpoint", "hf"])
 def test_init_from_equals_release_start(tr, engine_root, from_release, source):
     """The plain fixture's iteration-4 weights are the release fixture's (same job, seed, CPU): a new run
-    initialised from them - directly or through an HF export - trains exactly like the release start."""
+    initialised from them trains exactly like the release start; through an HF export, up to the padded
+    vocabulary rows HF does not keep."""
     rel_run, _log, fx = from_release
     src = FIXTURES / "plain_tp2" / "checkpoints" / "iter_0000004"
     if source == "hf":
@@ -90,4 +91,7 @@ def test_init_from_equals_release_start(tr, engine_root, from_release, source):
     log = _run(tr, run)
     assert "(train.init_from): a new run, not a resume" in log
     assert "resumed from" not in log
-    assert _losses(tr, run) == pytest.approx(_losses(tr, rel_run), rel=0, abs=1e-6)
+    # An HF model has no rows for Megatron's vocabulary padding (1000 -> 1024 here); they come back as zeros,
+    # and megatron-core's loss normalises over the padded vocabulary, so the HF start differs slightly.
+    tol = 1e-6 if source == "checkpoint" else 2e-3
+    assert _losses(tr, run) == pytest.approx(_losses(tr, rel_run), rel=0, abs=tol)
