@@ -25,8 +25,12 @@ import click
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def command(source: Path, dest: Path, dtype, make_vocab_size_divisible_by, max_shard_size, quiet):
     """Convert SOURCE (checkpoint dir or HF model dir) into DEST (a new directory)."""
+    import importlib.util
     import warnings
 
+    missing = [m for m in ("safetensors", "tqdm") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise click.ClickException(f"mtk convert needs {' and '.join(missing)}: pip install {' '.join(missing)}")
     from mtk.training import compat
 
     compat.install()  # megatron.core's checkpoint code calls CUDA APIs; on a CPU-only machine they become no-ops
