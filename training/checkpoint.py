@@ -38,23 +38,63 @@ from . import lease
 TRACKER = "latest_checkpointed_iteration.txt"
 PARTIAL_SUFFIX = ".partial"
 _ITER_DIR = re.compile(r"^iter_(\d{7,})$")
-DISTOPT_METADATA = {"distrib_optim_sharding_type": "dp_reshardable"}
 
 
 def iter_dir_name(iteration: int) -> str:
     return f"iter_{iteration:07d}"
 
 
-def read_tracker(root: str | Path) -> int | None:
-    """The published iteration, or None when there is no (readable) tracker."""
+RELEASE = "release"
+
+
+def read_tracker_entry(root: str | Path) -> str | None:
+    """The tracker's content: an iteration number, ``release`` (Megatron-LM's weights-only checkpoints in
+    ``<root>/release``), or None when there is no tracker."""
     path = Path(root) / TRACKER
     try:
         text = path.read_text().strip()
     except FileNotFoundError:
         return None
-    if not text.isdigit():
-        raise ValueError(f"{path} holds {text!r}, not an iteration number; fix or delete it")
-    return int(text)
+    if not text.isdigit() and text != RELEASE:
+        raise ValueError(f"{path} holds {text!r}, not an iteration number or 'release'; fix or delete it")
+    return text
+
+
+def read_tracker(root: str | Path) -> int | None:
+    """The published iteration (0 for a ``release`` checkpoint), or None when there is no tracker."""
+    entry = read_tracker_entry(root)
+    if entry is None:
+        return None
+    return 0 if entry == RELEASE else int(entry)
+
+
+def tracked_checkpoint(root: str | Path) -> tuple[Path, int, bool] | None:
+    """(directory, iteration, is_release) of the checkpoint the tracker names, or None without a tracker."""
+    root = Path(root)
+    entry = read_tracker_entry(root)
+    if entry is None:
+        return None
+    if entry == RELEASE:
+        path, iteration, release = root / RELEASE, 0, True
+    else:
+        path, iteration, release = root / iter_dir_name(int(entry)), int(entry), False
+    if not path.is_dir():
+        raise FileNotFoundError(f"{root / TRACKER} names {entry} but {path} is missing; restore it or delete "
+                                f"the tracker to start from scratch")
+    return path, iteration, release
+
+
+def resolve_checkpoint_dir(path: str | Path) -> tuple[Path, int, bool]:
+    """A checkpoint given by the user: a root with a tracker, or one ``iter_N``/``release`` dir itself."""
+    path = Path(path)
+    found = tracked_checkpoint(path)
+    if found is not None:
+        return found
+    if (path / "metadata.json").is_file():
+        m = _ITER_DIR.match(path.name)
+        return path, int(m.group(1)) if m else 0, path.name == RELEASE
+    raise FileNotFoundError(f"{path} is neither a checkpoint directory with {TRACKER} nor a torch_dist "
+                            f"checkpoint (iter_N/ or release/ with metadata.json)")
 
 
 def published_iterations(root: str | Path) -> list[int]:
@@ -112,43 +152,28 @@ def publish(root: str | Path, iteration: int) -> Path:
 # --------------------------------------------------------------------------- state dicts
 
 
-def _rng_state() -> dict[str, Any]:
-    import random
-
-    import numpy as np
-    import torch
-    from megatron.core import tensor_parallel
-
-    state = {
-        "random": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-        "tracker": tensor_parallel.get_cuda_rng_tracker().get_states(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    import random
-
-    import numpy as np
-    import torch
-    from megatron.core import tensor_parallel
-
-    random.setstate(state["random"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
-    tensor_parallel.get_cuda_rng_tracker().set_states(state["tracker"])
-
-
 def topology(job) -> dict[str, int]:
     p = job.parallel
     return {"tp": p.tp, "pp": p.pp, "cp": p.cp, "ep": p.ep, "world": job.cluster.world_size,
             "distributed_optimizer": int(p.distributed_optimizer)}
+
+
+def common_state(job, *, iteration: int, consumed_samples: int, data_parallel_size: int, padded_vocab_size: int,
+                 flops_so_far: float) -> dict[str, Any]:
+    """The non-tensor part of a checkpoint: Megatron-LM's fields, plus mtk's own under ``mtk``."""
+    from .interop import megatron_lm
+
+    args = megatron_lm.megatron_args(job, data_parallel_size=data_parallel_size,
+                                     padded_vocab_size=padded_vocab_size,
+                                     consumed_train_samples=consumed_samples, iteration=iteration)
+    return {
+        "args": args,
+        "checkpoint_version": megatron_lm.CHECKPOINT_VERSION,
+        "iteration": iteration,
+        "num_floating_point_operations_so_far": float(flops_so_far),
+        megatron_lm.MTK_KEY: {"topology": topology(job), "precision": job.train.precision,
+                              "job_name": job.name},
+    }
 
 
 def _model_key(i: int, n: int) -> str:
@@ -156,26 +181,36 @@ def _model_key(i: int, n: int) -> str:
 
 
 def build_state_dict(model: list, optimizer, scheduler, common: dict[str, Any], is_loading: bool,
-                     distributed_optimizer: bool) -> dict[str, Any]:
-    """The sharded state dict: model chunks, optimizer, scheduler, per-rank RNG and plain common values."""
+                     metadata: dict[str, Any] | None, rng: bool = True, rerun: bool = True) -> dict[str, Any]:
+    """The sharded state dict, laid out as Megatron-LM's ``generate_state_dict``: model chunks, optimizer,
+    scheduler, per-rank RNG (its list-of-dicts format), rerun state and the plain common values.
+
+    ``metadata`` is the content metadata (sharded-state-dict options) the optimizer keys are built with;
+    ``optimizer=None`` builds the model part only (weights-only loads)."""
     from megatron.core import parallel_state as ps
     from megatron.core.dist_checkpointing.mapping import ShardedObject
     from megatron.core.utils import unwrap_model
 
+    from .interop import megatron_lm
+
+    runtime = megatron_lm.runtime_metadata(metadata)
     sd: dict[str, Any] = dict(common)
     for i, chunk in enumerate(unwrap_model(model)):
-        sd[_model_key(i, len(model))] = chunk.sharded_state_dict()
-    model_sd: dict[str, Any] = {}
-    for i in range(len(model)):
-        model_sd.update(sd[_model_key(i, len(model))])
-    metadata = DISTOPT_METADATA if distributed_optimizer else None
-    sd["optimizer"] = optimizer.sharded_state_dict(model_sd, is_loading=is_loading, metadata=metadata)
-    sd["opt_param_scheduler"] = scheduler.state_dict()
-    pp, tp = ps.get_pipeline_model_parallel_world_size(), ps.get_tensor_model_parallel_world_size()
-    sd["rng_state"] = ShardedObject(
-        "rng_state", _rng_state(), (pp, tp), (ps.get_pipeline_model_parallel_rank(),
-                                              ps.get_tensor_model_parallel_rank()),
-        replica_id=ps.get_data_parallel_rank(with_context_parallel=True))
+        sd[_model_key(i, len(model))] = chunk.sharded_state_dict(metadata=runtime)
+    if optimizer is not None:
+        model_sd: dict[str, Any] = {}
+        for i in range(len(model)):
+            model_sd.update(sd[_model_key(i, len(model))])
+        sd["optimizer"] = optimizer.sharded_state_dict(model_sd, is_loading=is_loading, metadata=runtime)
+        sd["opt_param_scheduler"] = scheduler.state_dict()
+    if rng:
+        pp, tp = ps.get_pipeline_model_parallel_world_size(), ps.get_tensor_model_parallel_world_size()
+        sd["rng_state"] = ShardedObject(
+            "rng_state", megatron_lm.rng_state_list(), (pp, tp),
+            (ps.get_pipeline_model_parallel_rank(), ps.get_tensor_model_parallel_rank()),
+            replica_id=ps.get_data_parallel_rank(with_context_parallel=True))
+    if rerun and (state := megatron_lm.rerun_state()) is not None:
+        sd["rerun_state_machine"] = state
     return sd
 
 
@@ -258,21 +293,55 @@ def _die_with_parent() -> None:
 
 def check_compatible(path: Path, common: dict[str, Any], job) -> None:
     """Refuse, with the fix, the resumes whose optimizer state layout cannot match this job."""
-    saved = common.get("topology", {})
+    from .interop import megatron_lm
+
+    saved = megatron_lm.saved_topology(common)
     distopt = job.parallel.distributed_optimizer
     if "distributed_optimizer" in saved and bool(saved["distributed_optimizer"]) != distopt:
         raise RuntimeError(f"checkpoint {path} was saved with parallel.distributed_optimizer="
                            f"{bool(saved['distributed_optimizer'])}; resume with the same setting (the optimizer "
                            "state layouts differ) or point train.checkpoint.dir elsewhere to start fresh")
     if distopt and (saved.get("tp"), saved.get("pp")) != (job.parallel.tp, job.parallel.pp):
-        raise RuntimeError(f"checkpoint {path} was saved with the distributed optimizer at tp={saved.get('tp')} "
-                           f"pp={saved.get('pp')}; its dp_reshardable state loads only at the same tp/pp (the "
-                           "data-parallel size may change); use those sizes or the plain optimizer")
-    saved_fp32 = common.get("precision", job.train.precision) == "fp32"
-    if saved_fp32 != (job.train.precision == "fp32"):
-        raise RuntimeError(f"checkpoint {path} was saved with train.precision={common.get('precision')}; "
+        raise RuntimeError(f"checkpoint {path} was saved with the distributed optimizer at parallel.tp="
+                           f"{saved.get('tp')} parallel.pp={saved.get('pp')} (this job: {job.parallel.tp}, "
+                           f"{job.parallel.pp}); its dp_reshardable optimizer state loads only at the same tp/pp "
+                           "(the data-parallel size may change); use those sizes, or start a new run from its "
+                           "weights with train.init_from")
+    precision = megatron_lm.saved_precision(common) or job.train.precision
+    if (precision == "fp32") != (job.train.precision == "fp32"):
+        raise RuntimeError(f"checkpoint {path} was saved with train.precision={precision}; "
                            f"resuming at {job.train.precision} changes the optimizer state layout (fp32 master "
                            "weights); keep the precision family (bf16/fp16/fp8 vs fp32)")
+
+
+def has_optimizer_state(common: dict[str, Any], release: bool) -> bool:
+    """Megatron-LM writes no optimizer/scheduler state for ``release`` checkpoints or with --no-save-optim."""
+    args = common.get("args")
+    return not release and not (args is not None and getattr(args, "no_save_optim", False))
+
+
+def load_weights(model: list, optimizer, path: Path, metadata: dict[str, Any] | None) -> None:
+    """Load only the model weights of a torch_dist checkpoint (any TP/PP layout: the tensors reshard), then
+    refresh the optimizer's fp32 main copies of them."""
+    import torch
+    from megatron.core import dist_checkpointing
+    from megatron.core.utils import unwrap_model
+
+    sd = build_state_dict(model, None, None, {}, is_loading=True, metadata=metadata, rng=False, rerun=False)
+    for i in range(len(model)):  # module extra state (TE fp8 scaling history) restarts, as for a new run
+        part = sd[_model_key(i, len(model))]
+        for key in [k for k in part if k.endswith("_extra_state")]:
+            del part[key]
+    with torch.no_grad():
+        loaded = dist_checkpointing.load(sd, str(path))
+    for i, chunk in enumerate(unwrap_model(model)):
+        result = chunk.load_state_dict(loaded[_model_key(i, len(model))], strict=False)
+        missing = [k for k in result.missing_keys if not k.endswith("_extra_state")]
+        if missing or result.unexpected_keys:
+            raise RuntimeError(f"checkpoint {path} does not fit the model: missing {missing}, "
+                               f"unexpected {result.unexpected_keys}")
+    if optimizer is not None:
+        optimizer.reload_model_params()
 
 
 class CheckpointManager:
@@ -318,9 +387,11 @@ class CheckpointManager:
                 shutil.rmtree(partial)
             partial.mkdir(parents=True)
         dist.barrier()
+        from .interop import megatron_lm
+
+        metadata = megatron_lm.content_metadata(distributed_optimizer)
         sd = build_state_dict(model, optimizer, scheduler, {**common, "iteration": iteration},
-                              is_loading=False, distributed_optimizer=distributed_optimizer)
-        metadata = DISTOPT_METADATA if distributed_optimizer else None
+                              is_loading=False, metadata=metadata)
         if self.async_save and not blocking:
             from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
 
@@ -362,39 +433,157 @@ class CheckpointManager:
             self.in_flight = None
 
     def load(self, model: list, optimizer, scheduler, job) -> dict[str, Any] | None:
-        """Restore from the tracked iteration; returns the common values (iteration, consumed samples)."""
-        import torch
-        from megatron.core import dist_checkpointing
-
-        iteration = self.latest()
-        if iteration is None:
+        """Restore from the tracked checkpoint (mtk's or Megatron-LM's); returns iteration, consumed samples
+        and path, or None when there is nothing to resume."""
+        found = tracked_checkpoint(self.root)
+        if found is None:
             return None
-        path = self.root / iter_dir_name(iteration)
-        if not path.is_dir():
-            raise FileNotFoundError(f"{self.root / TRACKER} names iteration {iteration} but {path} is missing; "
-                                    f"restore it or delete the tracker to start from scratch")
-        common = dist_checkpointing.load_common_state_dict(str(path))
-        saved_topo = common.get("topology", {})
-        same_topology = saved_topo == topology(job)
-        distopt = job.parallel.distributed_optimizer
-        check_compatible(path, common, job)
-        if distopt:
-            _prefill_adam_state(optimizer)
-        sd = build_state_dict(model, optimizer, scheduler, {}, is_loading=True, distributed_optimizer=distopt)
-        if not same_topology:
-            sd.pop("rng_state")  # RNG streams are per (pp, tp) rank: meaningless after a topology change
-        with torch.no_grad():
-            loaded = dist_checkpointing.load(sd, str(path))
-        from megatron.core.utils import unwrap_model
+        return load_checkpoint(found, model, optimizer, scheduler, job, self.log)
 
-        for i, chunk in enumerate(unwrap_model(model)):
-            chunk.load_state_dict(loaded[_model_key(i, len(model))], strict=True)
-        with torch.no_grad():
-            optimizer.load_state_dict(loaded["optimizer"])
-        _restore_adam_steps(optimizer)
-        scheduler.load_state_dict(loaded["opt_param_scheduler"])
-        if same_topology:
-            _set_rng_state(loaded["rng_state"])
-        else:
-            self.log(f"[checkpoint] topology changed {saved_topo} -> {topology(job)}: RNG state not restored")
-        return {k: loaded[k] for k in ("iteration", "consumed_samples") if k in loaded} | {"path": str(path)}
+
+def load_checkpoint(found: tuple[Path, int, bool], model: list, optimizer, scheduler, job,
+                    log=print) -> dict[str, Any]:
+    """Resume from one checkpoint dir: weights, optimizer, scheduler, RNG and data position where it has them.
+
+    Reads what Megatron-LM's loader reads: ``args.consumed_train_samples`` for the data position, the
+    ``content_metadata`` for how the optimizer keys were written, the ``release`` convention (weights only,
+    iteration 0)."""
+    import torch
+    from megatron.core import dist_checkpointing
+    from megatron.core.utils import unwrap_model
+
+    from .interop import megatron_lm
+
+    path, iteration, release = found
+    common = dist_checkpointing.load_common_state_dict(str(path))
+    iteration = 0 if release else int(common.get("iteration", iteration))
+    consumed = 0 if release else megatron_lm.consumed_samples(common)
+    check_compatible(path, common, job)
+    saved_meta = dist_checkpointing.load_content_metadata(preloaded_state_dict=common)
+    if not has_optimizer_state(common, release):
+        load_weights(model, optimizer, path, saved_meta)
+        if consumed:
+            scheduler.step(increment=consumed)
+        why = "a release checkpoint" if release else "the checkpoint has no optimizer state"
+        log(f"[checkpoint] loaded weights from {path} ({why}): optimizer moments start at zero"
+            + ("" if release else f", schedule and data position continue at iteration {iteration}"))
+        return {"iteration": iteration, "consumed_samples": consumed, "path": str(path)}
+    saved_topo = megatron_lm.saved_topology(common)
+    same_topology = saved_topo == topology(job)
+    if job.parallel.distributed_optimizer:
+        _prefill_adam_state(optimizer)
+    sd = build_state_dict(model, optimizer, scheduler, {}, is_loading=True, metadata=saved_meta, rerun=False)
+    if not same_topology:
+        sd.pop("rng_state")  # RNG streams are per (pp, tp) rank: meaningless after a topology change
+    with torch.no_grad():
+        loaded = dist_checkpointing.load(sd, str(path))
+    for i, chunk in enumerate(unwrap_model(model)):
+        chunk.load_state_dict(loaded[_model_key(i, len(model))], strict=True)
+    with torch.no_grad():
+        optimizer.load_state_dict(loaded["optimizer"])
+    _restore_adam_steps(optimizer)
+    scheduler.load_state_dict(loaded["opt_param_scheduler"])
+    if same_topology and "rng_state" in loaded:
+        megatron_lm.set_rng_state(loaded["rng_state"])
+    else:
+        log(f"[checkpoint] topology changed {saved_topo} -> {topology(job)}: RNG state not restored")
+    return {"iteration": iteration, "consumed_samples": consumed, "path": str(path)}
+
+
+_SHAPE_FIELDS = {"num_layers": "num_layers", "hidden_size": "hidden_size", "ffn_hidden_size": "ffn",
+                 "num_attention_heads": "num_attention_heads", "num_query_groups": "query_groups"}
+
+
+def check_same_model(path: Path, common: dict[str, Any], job, padded_vocab_size: int, field: str) -> None:
+    """Refuse, naming the field, a checkpoint whose model shape differs from ``job.model``."""
+    args = common.get("args")
+    if args is None:
+        return
+    for arg, attr in _SHAPE_FIELDS.items():
+        saved, ours = getattr(args, arg, None), getattr(job.model, attr)
+        if arg == "num_query_groups" and not getattr(args, "group_query_attention", False):
+            saved = getattr(args, "num_attention_heads", None)  # Megatron-LM's value is unused without GQA
+        if saved is not None and saved != ours:
+            raise RuntimeError(f"{field}: checkpoint {path} has {arg}={saved} but this job has model.{arg}={ours}; "
+                               "set the model to the checkpoint's shape")
+    saved_vocab = getattr(args, "padded_vocab_size", None)
+    if saved_vocab is not None and saved_vocab != padded_vocab_size:
+        raise RuntimeError(f"{field}: checkpoint {path} has a padded vocabulary of {saved_vocab} rows but this job "
+                           f"pads to {padded_vocab_size} (model.vocab_size / model.make_vocab_size_divisible_by × "
+                           f"parallel.tp); make them agree")
+
+
+def initialize_from(source: str | Path, model: list, optimizer, job, padded_vocab_size: int, log=print) -> Path:
+    """``train.init_from``: copy a checkpoint's or a Hugging Face directory's weights into a fresh run.
+
+    Any TP/PP layout of the source works. Unlike a resume, nothing else is taken: the optimizer moments,
+    LR schedule, RNG and data position start from zero, and the run's own checkpoints start at iteration 1."""
+    from megatron.core import dist_checkpointing
+
+    src = Path(source)
+    if (src / "config.json").is_file():
+        _initialize_from_hf(src, model, job)
+        if optimizer is not None:
+            optimizer.reload_model_params()
+        path = src
+    else:
+        path, _iteration, _release = resolve_checkpoint_dir(src)
+        common = dist_checkpointing.load_common_state_dict(str(path))
+        check_same_model(path, common, job, padded_vocab_size, "train.init_from")
+        load_weights(model, optimizer, path, dist_checkpointing.load_content_metadata(preloaded_state_dict=common))
+    log(f"[checkpoint] initialized weights from {path} (train.init_from): a new run, not a resume — optimizer "
+        f"state, LR schedule and data position start from zero")
+    return path
+
+
+def _initialize_from_hf(src: Path, model: list, job) -> None:
+    """Fill this rank's model shards from an HF directory (every rank reads the full tensors it needs)."""
+    from .interop import hf
+
+    shape, _arch = hf.shape_from_hf_config(hf.read_hf_config(src), job.model.make_vocab_size_divisible_by)
+    m = job.model
+    want = {"num_layers": (shape.num_layers, m.num_layers), "hidden_size": (shape.hidden_size, m.hidden_size),
+            "ffn_hidden_size": (shape.ffn_hidden_size, m.ffn),
+            "num_attention_heads": (shape.num_attention_heads, m.num_attention_heads),
+            "num_query_groups": (shape.num_query_groups, m.query_groups),
+            "vocab_size": (shape.vocab_size, m.vocab_size),
+            "position_embedding": ("rope" if shape.rope else "learned_absolute", m.position_embedding),
+            "normalization": ("RMSNorm" if shape.rmsnorm else "LayerNorm", m.normalization),
+            "activation": ("swiglu" if shape.swiglu else "gelu", m.activation),
+            "add_bias_linear": (shape.bias, m.add_bias_linear), "untie_embeddings": (shape.untie, m.untie_embeddings)}
+    bad = [f"model.{k}={ours!r} (the HF model has {theirs!r})" for k, (theirs, ours) in want.items() if theirs != ours]
+    if bad:
+        raise RuntimeError(f"train.init_from: {src} does not fit this job: " + "; ".join(bad)
+                           + "; set the model fields to the HF model's")
+    full = {key: t for key, t, _ in hf.megatron_tensors_from_hf(src, m.make_vocab_size_divisible_by, progress=False)}
+    fill_model_from_full(model, full, f"train.init_from: {src}")
+
+
+def fill_model_from_full(model: list, full: dict[str, Any], what: str) -> None:
+    """Copy unsharded checkpoint-layout tensors (``decoder.layers.*`` stacked on a leading layer axis) into
+    the local shards of ``model``, whatever its TP/PP layout (the slices come from the ShardedTensors)."""
+    import torch
+    from megatron.core.dist_checkpointing.dict_utils import nested_values
+    from megatron.core.dist_checkpointing.mapping import ShardedTensor, apply_factories
+    from megatron.core.utils import unwrap_model
+
+    from .interop import megatron_lm
+
+    meta = megatron_lm.runtime_metadata(megatron_lm.content_metadata(False))
+    with torch.no_grad():
+        for chunk in unwrap_model(model):
+            sd = chunk.sharded_state_dict(metadata=meta)
+            apply_factories(sd)
+            for sh in nested_values(sd):
+                if not isinstance(sh, ShardedTensor) or "_extra_state" in sh.key:
+                    continue
+                if sh.key not in full:
+                    raise RuntimeError(f"{what} has no weights for {sh.key}")
+                t = full[sh.key]
+                n = sh.prepend_axis_num
+                glob = sh.global_shape
+                if t.shape[n] < glob[n]:  # vocabulary padded further for this job's tp
+                    t = torch.cat([t, t.new_zeros(*t.shape[:n], glob[n] - t.shape[n], *t.shape[n + 1:])], dim=n)
+                index = tuple(sh.global_offset[:n]) + tuple(
+                    slice(off, off + size) for off, size in zip(sh.global_offset[n:], sh.local_shape, strict=True))
+                sh.data.copy_(t[index].reshape(sh.data.shape))

@@ -171,10 +171,14 @@ class Trainer:
             state = self.ckpt.load(self.model, self.optimizer, self.scheduler, job)
             if state is not None:
                 self.iteration = int(state["iteration"])
-                self.consumed = int(state["consumed_samples"])
+                self.consumed = int(state.get("consumed_samples", 0))
                 self.last_saved = self.iteration
                 _log(self.rank, f"[checkpoint] resumed from {state['path']} at iteration {self.iteration}, "
                                 f"consumed samples {self.consumed}")
+
+        if job.train.init_from and self.last_saved is None:  # a new run (nothing resumed): copy the weights
+            checkpoint.initialize_from(job.train.init_from, self.model, self.optimizer, job, self.padded_vocab,
+                                       log=lambda m: _log(self.rank, m))
 
         train_ds, valid_ds = data.build_datasets(job, self.tok, log=lambda m: _log(self.rank, m),
                                                  run_dir=str(self.run_dir))
@@ -256,7 +260,8 @@ class Trainer:
     def save(self, blocking: bool = True) -> None:
         """Checkpoint the current iteration. ``blocking=False`` (periodic saves) writes in the background
         when ``train.checkpoint.async_save`` is set; saves before exiting always block."""
-        from .checkpoint import topology
+        from .checkpoint import common_state
+        from .metrics import flops_per_iteration
 
         if self.last_saved == self.iteration:
             if blocking:
@@ -266,8 +271,9 @@ class Trainer:
 
         self.heartbeat.beat("save", self.iteration)
         t0 = time.perf_counter()
-        common = {"consumed_samples": self.consumed, "topology": topology(self.job),
-                  "precision": self.job.train.precision, "job_name": self.job.name}
+        common = common_state(self.job, iteration=self.iteration, consumed_samples=self.consumed,
+                              data_parallel_size=self.dp_size, padded_vocab_size=self.padded_vocab,
+                              flops_so_far=self.iteration * flops_per_iteration(self.job, self.padded_vocab))
         with params_synced(self.model, self.optimizer, self.plan):
             path = self.ckpt.save(self.iteration, self.model, self.optimizer, self.scheduler, common,
                                   self.job.parallel.distributed_optimizer, blocking=blocking)

@@ -24,6 +24,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "build-image": ("mtk.launcher.cli.build_image", "Build the training image; optionally .sqsh, .sif and push."),
     "save": ("mtk.launcher.cli.triggers:save_command", "Ask a running job to checkpoint now and continue."),
     "stop": ("mtk.launcher.cli.triggers:stop_command", "Ask a running job to checkpoint and stop cleanly."),
+    "convert": ("mtk.launcher.cli.convert", "Convert between a checkpoint and a Hugging Face model directory."),
 }
 
 

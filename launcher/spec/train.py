@@ -49,4 +49,10 @@ class TrainSpec(Section):
     eval_interval: int | None = Field(None, ge=1, description="Iterations between validation passes.")
     eval_iters: int = Field(2, ge=1, description="Validation batches per evaluation.")
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    init_from: str | None = Field(
+        None,
+        description="Start a new run from these weights: an mtk or Megatron-LM checkpoint dir (with its tracker,"
+        " or one iter_N/release dir) at any TP/PP layout. Optimizer, LR schedule and data position start fresh;"
+        " ignored once the run has its own checkpoint (then it resumes).",
+    )
     tensorboard: bool = Field(True, description="Write TensorBoard scalars to <run dir>/tensorboard.")

@@ -18,7 +18,7 @@ def test_tracker_missing_is_none(tmp_path):
 
 
 def test_tracker_garbage_names_the_file_and_fix(tmp_path):
-    (tmp_path / ck.TRACKER).write_text("release\n")
+    (tmp_path / ck.TRACKER).write_text("latest\n")  # "release" is Megatron-LM's weights-only marker, a valid value
     with pytest.raises(ValueError, match=r"latest_checkpointed_iteration\.txt.*fix or delete"):
         ck.read_tracker(tmp_path)
 

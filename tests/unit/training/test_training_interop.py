@@ -1,0 +1,108 @@
+"""Checkpoint interop without processes: the HF reshapes, the architecture decision, Megatron-LM's args."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from mtk.launcher.spec.loader import apply_overrides, validate
+from mtk.training import checkpoint
+from mtk.training.interop import hf, megatron_lm
+
+LLAMA = hf.Shape(num_layers=2, hidden_size=64, ffn_hidden_size=96, num_attention_heads=4, num_query_groups=2,
+                 kv_channels=16, vocab_size=1000, padded_vocab_size=1024, max_position_embeddings=64, rope=True,
+                 rotary_base=10000.0, rmsnorm=True, swiglu=True, bias=False, untie=True)
+GPT = dataclasses.replace(LLAMA, num_query_groups=4, rope=False, rmsnorm=False, swiglu=False, bias=True,
+                          untie=False)
+
+
+def test_qkv_split_follows_megatrons_grouped_layout():
+    d, per = 16, 2  # 4 heads in 2 groups
+    rows = torch.arange((per + 2) * d * 2).float().unsqueeze(1)  # row i holds the value i
+    q, k, v = hf.to_hf("qkv", rows, LLAMA)
+    # group 0 = rows [0, 64): q heads 0-1 (32 rows), k (16), v (16); group 1 = rows [64, 128)
+    assert q[:, 0].tolist() == list(range(0, 32)) + list(range(64, 96))
+    assert k[:, 0].tolist() == list(range(32, 48)) + list(range(96, 112))
+    assert v[:, 0].tolist() == list(range(48, 64)) + list(range(112, 128))
+
+
+@pytest.mark.parametrize("kind", ["copy", "vocab", "qkv", "gate_up", "conv1d", "qkv_conv1d"])
+def test_reshapes_invert(kind):
+    shape = GPT if kind == "qkv_conv1d" else LLAMA
+    rows = {"vocab": 1024, "qkv": 128, "qkv_conv1d": 192, "gate_up": 192}.get(kind, 64)
+    t = torch.randn(rows, 64)
+    if kind == "vocab":
+        t[1000:] = 0  # padding rows do not survive an export; import pads with zeros
+    assert torch.equal(hf.from_hf(kind, hf.to_hf(kind, t, shape), shape), t)
+
+
+def test_architecture_decision_and_refusals():
+    assert hf.hf_architecture(LLAMA) == "LlamaForCausalLM"
+    assert hf.hf_architecture(GPT) == "GPT2LMHeadModel"
+    with pytest.raises(hf.ConversionError, match=r"lacks .*model.untie_embeddings=false"):
+        hf.hf_architecture(dataclasses.replace(GPT, untie=True))
+    with pytest.raises(hf.ConversionError, match="mixture-of-experts"):
+        hf.hf_architecture(dataclasses.replace(LLAMA, num_experts=4))
+    with pytest.raises(hf.ConversionError, match="'MistralForCausalLM' is not supported"):
+        hf.shape_from_hf_config({"architectures": ["MistralForCausalLM"]})
+    with pytest.raises(hf.ConversionError, match="tanh GELU"):
+        hf.shape_from_hf_config({"architectures": ["GPT2LMHeadModel"], "activation_function": "gelu_new"})
+
+
+def test_hf_config_round_trips_the_shape():
+    for shape in (LLAMA, GPT):
+        arch = hf.hf_architecture(shape)
+        back, arch2 = hf.shape_from_hf_config(hf.hf_config(shape, arch, "float32"))
+        assert arch2 == arch
+        assert back == shape
+
+
+def _job(*sets):
+    data = {"name": "t", "cluster": {"nodes": 1, "procs_per_node": 2, "device": "cpu"}, "model": {"preset": "tiny"},
+            "parallel": {"tp": 2}}
+    return validate(apply_overrides(data, list(sets)))
+
+
+def test_megatron_args_carry_the_fields_megatron_lm_checks():
+    job = _job("train.global_batch_size=16", "parallel.distributed_optimizer=true", "parallel.tp=1")
+    args = megatron_lm.megatron_args(job, data_parallel_size=2, padded_vocab_size=1024, consumed_train_samples=48,
+                                     iteration=3)
+    for name, want in {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "add_position_embedding": True,
+                       "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1, "world_size": 2,
+                       "data_parallel_size": 2, "consumed_train_samples": 48, "padded_vocab_size": 1024,
+                       "use_distributed_optimizer": True, "global_batch_size": 16, "no_save_optim": False,
+                       "no_save_rng": False}.items():
+        assert getattr(args, name) == want, name
+    assert megatron_lm.content_metadata(True) == {"distrib_optim_sharding_type": "dp_reshardable",
+                                                  "singleton_local_shards": False,
+                                                  "chained_optim_avoid_prefix": True}
+    common = {"args": args}
+    assert megatron_lm.consumed_samples(common) == 48
+    assert megatron_lm.saved_topology(common)["distributed_optimizer"] == 1
+    assert megatron_lm.consumed_samples({"consumed_samples": 7}) == 7  # mtk's earlier layout
+
+
+def test_release_tracker(tmp_path):
+    (tmp_path / checkpoint.TRACKER).write_text("release\n")
+    with pytest.raises(FileNotFoundError, match="release"):
+        checkpoint.tracked_checkpoint(tmp_path)
+    (tmp_path / "release").mkdir()
+    assert checkpoint.tracked_checkpoint(tmp_path) == (tmp_path / "release", 0, True)
+    assert checkpoint.read_tracker(tmp_path) == 0
+
+
+def test_init_from_refuses_another_models_shape():
+    job = _job()
+    args = megatron_lm.megatron_args(_job("model.num_layers=3"), data_parallel_size=1, padded_vocab_size=1024,
+                                     consumed_train_samples=0, iteration=1)
+    with pytest.raises(RuntimeError, match=r"train.init_from: .* num_layers=3 but this job has model.num_layers=2"):
+        checkpoint.check_same_model("ck", {"args": args}, job, 1024, "train.init_from")
+
+
+def test_init_from_ignores_megatron_lms_query_groups_without_gqa():
+    job = _job()
+    args = megatron_lm.megatron_args(job, data_parallel_size=1, padded_vocab_size=1024, consumed_train_samples=0,
+                                     iteration=1)
+    args.group_query_attention, args.num_query_groups = False, 1  # Megatron-LM's defaults for plain MHA
+    checkpoint.check_same_model("ck", {"args": args}, job, 1024, "train.init_from")

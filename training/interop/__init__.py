@@ -1,0 +1,1 @@
+"""Checkpoint interoperability: Megatron-LM's common state (``megatron_lm``) and Hugging Face (``hf``)."""

@@ -1,0 +1,221 @@
+"""The parts of a checkpoint that Megatron-LM's ``megatron/training/checkpointing.py`` reads besides tensors.
+
+An mtk checkpoint is a Megatron-LM checkpoint: the same ``torch_dist`` tensors plus, in the common state,
+
+* ``args`` — an ``argparse.Namespace`` with the model/parallel/optimizer fields Megatron-LM compares on
+  resume (``check_checkpoint_args``), copies with ``--use-checkpoint-args`` and reads for the data position
+  (``consumed_train_samples``);
+* ``checkpoint_version`` 3.0, ``iteration``, ``num_floating_point_operations_so_far``;
+* ``rng_state`` as Megatron-LM's list (one entry per data-parallel rank) of dicts with
+  ``random_rng_state``/``np_rng_state``/``torch_rng_state``/``cuda_rng_state``/``rng_tracker_states``;
+* ``rerun_state_machine`` and the ``content_metadata`` (the sharded-state-dict options the optimizer keys
+  were built with: dist-opt sharding type, ``chained_optim_avoid_prefix``, ``singleton_local_shards``).
+
+mtk's own values that Megatron-LM has no field for live under the ``mtk`` key of the common state.
+The reverse direction (reading a checkpoint written by Megatron-LM) uses the same names.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mtk.launcher.spec import Job
+
+CHECKPOINT_VERSION = 3.0
+MTK_KEY = "mtk"
+# Megatron-LM's default (``_build_sharded_state_dict_metadata`` without --dist-ckpt-optim-fully-reshardable).
+DISTOPT_SHARDING = "dp_reshardable"
+
+
+def content_metadata(distributed_optimizer: bool) -> dict[str, Any]:
+    """The sharded-state-dict options, as Megatron-LM records them (without the runtime process group)."""
+    meta: dict[str, Any] = {}
+    if distributed_optimizer:
+        meta["distrib_optim_sharding_type"] = DISTOPT_SHARDING
+    meta["singleton_local_shards"] = False
+    meta["chained_optim_avoid_prefix"] = True
+    return meta
+
+
+def runtime_metadata(saved: dict[str, Any] | None) -> dict[str, Any]:
+    """Content metadata plus the data-parallel group megatron-core's state-dict builders expect."""
+    from megatron.core import parallel_state as ps
+
+    return {**(saved or {}), "dp_cp_group": ps.get_data_parallel_group(with_context_parallel=True)}
+
+
+def tokenizer_type(job: Job) -> str:
+    return job.data.tokenizer.type
+
+
+def megatron_args(job: Job, *, data_parallel_size: int, padded_vocab_size: int,
+                  consumed_train_samples: int, iteration: int) -> argparse.Namespace:
+    """The ``args`` Namespace Megatron-LM stores in (and checks against) a checkpoint, from the job spec.
+
+    Field names and meanings are Megatron-LM's command-line arguments (``--num-layers`` -> num_layers).
+    """
+    m, p, t = job.model, job.parallel, job.train
+    moe = m.moe.num_experts > 0
+    rope = m.position_embedding == "rope"
+    return argparse.Namespace(
+        # model
+        num_layers=m.num_layers, hidden_size=m.hidden_size, ffn_hidden_size=m.ffn,
+        num_attention_heads=m.num_attention_heads, kv_channels=m.hidden_size // m.num_attention_heads,
+        group_query_attention=m.query_groups != m.num_attention_heads, num_query_groups=m.query_groups,
+        seq_length=m.seq_length, max_position_embeddings=m.max_positions,
+        position_embedding_type=m.position_embedding, add_position_embedding=not rope,
+        use_rotary_position_embeddings=rope, rotary_base=int(m.rotary_base), rotary_percent=1.0,
+        rotary_interleaved=False, normalization=m.normalization, apply_layernorm_1p=False,
+        swiglu=m.activation == "swiglu", squared_relu=False, add_bias_linear=m.add_bias_linear,
+        add_qkv_bias=m.add_bias_linear, untie_embeddings_and_output_weights=m.untie_embeddings,
+        apply_query_key_layer_scaling=False, attention_dropout=m.attention_dropout,
+        hidden_dropout=m.hidden_dropout, init_method_std=m.init_method_std,
+        num_experts=m.moe.num_experts if moe else None,
+        moe_ffn_hidden_size=(m.moe.ffn_hidden_size or m.ffn) if moe else None,
+        moe_router_topk=m.moe.router_topk, moe_aux_loss_coeff=m.moe.aux_loss_coeff,
+        moe_router_load_balancing_type="aux_loss", moe_token_dispatcher_type="alltoall",
+        moe_grouped_gemm=False, moe_layer_freq=1, moe_expert_capacity_factor=m.moe.capacity_factor,
+        # vocabulary / tokenizer
+        vocab_size=m.vocab_size, padded_vocab_size=padded_vocab_size,
+        make_vocab_size_divisible_by=m.make_vocab_size_divisible_by, tokenizer_type=tokenizer_type(job),
+        # parallelism
+        tensor_model_parallel_size=p.tp, pipeline_model_parallel_size=p.pp,
+        virtual_pipeline_model_parallel_size=p.virtual_pp, context_parallel_size=p.cp,
+        expert_model_parallel_size=p.ep if moe else 1, sequence_parallel=p.sequence_parallel,
+        world_size=job.cluster.world_size, data_parallel_size=data_parallel_size,
+        use_distributed_optimizer=p.distributed_optimizer, data_parallel_random_init=False,
+        # checkpoint format
+        ckpt_format="torch_dist", use_dist_ckpt=True, ckpt_fully_parallel_save=False,
+        dist_ckpt_optim_fully_reshardable=False, no_save_optim=False, no_save_rng=False,
+        # schedule / optimizer / precision
+        micro_batch_size=t.micro_batch_size, global_batch_size=t.global_batch_size, train_iters=t.iterations,
+        lr=t.lr, min_lr=t.min_lr, lr_decay_style=t.lr_decay_style, lr_warmup_iters=t.lr_warmup_iters,
+        lr_decay_iters=t.lr_decay_iters or t.iterations, weight_decay=t.weight_decay,
+        start_weight_decay=t.weight_decay, end_weight_decay=t.weight_decay, weight_decay_incr_style="constant",
+        optimizer="adam", adam_beta1=t.adam_beta1, adam_beta2=t.adam_beta2, adam_eps=t.adam_eps,
+        clip_grad=t.clip_grad, bf16=t.precision in ("bf16", "fp8"), fp16=t.precision == "fp16",
+        seed=t.seed,
+        # data position
+        iteration=iteration, consumed_train_samples=consumed_train_samples, skipped_train_samples=0,
+        consumed_valid_samples=0,
+    )
+
+
+def _philox(seed: int):
+    """A CUDA generator state (Philox: 8-byte seed, 8-byte offset) at offset 0."""
+    import torch
+
+    return torch.tensor([seed & (2**63 - 1), 0], dtype=torch.int64).view(torch.uint8).clone()
+
+
+def _cpu_tracker_states(seed: int) -> dict[str, Any]:
+    """The CUDA RNG streams ``model_parallel_cuda_manual_seed(seed)`` would start on a GPU for this rank.
+
+    On CPU megatron-core's tracker holds no streams (and ignores ``set_states``), but Megatron-LM's loader
+    refuses an empty ``rng_tracker_states``; a GPU run resuming this checkpoint starts the same streams a
+    fresh GPU run with this seed would."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.tensor_parallel import random as mrandom
+
+    tp = ps.get_tensor_model_parallel_rank()
+    ep, etp = ps.get_expert_model_parallel_rank(), ps.get_expert_tensor_parallel_rank()
+    return {mrandom._DATA_PARALLEL_RNG_TRACKER_NAME: _philox(seed),
+            mrandom._MODEL_PARALLEL_RNG_TRACKER_NAME: _philox(seed + 2718 + tp),
+            mrandom._EXPERT_PARALLEL_RNG_TRACKER_NAME: _philox(seed + 1024 + 100 * ep + etp)}
+
+
+def rng_state_list() -> list[dict[str, Any]]:
+    """This rank's RNG streams in Megatron-LM's format (a one-element list: no data-parallel random init).
+
+    Without CUDA there is no CUDA generator: ``cuda_rng_state`` and the tracker streams then hold the
+    states a GPU run seeded like this one starts from (see :func:`_cpu_tracker_states`)."""
+    import random
+
+    import numpy as np
+    import torch
+    from megatron.core import tensor_parallel
+
+    tracker = tensor_parallel.get_cuda_rng_tracker().get_states()
+    if torch.cuda.is_available():
+        cuda_state = torch.cuda.get_rng_state()
+    else:
+        cuda_state = _philox(torch.initial_seed())
+        tracker = tracker or _cpu_tracker_states(torch.initial_seed())
+    return [{
+        "random_rng_state": random.getstate(),
+        "np_rng_state": np.random.get_state(),
+        "torch_rng_state": torch.get_rng_state(),
+        "cuda_rng_state": cuda_state,
+        "rng_tracker_states": tracker,
+    }]
+
+
+def set_rng_state(state: list[dict[str, Any]] | dict[str, Any]) -> None:
+    """Restore RNG streams written by :func:`rng_state_list`, by Megatron-LM, or mtk's earlier dict layout."""
+    import random
+
+    import numpy as np
+    import torch
+    from megatron.core import tensor_parallel
+
+    if isinstance(state, dict):  # mtk's earlier layout
+        state = [{"random_rng_state": state["random"], "np_rng_state": state["numpy"],
+                  "torch_rng_state": state["torch"], "cuda_rng_state": state.get("cuda"),
+                  "rng_tracker_states": state["tracker"]}]
+    entry = state[0]
+    random.setstate(entry["random_rng_state"])
+    np.random.set_state(entry["np_rng_state"])
+    torch.set_rng_state(entry["torch_rng_state"])
+    if entry.get("cuda_rng_state") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(entry["cuda_rng_state"])
+    tensor_parallel.get_cuda_rng_tracker().set_states(entry["rng_tracker_states"])
+
+
+def rerun_state() -> dict[str, Any] | None:
+    """megatron-core's rerun-state-machine entry, as Megatron-LM writes it (a template when idle)."""
+    from megatron.core.rerun_state_machine import get_rerun_state_machine
+
+    return get_rerun_state_machine().state_dict(data_iterator=None, ckpt_format="torch_dist", force=True)
+
+
+def saved_topology(common: dict[str, Any]) -> dict[str, int]:
+    """The layout a checkpoint was written with: mtk's record, else derived from Megatron-LM's args."""
+    extras = common.get(MTK_KEY) or {}
+    if "topology" in extras:
+        return dict(extras["topology"])
+    if "topology" in common:  # mtk's earlier top-level layout
+        return dict(common["topology"])
+    args = common.get("args")
+    if args is None:
+        return {}
+    experts = getattr(args, "num_experts", None)
+    return {"tp": getattr(args, "tensor_model_parallel_size", 1),
+            "pp": getattr(args, "pipeline_model_parallel_size", 1),
+            "cp": getattr(args, "context_parallel_size", 1),
+            "ep": getattr(args, "expert_model_parallel_size", 1) if experts else 1,
+            "world": getattr(args, "world_size", 0),
+            "distributed_optimizer": int(bool(getattr(args, "use_distributed_optimizer", False)))}
+
+
+def saved_precision(common: dict[str, Any]) -> str | None:
+    extras = common.get(MTK_KEY) or {}
+    if "precision" in extras:
+        return extras["precision"]
+    if "precision" in common:
+        return common["precision"]
+    args = common.get("args")
+    if args is None:
+        return None
+    return "bf16" if getattr(args, "bf16", False) else "fp16" if getattr(args, "fp16", False) else "fp32"
+
+
+def consumed_samples(common: dict[str, Any]) -> int:
+    """The training data position: Megatron-LM's ``args.consumed_train_samples`` (mtk's earlier key else)."""
+    args = common.get("args")
+    if args is not None and getattr(args, "consumed_train_samples", None) is not None:
+        return int(args.consumed_train_samples)
+    if "consumed_samples" in common:
+        return int(common["consumed_samples"])
+    return 0
