@@ -290,6 +290,8 @@ def pytorchjob(job: Job, run: str, run_dir: str) -> dict:
         init.append({"name": "preflight", "image": job.image.reference,
                      "command": step_command("preflight", run_dir), "env": container["env"],
                      "volumeMounts": mounts, **({"resources": resources} if resources else {})})
+    for step in init:  # init containers run on the same node with the same image: same restrictions
+        step.setdefault("securityContext", container["securityContext"])
     if init:
         pod["initContainers"] = init
     min_nodes = e.min_nodes or c.nodes

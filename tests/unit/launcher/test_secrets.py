@@ -92,11 +92,13 @@ def test_eks_manifests_carry_secret_key_refs_and_pass_strict_validation(tmp_path
     assert len(pods) == 2
     for template in pods:
         container = template["spec"]["containers"][0]
-        refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e}
+        refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"]
+                if "secretKeyRef" in e.get("valueFrom", {})}
         assert refs == {"HF_TOKEN": {"name": "tiny-secrets", "key": "HF_TOKEN"},
                         "WANDB_API_KEY": {"name": "team-wandb", "key": "api-key"}}
-        sc = container["securityContext"]
-        assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"]["drop"] == ["ALL"]
+        for c in [container, *template["spec"].get("initContainers", [])]:  # the preflight init step too
+            sc = c["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"]["drop"] == ["ALL"], c["name"]
         kubernetes_validate.validate({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "w"},
                                       "template": template}, "1.32", strict=True)
     worker = next(p for p in pods if p["metadata"]["labels"]["mtk/component"] == "train")
