@@ -162,6 +162,13 @@ def _uses_te(job: Job) -> bool:
     return job.cluster.device == "gpu"
 
 
+def _check_plan(job: Job):
+    """The device plan the check builds with: the job's device, megatron-core's local layers (TE is not here)."""
+    from mtk.training import device_plan
+
+    return device_plan.plan(job, gpu=job.cluster.device == "gpu", te=False)
+
+
 def _config_problems(job: Job) -> tuple[object | None, list[tuple[str, str]]]:
     from mtk.training import loop, model
 
@@ -171,7 +178,7 @@ def _config_problems(job: Job) -> tuple[object | None, list[tuple[str, str]]]:
     except loop.EngineError as exc:
         return None, [(field_of(str(exc)), str(exc))]
     try:
-        return model.transformer_config(job, cpu), []
+        return model.transformer_config(job, _check_plan(job)), []
     except (AssertionError, ValueError, TypeError, NotImplementedError) as exc:
         return None, [_problem(job, "megatron-core refuses this model", exc)]
 
@@ -215,7 +222,7 @@ def _model_problems(job: Job, config) -> tuple[int | None, list[tuple[str, str]]
         _init_fake_world(job)
         config.perform_initialization = False
         with torch.device("meta"):
-            chunks = model.build_model(job, config, None, use_te=False)
+            chunks = model.build_model(job, config, None, _check_plan(job), on_device=False)
     except (AssertionError, ValueError, TypeError, RuntimeError, NotImplementedError) as exc:
         return None, [_problem(job, "megatron-core refuses to build the model", exc)]
     return sum(p.numel() for c in chunks for p in c.parameters()), []

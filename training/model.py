@@ -129,11 +129,12 @@ def model_vocab_size(job: Job, vocab_size: int | None = None) -> int:
     return padded_vocab(vocab_size or m.vocab_size, m.make_vocab_size_divisible_by, job.parallel.tp)
 
 
-def build_model(job: Job, config, vocab_size: int | None, plan: DevicePlan) -> list:
+def build_model(job: Job, config, vocab_size: int | None, plan: DevicePlan, on_device: bool = True) -> list:
     """The model chunks of this pipeline rank (one per virtual stage) on the accelerator, not yet wrapped.
 
     ``use_cpu_initialization`` (CPU) and torch-native modules (local-spec norms) leave parameters on the
-    host; ``.cuda()`` moves them, as Megatron-LM's ``get_model`` does before wrapping.
+    host; ``.cuda()`` moves them, as Megatron-LM's ``get_model`` does before wrapping. ``on_device=False``
+    keeps them where they were built (``mtk validate`` builds on the meta device, which has nothing to move).
     """
     import torch
     from megatron.core import parallel_state as ps
@@ -159,6 +160,7 @@ def build_model(job: Job, config, vocab_size: int | None, plan: DevicePlan) -> l
             parallel_output=True,
             vp_stage=stage if vp else None,
         ))
-    for chunk in chunks:
-        chunk.cuda(torch.cuda.current_device())
+    if on_device:
+        for chunk in chunks:
+            chunk.cuda(torch.cuda.current_device())
     return chunks
