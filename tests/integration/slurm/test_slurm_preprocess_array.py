@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.faults import crash_env
 
 pytestmark = pytest.mark.integration
 
@@ -83,7 +84,8 @@ def test_four_task_array_merges_byte_identical_and_training_reads_it(harness, mt
 def test_killed_array_task_is_redone_alone_on_relaunch(harness, mtk_venv, dataset):
     data, ref = dataset
     spec = _spec(harness, data, "killed", shard_mb=0.05, max_parallel=4)
-    run = harness.launch(spec, f"cluster.slurm.venv={mtk_venv}")
+    # Task 1 pauses after each shard (a test-only hook), so the kill lands mid-slice on any machine speed.
+    run = harness.launch(spec, f"cluster.slurm.venv={mtk_venv}", env=crash_env("slow-shard:1:3"))
     array_id = harness.run_record(run)["ids"]["preprocess"]
     parts = data / "killed" / "c.mtk-parts"
     manifest = parts / "manifest.json"

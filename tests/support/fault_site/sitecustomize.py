@@ -3,7 +3,9 @@
 The shipped package reads no test switch: a test that wants a crash puts this folder first on the ranks'
 PYTHONPATH (see :func:`support.faults.crash_env`) and names the fault in ``MTK_FAULT``:
 
-    save:N   SIGKILL rank 0 after the shards of iteration N are written and before they are published
+    save:N            SIGKILL rank 0 after the shards of iteration N are written and before they are published
+    slow-shard:T:S    in Slurm array task T, sleep S seconds after each preprocess shard (so a test can kill
+                      that task between two shards of its slice however fast the machine is)
 """
 
 from __future__ import annotations
@@ -26,3 +28,19 @@ if _FAULT.startswith("save:"):
         return _publish(root, iteration)
 
     _checkpoint.publish = _publish_or_die
+
+if _FAULT.startswith("slow-shard:"):
+    _task, _seconds = _FAULT.split(":")[1:3]
+    if os.environ.get("SLURM_ARRAY_TASK_ID") == _task:
+        import time
+
+        from mtk.data_jobs import preprocess as _preprocess
+
+        _process_shard = _preprocess.process_shard
+
+        def _slow_process_shard(*args, **kwargs):
+            result = _process_shard(*args, **kwargs)
+            time.sleep(float(_seconds))
+            return result
+
+        _preprocess.process_shard = _slow_process_shard
