@@ -169,32 +169,32 @@ class _ZstdReader(io.RawIOBase):
             super().close()
 
 
-class _OwnsGzip(gzip.GzipFile):
+class _ClosesRaw:
+    """Mixin for decompressing readers that also close the stream they read from."""
+
+    _raw: IO[bytes]
+
+    def close(self) -> None:
+        try:
+            super().close()  # type: ignore[misc]
+        finally:
+            self._raw.close()
+
+
+class _OwnsGzip(_ClosesRaw, gzip.GzipFile):
     """A gzip reader that also closes the stream it reads from."""
 
     def __init__(self, raw: IO[bytes]):
         super().__init__(fileobj=raw, mode="rb")
         self._raw = raw
 
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            self._raw.close()
 
-
-class _OwnsXz(lzma.LZMAFile):
+class _OwnsXz(_ClosesRaw, lzma.LZMAFile):
     """An xz reader that also closes the stream it reads from."""
 
     def __init__(self, raw: IO[bytes]):
         super().__init__(raw, "rb")
         self._raw = raw
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            self._raw.close()
 
 
 def decode_errors() -> tuple[type[BaseException], ...]:

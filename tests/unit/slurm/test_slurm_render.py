@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from mtk.launcher.paths import resolve_paths
 from mtk.launcher.spec import SpecError, load_job
-from mtk.slurm.quoting import parse_directive_value
 from mtk.slurm.render import SCRIPTS, plan, render
+from support.sbatch import directives
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 RUN = "/shared/runs/r1"
@@ -23,14 +23,6 @@ def job_of(example: str = "tiny-slurm.yaml", sets: list[str] | None = None):
     return resolve_paths(job, "slurm", cwd="/shared")
 
 
-def directives(script: str) -> dict[str, list[str]]:
-    """#SBATCH options as sbatch reads them: key -> values (flags map to '')."""
-    out: dict[str, list[str]] = {}
-    for line in script.splitlines():
-        if line.startswith("#SBATCH --"):
-            key, _, raw = line[len("#SBATCH --"):].partition("=")
-            out.setdefault(key, []).append(parse_directive_value(raw) if raw else "")
-    return out
 
 
 VARIANTS = {

@@ -12,6 +12,7 @@ from mtk.launcher.paths import resolve_paths
 from mtk.launcher.spec import load_job
 from mtk.slurm.quoting import parse_directive_value
 from mtk.slurm.render import render
+from support.sbatch import directives
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 RUN = "/shared/runs/r1"
@@ -21,13 +22,6 @@ def job_of(example: str, sets: list[str]):
     return resolve_paths(load_job(EXAMPLES / example, sets, backend="slurm"), "slurm", cwd="/shared")
 
 
-def directives(script: str) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for line in script.splitlines():
-        if line.startswith("#SBATCH --"):
-            key, _, raw = line[len("#SBATCH --"):].partition("=")
-            out.setdefault(key, []).append(parse_directive_value(raw) if raw else "")
-    return out
 
 
 def _script(sets: list[str]) -> str:
