@@ -22,12 +22,13 @@ def main() -> None:
     compat.install()
     import torch
     from mtk.launcher.spec import load_job_json
-    from mtk.training import checkpoint, distributed, model
+    from mtk.training import checkpoint, device_plan, distributed, model
 
     job = load_job_json(Path(a.job))
     distributed.init(job, True)
-    cfg = model.transformer_config(job, True)
-    chunks = model.build_model(job, cfg, None, use_te=False)
+    plan = device_plan.plan(job, gpu=False, te=False)
+    cfg = model.transformer_config(job, plan)
+    chunks = model.build_model(job, cfg, None, plan)
     path, _, _ = checkpoint.resolve_checkpoint_dir(a.checkpoint)
     checkpoint.load_weights(chunks, None, path, None)
     net = chunks[0].eval()
@@ -40,7 +41,7 @@ def main() -> None:
     tokens = torch.randint(0, vocab, (2, job.model.seq_length), generator=gen)
     pos = torch.arange(tokens.shape[1]).unsqueeze(0).expand_as(tokens)
     with torch.no_grad():
-        ours = net(tokens, pos, None)[..., :vocab].float()
+        ours = net(tokens.cuda(), pos.cuda(), None)[..., :vocab].float()  # the engine's path: inputs on the device
         theirs = hf(tokens).logits.float()
     Path(a.out).write_text(json.dumps({
         "max_abs_diff": float((ours - theirs).abs().max()),
