@@ -23,18 +23,24 @@ def build_index_cache(job_json: str, log: Any = print) -> str | None:
     from mtk.training import compat
 
     compat.install_import_stubs()  # what the training worker does before importing megatron.core
-    os.environ.setdefault("LOCAL_RANK", "0")
     from mtk.launcher.spec import load_job_json
     from mtk.training import data
 
     job = load_job_json(job_json)
     t0 = time.monotonic()
+    # megatron-core's rank helpers look for a rank in the environment; this one process is rank 0. Only for the
+    # build: a LOCAL_RANK left behind would make every later child of this process look like a training rank.
+    set_here = "LOCAL_RANK" not in os.environ
+    os.environ.setdefault("LOCAL_RANK", "0")
     try:
         train, valid = data.build_datasets(job, data.tokenizer_info(job), log=log)
     except (ValueError, RuntimeError) as exc:  # e.g. a split that gives a part no documents
         log(f"index cache: WARNING not built ({exc}); the dataset itself is complete, but training will stop on "
             "the same problem: fix it before launching training")
         return None
+    finally:
+        if set_here:
+            os.environ.pop("LOCAL_RANK", None)
     where = data.cache_dir(job)
     log(f"index cache: {len(train):,} train / {len(valid) if valid is not None else 0:,} valid samples of "
         f"{job.model.seq_length} tokens (seed {job.train.seed}, split {job.data.split}) ready in {where} "
