@@ -1,0 +1,344 @@
+"""A sharded preprocess (data.corpus.shards) run as separate processes the way a Slurm array or an EKS Indexed
+Job runs it: byte-identical to one process over the same documents, resumable per shard, and strict about bad
+input (Parquet rows, damaged compressed files, empty corpora, impossible worker counts)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+from mtk.data_jobs.preprocess import PreprocessConfig, PreprocessError, main, preprocess
+from mtk.launcher.spec.data import TokenizerSpec
+
+GPT2 = TokenizerSpec(type="GPT2BPETokenizer", vocab_file="vocab.json", merge_file="merges.txt")
+
+
+@pytest.fixture(scope="module")
+def docs(edge_docs) -> list[str]:
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    texts = [p.read_text(encoding="utf-8", errors="replace")[:6000] for p in sorted(stdlib.glob("[f-m]*.py"))[:60]]
+    small = [d for d in edge_docs if len(d) < 5000]
+    return [t for pair in zip(texts, small * 4, strict=False) for t in pair] + texts[len(small) * 4:]
+
+
+def _job(tmp: Path, bpe_dir: Path, corpus: str, shards: int, **corpus_fields) -> Path:
+    from mtk.launcher.spec import load_job
+
+    data = tmp / "data"
+    data.mkdir(exist_ok=True)
+    for f in ("vocab.json", "merges.txt"):
+        shutil.copy(bpe_dir / f, data / f)
+    spec = {"name": "sharded", "model": {"preset": "tiny"},
+            "data": {"dir": str(data), "tokenizer": GPT2.model_dump(),
+                     "corpus": {"input": corpus, "output_prefix": "tok/c", "workers": 1, "shards": shards,
+                                **corpus_fields}}}
+    (tmp / "job.yaml").write_text(json.dumps(spec))
+    (tmp / "job.json").write_text(load_job(tmp / "job.yaml").to_json())
+    return tmp / "job.json"
+
+
+def _task(job: Path, index: int | None, *extra: str) -> subprocess.Popen:
+    env = {**os.environ}
+    if index is not None:
+        env["JOB_COMPLETION_INDEX"] = str(index)  # what an Indexed Job's pod gets
+    return subprocess.Popen([sys.executable, "-m", "mtk.launcher.entrypoint", "preprocess", "--job", str(job),
+                             "--shard-mb", "0.02", "--no-progress", *extra], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _reference(tmp: Path, bpe_dir: Path, docs: list[str], formats) -> dict:
+    ref = formats.write_reference(tmp / "all.jsonl", docs)
+    cfg = PreprocessConfig(input=str(ref), output_prefix=str(tmp / "ref" / "c"), tokenizer=GPT2,
+                           data_dir=str(bpe_dir), workers=1, progress=False)
+    return preprocess(cfg, log=lambda _m: None)
+
+
+def test_four_concurrent_tasks_over_jsonl_zst_parquet_merge_byte_identical(tmp_path, bpe_dir, docs, corpus_formats):
+    ref = _reference(tmp_path, bpe_dir, docs, corpus_formats)
+    job = _job(tmp_path, bpe_dir, "corpus", shards=4)
+    corpus_formats.write_multiformat(tmp_path / "data" / "corpus", docs)
+    procs = [_task(job, i) for i in range(4)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], outs
+    for i, out in enumerate(outs):
+        assert f"task {i} of 4:" in out
+    assert sum("preprocess: done:" in out for out in outs) == 1, "exactly one task merges"
+    prefix = tmp_path / "data" / "tok" / "c_text_document"
+    for ext in ("bin", "idx"):
+        assert Path(f"{prefix}.{ext}").read_bytes() == Path(ref["outputs"]["text"][ext]).read_bytes()
+    assert not (tmp_path / "data" / "tok" / "c.mtk-parts").exists()
+    record = json.loads((tmp_path / "data" / "tok" / "c.mtk-preprocess.json").read_text())["summary"]
+    assert record["docs"] == len(docs) and record["tasks"] == 4
+    again = _task(job, 2)
+    assert "nothing to do" in again.communicate(timeout=120)[0] and again.returncode == 0
+
+
+def test_killed_task_redoes_only_its_unfinished_shards_and_merge_waits_for_it(tmp_path, bpe_dir, docs,
+                                                                            corpus_formats):
+    import signal
+    import time
+
+    docs = docs * 8
+    ref = _reference(tmp_path, bpe_dir, docs, corpus_formats)
+    job = _job(tmp_path, bpe_dir, "corpus", shards=3)
+    corpus_formats.write_multiformat(tmp_path / "data" / "corpus", docs)
+    parts = tmp_path / "data" / "tok" / "c.mtk-parts"
+    for i in (0, 2):
+        out = _task(job, i).communicate(timeout=300)[0]
+        assert "other tasks still running" in out
+    others = {p.name: p.stat().st_mtime_ns for p in parts.glob("shard-*.done")}
+    victim = _task(job, 1)
+    deadline = time.monotonic() + 120
+    while len(list(parts.glob("shard-*.done"))) < len(others) + 2 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate(timeout=60)
+    survived = len(list(parts.glob("shard-*.done"))) - len(others)
+    assert survived >= 2, "task 1 was killed after finishing some shards"
+
+    merge = _task(job, None, "--merge")
+    text = merge.communicate(timeout=120)[0]
+    assert merge.returncode == 1 and "are not done (tasks 1)" in text
+    assert not list((tmp_path / "data" / "tok").glob("c_text_document.*")), "nothing under the final prefix"
+
+    out = _task(job, 1).communicate(timeout=300)[0]
+    total = int(out.split("task 1 of 3: ")[1].split(" of ")[0])
+    assert total > survived, "the kill came before task 1's last shard"
+    assert f"resuming: {survived}/{total} shards already done" in out
+    assert "preprocess: done:" in out and not parts.exists()
+    for ext in ("bin", "idx"):
+        assert Path(tmp_path / "data" / "tok" / f"c_text_document.{ext}").read_bytes() == \
+            Path(ref["outputs"]["text"][ext]).read_bytes()
+
+
+def test_bad_parquet_row_names_file_row_and_shard_and_skip_counts(tmp_path, bpe_dir):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts = [f"row {i} text" for i in range(50)]
+    texts[37] = None
+    path = tmp_path / "c.parquet"
+    pq.write_table(pa.table({"text": texts}), path, row_group_size=10)
+    cfg = PreprocessConfig(input=str(path), output_prefix=str(tmp_path / "out" / "c"), tokenizer=GPT2,
+                           data_dir=str(bpe_dir), workers=1, progress=False, shard_mb=1e-6)
+    with pytest.raises(PreprocessError, match=rf"{path}: row 38: column 'text' is null \(shard 3\)"):
+        preprocess(cfg, log=lambda _m: None)
+    assert not list((tmp_path / "out").glob("c_text_document.*"))
+    cfg.skip_bad_lines = True
+    summary = preprocess(cfg, log=lambda _m: None)
+    assert summary["skipped_lines"] == 1 and summary["docs"] == 49
+    assert summary["skipped_by_reason"] == {"column 'text' is null": 1}
+
+
+def test_parquet_without_the_key_column_is_named(tmp_path, bpe_dir):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"content": ["a", "b"]}), tmp_path / "c.parquet")
+    with pytest.raises(PreprocessError, match="no column 'text' \\(columns: content\\)"):
+        preprocess(PreprocessConfig(input=str(tmp_path / "c.parquet"), output_prefix=str(tmp_path / "o"),
+                                    tokenizer=GPT2, data_dir=str(bpe_dir), workers=1, progress=False),
+                   log=lambda _m: None)
+
+
+@pytest.mark.parametrize("kind", ["truncated.jsonl.zst", "truncated.jsonl.gz", "plain-text.jsonl.gz",
+                                  "truncated.jsonl.xz"])
+def test_damaged_or_mislabelled_compressed_file_is_a_named_error(tmp_path, bpe_dir, kind, capsys):
+    import gzip
+    import lzma
+
+    import zstandard
+
+    body = "".join(json.dumps({"text": f"document {i} " * 30}) + "\n" for i in range(400)).encode()
+    packed = {".zst": zstandard.ZstdCompressor().compress, ".gz": gzip.compress, ".xz": lzma.compress}
+    suffix = Path(kind).suffix
+    path = tmp_path / kind
+    path.write_bytes(body if kind.startswith("plain") else packed[suffix](body)[: -10])  # cut in the last block
+    code = main(["--input", str(path), "--output-prefix", str(tmp_path / "o"), "--tokenizer-type",
+                 "GPT2BPETokenizer", "--vocab-file", str(bpe_dir / "vocab.json"), "--merge-file",
+                 str(bpe_dir / "merges.txt"), "--workers", "1", "--no-progress"])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert f"{path}: this {suffix} file" in err and "Traceback" not in err, err
+    assert not list(tmp_path.glob("o_text_document.*"))
+
+
+def test_damaged_compressed_message(tmp_path, bpe_dir, capsys):
+    import zstandard
+
+    body = "".join(json.dumps({"text": f"document {i} " * 30}) + "\n" for i in range(400)).encode()
+    path = tmp_path / "c.jsonl.zst"
+    path.write_bytes(zstandard.ZstdCompressor().compress(body)[:300])
+    assert main(["--input", str(path), "--output-prefix", str(tmp_path / "o"), "--tokenizer-type",
+                 "GPT2BPETokenizer", "--vocab-file", str(bpe_dir / "vocab.json"), "--merge-file",
+                 str(bpe_dir / "merges.txt"), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert f"{path}: this .zst file" in err and "re-download it" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("workers", ["0", "-2"])
+def test_nonpositive_workers_refused(tmp_path, bpe_dir, workers, capsys):
+    (tmp_path / "c.jsonl").write_text('{"text": "a"}\n')
+    assert main(["--input", str(tmp_path / "c.jsonl"), "--output-prefix", str(tmp_path / "o"),
+                 "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", str(bpe_dir / "vocab.json"),
+                 "--merge-file", str(bpe_dir / "merges.txt"), "--workers", workers]) == 1
+    assert f"--workers {workers}: must be at least 1" in capsys.readouterr().err
+    assert not list(tmp_path.glob("o*"))
+
+
+@pytest.mark.parametrize("content", [b"", b"\n\n  \n"])
+def test_empty_corpus_is_an_error_unless_allowed(tmp_path, bpe_dir, content):
+    (tmp_path / "c.jsonl").write_bytes(content)
+    cfg = PreprocessConfig(input=str(tmp_path / "c.jsonl"), output_prefix=str(tmp_path / "out" / "c"),
+                           tokenizer=GPT2, data_dir=str(bpe_dir), workers=1, progress=False)
+    with pytest.raises(PreprocessError, match="allow_empty"):
+        preprocess(cfg, log=lambda _m: None)
+    assert not list(tmp_path.glob("out/c_text_document.*"))
+    cfg.allow_empty = True
+    summary = preprocess(cfg, log=lambda _m: None)
+    assert summary["docs"] == 0 and Path(summary["outputs"]["text"]["idx"]).stat().st_size == 34 + 8
+
+
+def test_rendered_indexed_job_command_with_job_completion_index_builds_the_dataset(tmp_path, bpe_dir, docs,
+                                                                                   corpus_formats):
+    """The EKS Indexed Job, exercised for real: its pod command, run as local processes with the environment
+    the Job controller gives each pod (JOB_COMPLETION_INDEX), at most ``parallelism`` at a time."""
+    from mtk.k8s import manifests, names
+    from mtk.launcher.spec.loader import validate
+
+    docs = docs * 2
+    ref = _reference(tmp_path, bpe_dir, docs, corpus_formats)
+    data = tmp_path / "data"
+    corpus_formats.write_multiformat(data / "corpus", docs)
+    for f in ("vocab.json", "merges.txt"):
+        shutil.copy(bpe_dir / f, data / f)
+    job = validate({
+        "name": "tiny-eks", "model": {"preset": "tiny"}, "parallel": {"tp": 2},
+        "image": {"registry": "123456789012.dkr.ecr.us-west-2.amazonaws.com", "name": "mtk", "tag": "t1"},
+        "cluster": {"nodes": 2, "procs_per_node": 1, "device": "cpu", "runs_dir": str(tmp_path / "runs"),
+                    "eks": {"fsx_mount": str(tmp_path)}},
+        "data": {"dir": str(data), "tokenizer": GPT2.model_dump(),
+                 "corpus": {"input": "corpus", "output_prefix": "tok/c", "workers": 1, "shards": 4,
+                            "max_parallel": 2, "shard_mb": 0.05}},
+        "train": {"micro_batch_size": 2, "global_batch_size": 4, "iterations": 4},
+    }, backend="eks", check_files=False)
+    (tmp_path / "job.json").write_text(job.to_json())
+    [pre] = [o.body for o in manifests.build(job, str(tmp_path / "runs" / "r1")) if o.step == "preprocess"]
+    spec = pre["spec"]
+    [container] = spec["template"]["spec"]["containers"]
+    command = [str(tmp_path / "job.json") if a == names.SPEC_PATH else a for a in container["command"]]
+    assert command[0] == "mtk-entrypoint"
+    argv = [sys.executable, "-m", "mtk.launcher.entrypoint", *command[1:], "--no-progress"]
+    outs: list[str] = []
+    pending = list(range(spec["completions"]))
+    while pending:  # the controller's parallelism: at most this many pods at once
+        batch, pending = pending[: spec["parallelism"]], pending[spec["parallelism"]:]
+        procs = [subprocess.Popen(argv, env={**os.environ, "JOB_COMPLETION_INDEX": str(i)}, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True) for i in batch]
+        outs += [p.communicate(timeout=300)[0] for p in procs]
+        assert all(p.returncode == 0 for p in procs), outs
+    assert [f"task {i} of 4:" in out for i, out in enumerate(outs)] == [True] * 4
+    assert not any(": 0 of " in out for out in outs), "every task had work"
+    merged = [i for i, out in enumerate(outs) if "preprocess: done:" in out]
+    assert len(merged) == 1 and merged[0] >= spec["completions"] - spec["parallelism"], "a pod of the last wave merged"
+    for prefix in job.data.corpus_prefixes():
+        for ext in ("bin", "idx"):
+            assert Path(f"{prefix}.{ext}").read_bytes() == Path(ref["outputs"]["text"][ext]).read_bytes()
+    assert manifests.data_files_to_wait_for(job) == [f"{p}{e}" for p in job.data.corpus_prefixes()
+                                                      for e in (".bin", ".idx")]
+
+
+def test_s3_prefix_of_jsonl_zst_parquet_streams_to_the_same_bytes(tmp_path, bpe_dir, docs, corpus_formats,
+                                                                  monkeypatch):
+    """s3:// input through boto3 against moto's S3 server on 127.0.0.1 (ranged reads, byte-range shards)."""
+    import socket
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    ref = _reference(tmp_path, bpe_dir, docs, corpus_formats)
+    files = corpus_formats.write_multiformat(tmp_path / "local", docs)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    srv.start()
+    try:
+        for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                     "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{port}"}.items():
+            monkeypatch.setenv(k, v)
+        s3 = boto3.client("s3")
+        s3.create_bucket(Bucket="corpus")
+        for f in files:
+            s3.upload_file(str(f), "corpus", f"web/{f.name}")
+        s3.put_object(Bucket="corpus", Key="web/README.md", Body=b"not a corpus file")
+        s3.put_object(Bucket="corpus", Key="webby/x.jsonl", Body=b'{"text": "another prefix"}\n')
+        cfg = PreprocessConfig(input="s3://corpus/web", output_prefix=str(tmp_path / "s3" / "c"), tokenizer=GPT2,
+                               data_dir=str(bpe_dir), workers=2, progress=False, shard_mb=0.01)
+        got = preprocess(cfg, log=lambda _m: None)
+        assert got["docs"] == len(docs)
+        for ext in ("bin", "idx"):
+            assert Path(got["outputs"]["text"][ext]).read_bytes() == Path(ref["outputs"]["text"][ext]).read_bytes()
+        with pytest.raises(PreprocessError, match="s3://corpus/nothing: no .jsonl"):
+            preprocess(PreprocessConfig(input="s3://corpus/nothing", output_prefix=str(tmp_path / "n"),
+                                        tokenizer=GPT2, data_dir=str(bpe_dir), workers=1, progress=False),
+                       log=lambda _m: None)
+    finally:
+        srv.stop()
+
+
+def test_entrypoint_takes_a_parquet_file_with_megatron_flags(tmp_path, bpe_dir, docs, corpus_formats):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ref = _reference(tmp_path, bpe_dir, docs, corpus_formats)
+    path = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"text": docs, "url": [f"u{i}" for i in range(len(docs))]}), path, row_group_size=7)
+    out = subprocess.run([sys.executable, "-m", "mtk.launcher.entrypoint", "preprocess", "--input", str(path),
+                          "--output-prefix", str(tmp_path / "pq"), "--tokenizer-type", "GPT2BPETokenizer",
+                          "--vocab-file", str(bpe_dir / "vocab.json"), "--merge-file", str(bpe_dir / "merges.txt"),
+                          "--append-eod", "--workers", "2", "--no-progress"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    for ext in ("bin", "idx"):
+        assert (tmp_path / f"pq_text_document.{ext}").read_bytes() == Path(ref["outputs"]["text"][ext]).read_bytes()
+
+
+def test_merge_builds_the_training_index_cache_once_in_the_data_dir(tmp_path, bpe_dir, docs, corpus_formats,
+                                                                    capsys):
+    """After the merge the run's GPTDataset indices exist in <data.dir>/index-cache; the training ranks' build
+    then only loads them (no file is added or rewritten)."""
+    from mtk.launcher.spec import load_job_json
+    from mtk.training import data as train_data
+
+    job_path = _job(tmp_path, bpe_dir, "corpus", shards=2)
+    job = json.loads(job_path.read_text())
+    job["train"].update(iterations=3, global_batch_size=4, micro_batch_size=1, eval_interval=None)
+    job_path.write_text(json.dumps(job))
+    corpus_formats.write_multiformat(tmp_path / "data" / "corpus", docs)
+    assert main(["--job", str(job_path), "--no-progress", "--task-index", "0"]) == 0
+    cache = tmp_path / "data" / "index-cache"
+    assert not cache.exists(), "no index before the merge"
+    assert main(["--job", str(job_path), "--no-progress", "--task-index", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "index cache: 12 train" in out and str(cache) in out
+    built = {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()}
+    assert any(p.name.endswith("document_index.npy") for p in built)
+    loaded = load_job_json(job_path)
+    assert train_data.cache_dir(loaded, run_dir=str(tmp_path / "run")) == str(cache)
+    train_data.build_datasets(loaded, train_data.tokenizer_info(loaded), run_dir=str(tmp_path / "run"))
+    assert {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()} == built
+
+
+def test_mock_data_index_goes_to_the_run_dir_not_the_working_directory(tmp_path):
+    from mtk.launcher.spec.loader import validate
+    from mtk.training import data as train_data
+
+    job = validate({"name": "m", "model": {"preset": "tiny"}, "data": {"dir": "data"}})
+    assert train_data.cache_dir(job, run_dir=str(tmp_path / "run")) == str(tmp_path / "run" / "index-cache")
+    assert train_data.cache_dir(job) == "data/index-cache"
