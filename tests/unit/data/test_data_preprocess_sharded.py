@@ -285,7 +285,7 @@ def test_s3_prefix_of_jsonl_zst_parquet_streams_to_the_same_bytes(tmp_path, bpe_
         assert got["docs"] == len(docs)
         for ext in ("bin", "idx"):
             assert Path(got["outputs"]["text"][ext]).read_bytes() == Path(ref["outputs"]["text"][ext]).read_bytes()
-        with pytest.raises(PreprocessError, match="s3://corpus/nothing: no .jsonl"):
+        with pytest.raises(PreprocessError, match=r"s3://corpus/nothing: no \.jsonl"):
             preprocess(PreprocessConfig(input="s3://corpus/nothing", output_prefix=str(tmp_path / "n"),
                                         tokenizer=GPT2, data_dir=str(bpe_dir), workers=1, progress=False),
                        log=lambda _m: None)
