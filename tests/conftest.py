@@ -100,3 +100,27 @@ def corpus_formats():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture
+def local_s3(monkeypatch):
+    """A real S3 API on 127.0.0.1 (moto's server) that boto3 in this process and its children talks to;
+    yields a client. Credentials are moto's dummies, set only for the test."""
+    import socket
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                           "AWS_DEFAULT_REGION": "us-east-1",
+                           "AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{port}"}.items():
+            monkeypatch.setenv(key, value)
+        yield boto3.client("s3")
+    finally:
+        server.stop()

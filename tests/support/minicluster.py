@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         signal.pause()
     except KeyboardInterrupt:
-        pass
+        print("stopping the cluster", file=sys.stderr)
     finally:
         cluster.stop()
     return 0

@@ -152,32 +152,16 @@ def test_local_sources_gz_zst_and_the_entrypoint(tmp_path, server, capsys):
     assert "missing.jsonl: file not found" in capsys.readouterr().err
 
 
-def test_s3_object_resumes_from_a_partial_download(tmp_path, monkeypatch):
+def test_s3_object_resumes_from_a_partial_download(tmp_path, local_s3):
     """s3:// through boto3 against a local S3 API (moto's server on 127.0.0.1), resuming a half-done part file."""
-    import socket
-
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    srv = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    srv.start()
-    try:
-        for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                     "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{port}"}.items():
-            monkeypatch.setenv(k, v)
-        body = os.urandom(1 << 20)
-        s3 = boto3.client("s3")
-        s3.create_bucket(Bucket="corpus")
-        s3.put_object(Bucket="corpus", Key="shards/a.bin", Body=body)
-        (tmp_path / "a.bin.part").write_bytes(body[:300_000])  # what a killed earlier run left
-        (tmp_path / "a.bin.part.url").write_text("s3://corpus/shards/a.bin")
-        item = FetchItem(url="s3://corpus/shards/a.bin", sha256=hashlib.sha256(body).hexdigest())
-        [res] = fetch_all([item], str(tmp_path), progress=False, log=lambda _m: None)
-        assert res.status == "fetched" and (tmp_path / "a.bin").read_bytes() == body
-        with pytest.raises(FetchError, match="no such S3 object"):
-            fetch_all([FetchItem(url="s3://corpus/nope")], str(tmp_path), progress=False, log=lambda _m: None)
-    finally:
-        srv.stop()
+    s3 = local_s3
+    body = os.urandom(1 << 20)
+    s3.create_bucket(Bucket="corpus")
+    s3.put_object(Bucket="corpus", Key="shards/a.bin", Body=body)
+    (tmp_path / "a.bin.part").write_bytes(body[:300_000])  # what a killed earlier run left
+    (tmp_path / "a.bin.part.url").write_text("s3://corpus/shards/a.bin")
+    item = FetchItem(url="s3://corpus/shards/a.bin", sha256=hashlib.sha256(body).hexdigest())
+    [res] = fetch_all([item], str(tmp_path), progress=False, log=lambda _m: None)
+    assert res.status == "fetched" and (tmp_path / "a.bin").read_bytes() == body
+    with pytest.raises(FetchError, match="no such S3 object"):
+        fetch_all([FetchItem(url="s3://corpus/nope")], str(tmp_path), progress=False, log=lambda _m: None)

@@ -255,42 +255,26 @@ def test_rendered_indexed_job_command_with_job_completion_index_builds_the_datas
 
 
 def test_s3_prefix_of_jsonl_zst_parquet_streams_to_the_same_bytes(tmp_path, bpe_dir, docs, corpus_formats,
-                                                                  monkeypatch):
+                                                                  local_s3):
     """s3:// input through boto3 against moto's S3 server on 127.0.0.1 (ranged reads, byte-range shards)."""
-    import socket
-
-    import boto3
-    from moto.server import ThreadedMotoServer
-
+    s3 = local_s3
     ref = _reference(tmp_path, bpe_dir, docs, corpus_formats)
     files = corpus_formats.write_multiformat(tmp_path / "local", docs)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    srv = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    srv.start()
-    try:
-        for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                     "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{port}"}.items():
-            monkeypatch.setenv(k, v)
-        s3 = boto3.client("s3")
-        s3.create_bucket(Bucket="corpus")
-        for f in files:
-            s3.upload_file(str(f), "corpus", f"web/{f.name}")
-        s3.put_object(Bucket="corpus", Key="web/README.md", Body=b"not a corpus file")
-        s3.put_object(Bucket="corpus", Key="webby/x.jsonl", Body=b'{"text": "another prefix"}\n')
-        cfg = PreprocessConfig(input="s3://corpus/web", output_prefix=str(tmp_path / "s3" / "c"), tokenizer=GPT2,
-                               data_dir=str(bpe_dir), workers=2, progress=False, shard_mb=0.01)
-        got = preprocess(cfg, log=lambda _m: None)
-        assert got["docs"] == len(docs)
-        for ext in ("bin", "idx"):
-            assert Path(got["outputs"]["text"][ext]).read_bytes() == Path(ref["outputs"]["text"][ext]).read_bytes()
-        with pytest.raises(PreprocessError, match=r"s3://corpus/nothing: no \.jsonl"):
-            preprocess(PreprocessConfig(input="s3://corpus/nothing", output_prefix=str(tmp_path / "n"),
-                                        tokenizer=GPT2, data_dir=str(bpe_dir), workers=1, progress=False),
-                       log=lambda _m: None)
-    finally:
-        srv.stop()
+    s3.create_bucket(Bucket="corpus")
+    for f in files:
+        s3.upload_file(str(f), "corpus", f"web/{f.name}")
+    s3.put_object(Bucket="corpus", Key="web/README.md", Body=b"not a corpus file")
+    s3.put_object(Bucket="corpus", Key="webby/x.jsonl", Body=b'{"text": "another prefix"}\n')
+    cfg = PreprocessConfig(input="s3://corpus/web", output_prefix=str(tmp_path / "s3" / "c"), tokenizer=GPT2,
+                           data_dir=str(bpe_dir), workers=2, progress=False, shard_mb=0.01)
+    got = preprocess(cfg, log=lambda _m: None)
+    assert got["docs"] == len(docs)
+    for ext in ("bin", "idx"):
+        assert Path(got["outputs"]["text"][ext]).read_bytes() == Path(ref["outputs"]["text"][ext]).read_bytes()
+    with pytest.raises(PreprocessError, match=r"s3://corpus/nothing: no \.jsonl"):
+        preprocess(PreprocessConfig(input="s3://corpus/nothing", output_prefix=str(tmp_path / "n"),
+                                    tokenizer=GPT2, data_dir=str(bpe_dir), workers=1, progress=False),
+                   log=lambda _m: None)
 
 
 def test_entrypoint_takes_a_parquet_file_with_megatron_flags(tmp_path, bpe_dir, docs, corpus_formats):
