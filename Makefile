@@ -8,7 +8,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export VIRTUAL_ENV := $(abspath $(VENV))
 export MTK_VENV := $(VENV)
 
-.PHONY: demo test unit lint golden bench lock deps-train deps-test
+.PHONY: demo test unit lint typecheck golden bench lock deps-train deps-test
 
 demo: deps-train  ## train the tiny model on this machine's CPU (local backend, 2 processes)
 	mtk launch examples/tiny.yaml --backend local
@@ -21,6 +21,9 @@ unit: deps-test  ## unit tests only (no daemons, seconds)
 
 lint: deps-test
 	ruff check .
+
+typecheck: deps-test  ## mypy over the installed `mtk` package (settings in pyproject.toml; scripts/typecheck.py says how)
+	$(PYTHON) scripts/typecheck.py
 
 golden: deps-test  ## regenerate the golden files after an intended render change, then review `git diff tests/golden`
 	MTK_REGEN_GOLDEN=1 $(PYTHON) -m pytest tests/unit/test_golden.py tests/unit/containers/test_containers_apptainer.py -q
