@@ -92,6 +92,7 @@ class StreamParser:
 
     def _line(self, line: str) -> None:
         match = _STEP.match(line)
+        step: BuildStep | None
         if match:
             self._finish_current()
             self._started = time.monotonic()

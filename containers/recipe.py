@@ -18,7 +18,7 @@ from mtk.launcher.templating import render_template
 try:
     import tomllib
 except ImportError:  # Python 3.10
-    import tomli as tomllib
+    import tomli as tomllib  # type: ignore[no-redef]  # the same API under its backport name
 
 if TYPE_CHECKING:
     from mtk.launcher.spec import Job

@@ -123,12 +123,12 @@ def mergeable_ranks(vocab_path: str, merges_path: str) -> tuple[dict[bytes, int]
             line = line.rstrip("\n")
             if (lineno == 1 and line.startswith("#version")) or not line:
                 continue
-            a, b = line.split(" ")
+            a, b_sym = line.split(" ")
             try:
-                key = bytes(dec[c] for c in a + b)
+                key = bytes(dec[c] for c in a + b_sym)
             except KeyError:
                 return None, f"merges line {lineno} has a non-byte-level symbol"
-            token_id = vocab[a + b]
+            token_id = vocab[a + b_sym]
             if key in ranks:
                 return None, f"merges line {lineno} repeats a merge result"
             if token_id <= last:

@@ -120,7 +120,7 @@ def open_binary(path: str, kind: str | None = None) -> IO[bytes]:
     if kind == ".gz":
         return _OwnsGzip(raw)  # type: ignore[return-value]
     if kind == ".xz":
-        return _OwnsXz(raw)  # type: ignore[return-value]
+        return _OwnsXz(raw)
     if kind == ".zst":
         try:
             import zstandard

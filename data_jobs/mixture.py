@@ -18,7 +18,7 @@ import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mtk.launcher.spec.data import DataSpec
@@ -61,7 +61,7 @@ def read_index_header(idx_path: str) -> tuple[str, int, int]:
 def _tokens(idx_path: str, seqs: int) -> int:
     import numpy as np
 
-    lengths = np.memmap(idx_path, dtype=np.int32, mode="r", offset=34, shape=(seqs,)) if seqs else []
+    lengths: Any = np.memmap(idx_path, dtype=np.int32, mode="r", offset=34, shape=(seqs,)) if seqs else []
     return int(np.sum(lengths, dtype=np.int64))
 
 

@@ -592,7 +592,8 @@ def _shard_size(s: Shard) -> int:
     return s.nbytes
 
 
-def _map(cfg: PreprocessConfig, tok: Tokenizer, args: list[tuple], workers: int):
+def _map(cfg: PreprocessConfig, tok: Tokenizer, args: list[tuple[Shard, str, list[str], bool, bool, int]],
+         workers: int):
     """Results of process_shard over ``args``: in this process for one worker, else a spawn pool."""
     if workers == 1:
         for a in args:

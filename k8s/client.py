@@ -152,7 +152,7 @@ class Kube:
         return True
 
     def pod_log(self, pod: str, container: str | None = None, tail_lines: int | None = None) -> str:
-        kwargs = {"container": container} if container else {}
+        kwargs: dict[str, object] = {"container": container} if container else {}
         if tail_lines:
             kwargs["tail_lines"] = tail_lines
         with self._errors("Pod", "log"):
@@ -162,7 +162,7 @@ class Kube:
 
     def follow_pod_log(self, pod: str, container: str | None = None) -> Iterator[str]:
         """Stream a pod's log lines until the container ends."""
-        kwargs = {"container": container} if container else {}
+        kwargs: dict[str, object] = {"container": container} if container else {}
         with self._errors("Pod", "log"):
             resp = self._api("CoreV1Api").read_namespaced_pod_log(pod, self.namespace, follow=True,
                                                                    _preload_content=False, **kwargs)

@@ -265,7 +265,7 @@ def pytorchjob(job: Job, run: str, run_dir: str) -> dict:
     """The elastic PyTorchJob: one worker pod per node, rendezvous through the run's etcd Service."""
     c, e = job.cluster, job.cluster.eks
     volumes, mounts = _volumes(job, run, shm=True)
-    container = {
+    container: dict = {
         "name": CONTAINER, "image": job.image.reference, "command": step_command("train", run_dir),
         "env": _env_list(worker_env(job, run_dir)) + _secret_env(job),
         "securityContext": security_context(job, efa=job.cluster.device == "gpu" and efa_count(job) > 0),

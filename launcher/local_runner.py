@@ -42,7 +42,7 @@ def _resolve(argv: list[str]) -> list[str]:
 
 def run(run_dir: Path) -> int:
     plan = json.loads((run_dir / STEPS_FILE).read_text())
-    state = {"runner_pid": os.getpid(), "steps": {s["step"]: {"state": "PENDING"} for s in plan["steps"]}}
+    state: dict = {"runner_pid": os.getpid(), "steps": {s["step"]: {"state": "PENDING"} for s in plan["steps"]}}
     _save(run_dir, state)
     current: dict = {}
 

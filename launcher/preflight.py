@@ -97,7 +97,8 @@ def parse_dcgm_diag(text: str) -> list[str]:
 
 def tool_problems(job) -> tuple[list[str], list[dict]]:
     """nccl-tests and DCGM, only on GPU nodes where they are installed."""
-    problems, checks = [], []
+    problems: list[str] = []
+    checks: list[dict] = []
     if job.cluster.device != "gpu":
         return problems, checks
     perf = shutil.which("all_reduce_perf")

@@ -182,7 +182,7 @@ def _kubeflow(job: Job, env: Mapping[str, str], procs: str) -> Rendezvous:
         if env.get("PET_RDZV_CONF"):
             args += ["--rdzv-conf", env["PET_RDZV_CONF"]]
         return Rendezvous("kubeflow-elastic", args, node)
-    nnodes = _int_var(env, "PET_NNODES", 1)
+    nnodes = str(_int_var(env, "PET_NNODES", 1))
     rank = _int_var(env, "PET_NODE_RANK", 0)
     addr = env.get("PET_MASTER_ADDR") or env.get("MASTER_ADDR")
     if not addr:

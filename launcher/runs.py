@@ -51,6 +51,7 @@ class Run:
         if not isinstance(data, dict) or not {"backend", "run_dir", "name"} <= set(data) or set(data) - fields:
             raise DamagedRecord(f"{path}: not an mtk run record (needs backend, run_dir, name; may have "
                                 f"{', '.join(sorted(fields - {'backend', 'run_dir', 'name'}))})")
+        types: dict[str, type | tuple[type, ...]]
         types = {"backend": str, "run_dir": str, "name": str, "created": (int, float), "ids": dict, "extra": dict,
                  "record_dir": str}
         bad = [k for k, v in data.items() if not isinstance(v, types[k]) or isinstance(v, bool)]

@@ -83,7 +83,7 @@ class SlurmBackend:
         except BaseException:
             slurm.cancel(ids.values())
             raise
-        extra = {"job_names": {sub.step: sub.job_name for sub in subs}}
+        extra: dict[str, object] = {"job_names": {sub.step: sub.job_name for sub in subs}}
         if os.environ.get("SLURM_CONF"):
             extra["slurm_conf"] = os.environ["SLURM_CONF"]
         return Run(backend=self.name, run_dir=artifacts.run_dir, name=job.name, ids=ids, extra=extra)

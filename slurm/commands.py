@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from mtk.launcher.spec.errors import Problem, SpecError
@@ -76,7 +76,7 @@ REJECTIONS: list[tuple[str, str, str]] = [
 ]
 
 
-def parse_submit(result: subprocess.CompletedProcess, values: dict[str, object] | None = None) -> str:
+def parse_submit(result: subprocess.CompletedProcess, values: Mapping[str, object] | None = None) -> str:
     """The job id from ``sbatch --parsable`` (``ID`` or ``ID;cluster``), or SubmitRejected/SlurmError."""
     out = result.stdout.strip()
     if result.returncode == 0 and re.match(r"^\d+(;\S+)?$", out):
@@ -159,7 +159,7 @@ class Slurm:
     def run(self, argv: list[str]) -> subprocess.CompletedProcess:
         return run(argv, self.slurm_conf)
 
-    def submit(self, argv: list[str], values: dict[str, object] | None = None) -> str:
+    def submit(self, argv: list[str], values: Mapping[str, object] | None = None) -> str:
         return parse_submit(self.run(argv), values)
 
     def squeue(self, ids: Iterable[str]) -> dict[str, JobInfo]:
@@ -184,7 +184,7 @@ class Slurm:
         if self._accounting is None:
             out = self.run(["scontrol", "show", "config"])
             match = re.search(r"^AccountingStorageType\s*=\s*(\S+)", out.stdout, re.M)
-            self._accounting = bool(match) and match.group(1) != "accounting_storage/none"
+            self._accounting = match is not None and match.group(1) != "accounting_storage/none"
         return self._accounting
 
     def sacct(self, ids: Iterable[str]) -> dict[str, JobInfo]:

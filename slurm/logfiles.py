@@ -78,7 +78,7 @@ def keep(line: str, index: int | None) -> bool:
     if index is None:
         return True
     match = _LABEL.match(line)
-    return bool(match) and int(match.group(1)) == index
+    return match is not None and int(match.group(1)) == index
 
 
 def failing_tail(text: str, lines: int = 12) -> list[str]:

@@ -354,7 +354,7 @@ class CheckpointManager:
         self.keep_last = keep_last
         self.log = log
         self.async_save = async_save
-        self._queue = None  # megatron AsyncCallsQueue, created on the first async save
+        self._queue: Any = None  # megatron AsyncCallsQueue, created on the first async save
         self.in_flight: int | None = None
 
     # every rank

@@ -18,6 +18,7 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mtk.launcher import exitcodes
 from mtk.launcher.backends import atomic_write
@@ -42,7 +43,7 @@ class Control:
         self.run_dir = Path(run_dir)
         self.rank = rank
         self.signalled: str | None = None
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Any] = {}
 
     def install(self) -> None:
         for sig in HANDLED_SIGNALS:

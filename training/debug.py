@@ -11,6 +11,7 @@ import os
 import platform
 import socket
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ def _secret_names(run_dir: str | Path | None) -> list[str]:
         return []
 
 
-def _redact(env: dict[str, str], names: list[str] = ()) -> dict[str, str]:
+def _redact(env: dict[str, str], names: Sequence[str] = ()) -> dict[str, str]:
     """Secrets by name (credential-like names and cluster.secrets: only 'set, N chars') and by value (a
     secret's value, URL user:password@, token query parameters inside any other variable)."""
     return redact_env(env, names)
@@ -46,7 +47,7 @@ def _versions() -> dict[str, Any]:
     return out
 
 
-def environment_record(rank: int, topology: dict[str, Any], secret_names: list[str] = ()) -> dict[str, Any]:
+def environment_record(rank: int, topology: dict[str, Any], secret_names: Sequence[str] = ()) -> dict[str, Any]:
     import torch
 
     cuda = torch.cuda.is_available()
@@ -80,7 +81,7 @@ class ProfilerWindow:
         self.enabled = bool(spec.enabled) and rank in spec.ranks
         self.start, self.stop = spec.start, spec.stop
         self.path = Path(run_dir) / exitcodes.DEBUG_DIR / f"torch-trace-{socket.gethostname()}-rank{rank}.json"
-        self._prof = None
+        self._prof: Any = None  # torch.profiler.profile while tracing
 
     def before(self, iteration: int) -> None:
         """Call with the 1-based iteration about to run."""

@@ -17,7 +17,7 @@ import os
 import time
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mtk.launcher import exitcodes
 
@@ -314,7 +314,7 @@ class Trainer:
             log_now = nxt % t.log_interval == 0 or nxt == t.iterations
             aux, aux_n = self._moe_aux_loss()
             flags = self.control.local_flags(check_triggers=log_now)
-            red = torch.cat([_loss_sum(losses),
+            red: Any = torch.cat([_loss_sum(losses),
                              torch.tensor([aux, aux_n, *flags, *self.stragglers.payload(nxt, step_s)],
                                           dtype=torch.float64, device=torch.cuda.current_device())])
             if self.world > 1:

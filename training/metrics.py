@@ -42,6 +42,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
     from mtk.launcher.spec import Job
 
 
-def restart_count(env: dict[str, str] | None = None) -> int:
+def restart_count(env: Mapping[str, str] | None = None) -> int:
     env = os.environ if env is None else env
     for name in ("SLURM_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"):
         value = env.get(name, "")

@@ -18,11 +18,11 @@ class SequenceParallelTorchNorm:
         import torch
 
         if config.normalization == "RMSNorm":
-            norm = torch.nn.RMSNorm(hidden_size, eps=eps)
+            norm: torch.nn.Module = torch.nn.RMSNorm(hidden_size, eps=eps)
         elif config.normalization == "LayerNorm":
             norm = torch.nn.LayerNorm(hidden_size, eps=eps)
         else:
             raise ValueError(f"model.normalization={config.normalization!r}: only LayerNorm and RMSNorm")
         for p in norm.parameters():
-            p.sequence_parallel = bool(config.sequence_parallel)
+            p.sequence_parallel = bool(config.sequence_parallel)  # type: ignore[attr-defined]  # megatron-core reads it
         return norm

@@ -98,13 +98,14 @@ def summarize(iteration: int, step_s: list[float], forward_s: list[float], thres
         return round(x / med_fwd, 3) if med_fwd > 0 else 1.0
 
     ranks = sorted(range(len(forward_s)), key=lambda r: forward_s[r], reverse=True)
-    slowest = [{"rank": r, "host": hosts.get(r, "?"), "forward_ms": round(forward_s[r] * 1e3, 2),
+    slowest: list[dict[str, Any]] = [{"rank": r, "host": hosts.get(r, "?"), "forward_ms": round(forward_s[r] * 1e3, 2),
                 "step_ms": round(step_s[r] * 1e3, 2), "ratio": ratio(forward_s[r])} for r in ranks[:TOP]]
     by_host: dict[str, float] = {}
     for r, t in enumerate(forward_s):
         host = hosts.get(r, "?")
         by_host[host] = max(by_host.get(host, 0.0), t)
-    nodes = sorted(({"host": h, "ratio": ratio(t)} for h, t in by_host.items()), key=lambda n: -n["ratio"])[:TOP]
+    node_rows: list[dict[str, Any]] = [{"host": h, "ratio": ratio(t)} for h, t in by_host.items()]
+    nodes = sorted(node_rows, key=lambda n: -n["ratio"])[:TOP]
     flagged = [s for s in slowest if s["ratio"] >= threshold]
     return {"kind": "stragglers", "iteration": iteration, "median_forward_ms": round(med_fwd * 1e3, 2),
             "median_step_ms": round(med_step * 1e3, 2), "threshold": threshold, "slowest_ranks": slowest,

@@ -57,7 +57,7 @@ class _Marks:
         ref = self._refs.get(key)
         if ref is not None and ref() is obj:
             return
-        self._refs[key] = weakref.ref(obj, lambda _r, k=key, d=self._refs: d.pop(k, None))
+        self._refs[key] = weakref.ref(obj, lambda _r, k=key, d=self._refs: d.pop(k, None))  # type: ignore[misc]
 
     def discard(self, obj: Any) -> None:
         ref = self._refs.get(id(obj))

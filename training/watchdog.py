@@ -31,6 +31,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from mtk.launcher import exitcodes
 from mtk.launcher.backends import atomic_write
@@ -92,10 +93,10 @@ class Heartbeat:
         self.iteration = 0
         self._phase_start = time.monotonic()
         self._progress_wall = time.time()
-        self._deadline = self._progress_wall + self.timeouts.timeout("startup")
+        self._deadline: float | None = self._progress_wall + self.timeouts.timeout("startup")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._stacks = None
+        self._stacks: IO[str] | None = None
         self._flight_dumped = False
 
     # ----------------------------------------------------------- hot path

@@ -137,7 +137,8 @@ def compare(runs: list[RunData], out: Path, x: str = "iteration", plots: bool = 
         raise ValueError(f"x axis must be one of {', '.join(X_AXES)}, not {x!r}")
     out.mkdir(parents=True, exist_ok=True)
     grid = table(runs)
-    png, notes = None, []
+    png: Path | None = None
+    notes: list[str] = []
     if plots:
         try:
             png, notes = plot(runs, out, x)

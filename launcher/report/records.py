@@ -67,7 +67,8 @@ class Metrics:
 
     def eval_timeline(self) -> tuple[list[Record], list[Record]]:
         """(eval records kept, eval records a later restart went back before), each in file order."""
-        kept, dropped = [], []
+        kept: list[Record] = []
+        dropped: list[Record] = []
         for rec in self.eval:
             gone = any(r.line > rec["_line"] and r.resume_iteration < rec["iteration"] for r in self.restarts)
             (dropped if gone else kept).append(rec)

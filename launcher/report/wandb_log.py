@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Mapping
 
 from .records import Metrics
 
 _KEYS = ("lm_loss", "lr", "grad_norm", "loss_scale", "step_time_ms", "tokens_per_s", "tflops_per_gpu")
 
 
-def configured(env: dict[str, str] | None = None) -> bool:
+def configured(env: Mapping[str, str] | None = None) -> bool:
     env = os.environ if env is None else env
     return bool(env.get("WANDB_API_KEY") or env.get("WANDB_MODE"))
 

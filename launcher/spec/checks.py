@@ -361,9 +361,9 @@ def _file_problems(job: Job) -> list[Problem]:
         if damage:
             out.append(Problem(f"data.blend.{i}.prefix", f"{damage}; run preprocess again for this prefix",
                                item.prefix))
-    for i, item in enumerate(d.folders):
-        if not os.path.isdir(d.resolve(item.path)):
-            out.append(Problem(f"data.folders.{i}.path", "folder does not exist", item.path))
+    for i, folder in enumerate(d.folders):
+        if not os.path.isdir(d.resolve(folder.path)):
+            out.append(Problem(f"data.folders.{i}.path", "folder does not exist", folder.path))
     for field in ("vocab_file", "merge_file", "model"):
         value = getattr(d.tokenizer, field)
         if value and d.resolve(value) not in fetched and not os.path.exists(d.resolve(value)):

@@ -58,7 +58,7 @@ class Shape:
 
 
 def shape_from_args(args: Any) -> Shape:
-    g = lambda name, default=None: getattr(args, name, default)  # noqa: E731
+    g: Callable[..., Any] = lambda name, default=None: getattr(args, name, default)  # noqa: E731
     heads = g("num_attention_heads")
     groups = g("num_query_groups") if g("group_query_attention", False) else heads
     padded = g("padded_vocab_size")
@@ -203,11 +203,13 @@ def from_hf(kind: str, ts: list, s: Shape):
         pad = s.padded_vocab_size - t.shape[0]
         return torch.cat([t, t.new_zeros(pad, *t.shape[1:])]) if pad > 0 else t.contiguous()
     if kind == "qkv":
-        return _join_qkv(*ts, s)
+        q, k, v = ts
+        return _join_qkv(q, k, v, s)
     if kind == "qkv_conv1d":
         fused = ts[0].t() if ts[0].dim() == 2 else ts[0]
         q_rows, kv_rows = s.num_attention_heads * s.kv_channels, s.num_query_groups * s.kv_channels
-        return _join_qkv(*fused.split([q_rows, kv_rows, kv_rows], dim=0), s)
+        q, k, v = fused.split([q_rows, kv_rows, kv_rows], dim=0)
+        return _join_qkv(q, k, v, s)
     if kind == "gate_up":
         return torch.cat(ts, dim=0).contiguous()
     if kind == "conv1d":
