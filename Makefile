@@ -3,6 +3,7 @@
 VENV ?= .venv
 PYTHON := $(abspath $(VENV))/bin/python
 PYTEST_ARGS ?=
+TYPECHECK_ARGS ?=
 # Every command below, and every process the tests start, runs from the project environment.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 export VIRTUAL_ENV := $(abspath $(VENV))
@@ -23,7 +24,7 @@ lint: deps-test
 	ruff check .
 
 typecheck: deps-test  ## mypy over the installed `mtk` package (settings in pyproject.toml; scripts/typecheck.py says how)
-	$(PYTHON) scripts/typecheck.py
+	$(PYTHON) scripts/typecheck.py $(TYPECHECK_ARGS)
 
 golden: deps-test  ## regenerate the golden files after an intended render change, then review `git diff tests/golden`
 	MTK_REGEN_GOLDEN=1 $(PYTHON) -m pytest tests/unit/test_golden.py tests/unit/containers/test_containers_apptainer.py -q

@@ -34,7 +34,6 @@ import importlib.machinery
 import importlib.metadata
 import importlib.util
 import sys
-import types
 from typing import Any
 
 MEGATRON_CORE_VERSION = "0.19.2"
@@ -94,7 +93,7 @@ class _PagedStashStub(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec):
         return None
 
-    def exec_module(self, module: types.ModuleType) -> None:
+    def exec_module(self, module: Any) -> None:  # a fresh, empty module: the names set here are its API
         module.GLOBAL_BLOCK_SIZE = 1024
         module.paged_stash_copy_kernel = _gpu_only
         module.paged_stash_pop_kernel = _gpu_only
@@ -229,22 +228,24 @@ def _patch_cuda_module() -> None:
             return _CUDA_TYPE_NAMES.get(name, name)
         return original_type(self, dtype, non_blocking, **kwargs)
 
-    torch.Tensor.type = type_
+    # Every assignment below swaps a CUDA API for a CPU stand-in on purpose; torch's declared types describe the
+    # real API, hence the targeted type: ignore on each.
+    torch.Tensor.type = type_  # type: ignore[method-assign]
     # A device object rather than 0: megatron passes it as ``device=`` in code the function mode cannot
     # see (e.g. autograd backward of recomputed blocks runs inside the mode's own handler, mode disabled).
     cpu = torch.device("cpu")
     _CURRENT_DEVICE[0] = cpu
-    torch.cuda.current_device = lambda: cpu
+    torch.cuda.current_device = lambda: cpu  # type: ignore[assignment,return-value]
     torch.cuda.set_device = lambda *_a, **_k: None
     torch.cuda.synchronize = lambda *_a, **_k: None
-    torch.cuda.current_stream = lambda *_a, **_k: _NullStream()
-    torch.cuda.default_stream = lambda *_a, **_k: _NullStream()
+    torch.cuda.current_stream = lambda *_a, **_k: _NullStream()  # type: ignore[assignment]
+    torch.cuda.default_stream = lambda *_a, **_k: _NullStream()  # type: ignore[assignment]
     # Recompute (tensor_parallel.checkpoint) saves and restores the "CUDA" RNG around the recomputed
     # region; on CPU the generator that matters is the CPU one (megatron's setter is lazily queued, a no-op).
     torch.cuda.random.get_rng_state = torch.cuda.get_rng_state = lambda *_a, **_k: torch.get_rng_state()
-    torch.cuda.Stream = _NullStream
-    torch.cuda.Event = _NullEvent
-    torch.cuda.stream = lambda *_a, **_k: contextlib.nullcontext()
+    torch.cuda.Stream = _NullStream  # type: ignore[misc,assignment]
+    torch.cuda.Event = _NullEvent  # type: ignore[misc,assignment]
+    torch.cuda.stream = lambda *_a, **_k: contextlib.nullcontext()  # type: ignore[assignment]
 
 
 def _patch_all_to_all() -> None:
