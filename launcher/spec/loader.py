@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +144,7 @@ def _inner_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _problem_from_error(err: Mapping[str, Any]) -> Problem:
+def _problem_from_error(err: Any) -> Problem:  # one of ValidationError.errors(): pydantic_core.ErrorDetails
     loc = tuple(err["loc"])
     path = ".".join(str(p) for p in loc) or "(top level)"
     kind = err["type"]
