@@ -57,6 +57,7 @@ class _Marks:
         ref = self._refs.get(key)
         if ref is not None and ref() is obj:
             return
+        # mypy cannot infer a lambda whose defaults bind the key and dict (hence the ignore)
         self._refs[key] = weakref.ref(obj, lambda _r, k=key, d=self._refs: d.pop(k, None))  # type: ignore[misc]
 
     def discard(self, obj: Any) -> None:
