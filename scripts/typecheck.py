@@ -41,6 +41,7 @@ def build_view(layout: dict[str, Path]) -> None:
         sys.exit("typecheck: mtk is not installed in this Python; run `make deps-test` first")
     shutil.rmtree(VIEW, ignore_errors=True)
     (VIEW / "mtk").mkdir(parents=True)
+    (CACHE / ".gitignore").write_text("*\n")  # what mypy puts in its cache dir; here before mypy runs
     for entry in Path(spec.origin).parent.glob("*.py"):
         (VIEW / "mtk" / entry.name).symlink_to(entry)
     for name, target in layout.items():
