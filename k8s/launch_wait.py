@@ -15,8 +15,12 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from . import names, states
+
+if TYPE_CHECKING:
+    from mtk.launcher.runs import Run
 
 # Exit code of `mtk launch --timeout` when the deadline passed first: nothing failed and the run goes on,
 # but a script that asked for "training within N" learns it did not happen (the convention of timeout(1)).
@@ -40,7 +44,7 @@ class StoppedWaiting(Exception):
     def __init__(self, message: str, exit_code: int = WAIT_TIMEOUT):
         super().__init__(message)
         self.exit_code = exit_code
-        self.run = None  # set by submit once every remaining step is applied
+        self.run: Run | None = None  # set by submit once every remaining step is applied
 
 
 def parse_duration(text: str) -> float:

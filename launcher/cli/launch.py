@@ -87,6 +87,8 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
         try:
             run = impl.submit(job, artifacts, wait=wait is not False, timeout=wait_seconds)
         except StoppedWaiting as exc:
+            if exc.run is None:  # submit attaches the run; without it there is nothing to record
+                raise
             run, stopped = exc.run, exc
     else:
         run = impl.submit(job, artifacts)
@@ -124,11 +126,11 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
 
 
 def _wait_options(backend: str, wait: bool | None, timeout: str | None) -> float | None:
-    """--wait/--no-wait/--timeout are honoured on EKS only (local and Slurm return once submitted), so they are
-    refused elsewhere rather than ignored; the timeout is parsed before anything is rendered or submitted."""
+    """--wait/--no-wait/--timeout are honoured on EKS only, so they are refused elsewhere rather than ignored; the
+    timeout is parsed before anything is rendered or submitted."""
     if backend != "eks" and (wait is not None or timeout is not None):
-        raise click.UsageError(f"--wait/--no-wait/--timeout follow an EKS launch; --backend {backend} returns once "
-                               "submitted (use --follow to stream its logs)")
+        raise click.UsageError(f"--wait/--no-wait/--timeout follow the steps of an EKS launch; --backend {backend} "
+                               "has no such steps to wait for (--follow/--no-follow choose whether its logs stream)")
     if timeout is None:
         return None
     if wait is False:

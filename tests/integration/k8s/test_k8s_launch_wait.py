@@ -227,4 +227,4 @@ def test_cli_refuses_bad_wait_flags_before_any_request(standin, k8s_jobs, tmp_pa
 
 def test_cli_wait_flags_are_refused_off_eks(tmp_path):
     out = _mtk("launch", str(REPO / "examples" / "tiny.yaml"), "--no-wait", "--dry-run", cwd=tmp_path)
-    assert out.returncode == 2 and "follow an EKS launch" in out.stderr, out.stderr
+    assert out.returncode == 2 and "follow the steps of an EKS launch" in out.stderr, out.stderr
