@@ -228,3 +228,31 @@ def test_cli_refuses_bad_wait_flags_before_any_request(standin, k8s_jobs, tmp_pa
 def test_cli_wait_flags_are_refused_off_eks(tmp_path):
     out = _mtk("launch", str(REPO / "examples" / "tiny.yaml"), "--no-wait", "--dry-run", cwd=tmp_path)
     assert out.returncode == 2 and "follow the steps of an EKS launch" in out.stderr, out.stderr
+
+
+def test_failed_pytorchjob_stops_the_wait(standin, k8s_jobs, tmp_path):
+    lines: list[str] = []
+    job = k8s_jobs.tiny_eks()
+    backend, art, run = _render(tmp_path, job, lines)
+    ptj = next(o for o in yamlio.load_all(art.files["manifests/all.yaml"]) if o["kind"] == "PyTorchJob")
+    ptj["status"] = {"conditions": [{"type": "Failed", "status": "True", "reason": "PyTorchJobFailed",
+                                     "message": "worker-0 exited with code 1"}]}
+    standin.state.seed(ptj)  # e.g. a relaunch of a run whose training already failed: apply keeps the status
+    with pytest.raises(SubmitError, match=rf"training PyTorchJob {run} failed: PyTorchJobFailed: worker-0 exited"):
+        backend.submit(job, art)
+    assert any(line.startswith(f"train: pytorchjob/{run} FAILED") for line in lines)
+
+
+def test_pending_training_pods_say_why():
+    from mtk.k8s.launch_wait import pytorchjob_snapshot
+
+    ptj = {"metadata": {"name": "r"}, "status": {"conditions": [
+        {"type": "Created", "status": "True", "reason": "PyTorchJobCreated"}]}}
+    pods = [{"status": {"phase": "Pending", "containerStatuses": [
+                {"state": {"waiting": {"reason": "ImagePullBackOff"}}}]}},
+            {"status": {"phase": "Pending", "initContainerStatuses": [
+                {"state": {"waiting": {"reason": "PodInitializing"}}}]}},
+            {"status": {"phase": "Running"}}]
+    snap = pytorchjob_snapshot(ptj, pods)
+    assert snap.line(65) == ("train: pytorchjob/r PENDING pods pending=2 running=1 (1m05s): PyTorchJobCreated; "
+                             "pods waiting: ImagePullBackOff")
