@@ -202,6 +202,8 @@ def data_job(job: Job, run: str, run_dir: str, step: str) -> dict:
         container["resources"] = {"requests": {"cpu": str(corpus.workers)}}
     pod = {"restartPolicy": "Never", "containers": [container], "volumes": volumes,
            **_pod_placement(job, with_instance_type=False)}
+    if step == "preprocess" and fetched_files(job):  # applied before getdata completes under --no-wait
+        pod["initContainers"] = [_wait_for_data(job, mounts, fetched_files(job), "getdata")]
     spec: dict = {"backoffLimit": job.cluster.eks.backoff_limit,
                   "template": {"metadata": {"labels": names.labels(run, step)}, "spec": pod}}
     if step == "preprocess" and corpus is not None and corpus.shards > 1:
@@ -229,19 +231,29 @@ def worker_env(job: Job, run_dir: str) -> dict[str, str]:
     return env
 
 
-def data_files_to_wait_for(job: Job) -> list[str]:
-    """Files training needs that this run's preprocess Job writes (so a plain ``kubectl apply`` waits too)."""
-    if "preprocess" not in job.steps():
+def fetched_files(job: Job) -> list[str]:
+    """Where the getdata Job puts each ``data.fetch`` item (renamed into place only when complete)."""
+    if "getdata" not in job.steps():
         return []
+    from mtk.data_jobs.getdata import destination
+
+    return [destination(item, job.data.dir) for item in job.data.fetch]
+
+
+def data_files_to_wait_for(job: Job) -> list[str]:
+    """Files training needs from this run's data Jobs: the preprocess outputs, or (without a preprocess step)
+    what getdata fetches — so training waits under ``--no-wait`` and a plain ``kubectl apply`` too."""
+    if "preprocess" not in job.steps():
+        return fetched_files(job)
     return [f"{p}{ext}" for p in job.data.corpus_prefixes() for ext in (".bin", ".idx")]
 
 
-def _wait_for_data(job: Job, mounts: list[dict]) -> dict:
-    """An init container that blocks until the preprocess outputs exist; paths are argv, never script text."""
-    script = ('for f in "$@"; do until [ -s "$f" ]; do echo "waiting for $f (preprocess Job)"; '
+def _wait_for_data(job: Job, mounts: list[dict], files: list[str], step: str) -> dict:
+    """An init container that blocks until ``step``'s outputs exist; paths are argv, never script text."""
+    script = ('for f in "$@"; do until [ -s "$f" ]; do echo "waiting for $f (' + step + ' Job)"; '
               f'sleep {WAIT_SECONDS}; done; done')
     return {"name": "wait-for-data", "image": job.image.reference,
-            "command": ["sh", "-c", script, "wait-for-data", *data_files_to_wait_for(job)],
+            "command": ["sh", "-c", script, "wait-for-data", *files],
             "securityContext": security_context(job),
             "volumeMounts": [m for m in mounts if m["name"] == "fsx"]}
 
@@ -283,7 +295,9 @@ def pytorchjob(job: Job, run: str, run_dir: str) -> dict:
     if c.exclude_nodes:
         pod["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "NotIn", "values": list(c.exclude_nodes)}]}]}}}
-    init = [_wait_for_data(job, mounts)] if data_files_to_wait_for(job) else []
+    waits_for = data_files_to_wait_for(job)
+    producer = "preprocess" if "preprocess" in job.steps() else "getdata"
+    init = [_wait_for_data(job, mounts, waits_for, producer)] if waits_for else []
     if job.resilience.preflight.enabled:
         # This node's half of the health gate (doctor, storage, GPU/EFA counts) before the trainer starts; the
         # all-reduce across pods needs the rendezvous and runs on Slurm only.

@@ -62,6 +62,8 @@ def transformer_config_kwargs(job: Job, cpu: bool, plan: DevicePlan | None = Non
         bf16=t.precision in ("bf16", "fp8"),
         fp16=t.precision == "fp16",
         use_cpu_initialization=cpu,
+        # megatron-core 0.19's default "full" warns that it is deprecated; [] is its replacement, same meaning
+        cuda_graph_modules=[],
         gradient_accumulation_fusion=plan.gradient_accumulation_fusion,
         bias_activation_fusion=plan.bias_activation_fusion,
         bias_dropout_fusion=plan.bias_dropout_fusion,

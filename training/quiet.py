@@ -5,11 +5,26 @@ megatron-core's log records, by logger), never by category, so a new or unexpect
 
 * "Apex is not installed. Falling back to Torch Norm": megatron-core's layer-spec modules warn at import
   (once per module, four times a run); the engine chooses the torch norm on purpose (``training/norms.py``).
+* "Transformer Engine and Apex are not installed. Falling back to ...": the optimizer, grad-clip and FSDP
+  modules say the same at import, four more per rank; without TE/Apex (CPU, the slim image) the torch
+  fallbacks are the ones the engine uses, and with them installed the message never appears.
+* "MimoModelConfig is experimental": printed when megatron-core's package imports its multimodal configs,
+  a model mtk does not build.
+* "GPTModel IS DEPRECATED ... HybridModel": megatron-core 0.19's notice at every model build; mtk builds the
+  GPT model its checkpoints and Megatron-LM interop are defined for, so the user has no switch to flip.
+* "Implicit initialization of Rerun State Machine!" / "RerunStateMachine initialized in mode ...": the
+  checkpoint code creates megatron's rerun state machine in its default, disabled mode; mtk does not use it.
 * "MCore's async save is deprecated ... nvrx": the replacement (NVRx, nvidia-resiliency-ext) needs CUDA-only
   builds and a newer glibc than the images here; the mcore strategy is the one mtk can run (see
   ``training/checkpoint.py``). Printed once per rank per run.
 * "... DTensor instead and we are deprecating ShardedTensor": torch's note about megatron-core's checkpoint
   format, which mtk must keep writing for Megatron-LM compatibility.
+
+On a CPU run only (:func:`for_device`): megatron-core's tensor-parallel layers recommend
+``CUDA_DEVICE_MAX_CONNECTIONS=1`` whenever TP > 1 (async grad all-reduce) or sequence parallelism is on. The
+variable orders CUDA kernel launches; a CPU run has none. On GPU the warning stays: the launchers set the
+variable where it helps (``launcher/netenv.py``: Hopper and older with TP/CP/SP), so it appears only when a
+user's ``cluster.env`` overrides that — which they can act on.
 """
 
 from __future__ import annotations
@@ -19,11 +34,22 @@ import warnings
 
 WARNINGS: tuple[str, ...] = (
     r"Apex is not installed\. Falling back to Torch Norm",
+    r"Transformer Engine and Apex are not installed\. Falling back to ",
+    r"MimoModelConfig is experimental and still under active development",
     r"Please use DTensor instead and we are deprecating ShardedTensor",
+)
+CPU_WARNINGS: tuple[str, ...] = (
+    r"When using sequence parallelism it is recommended to set the environment variable "
+    r"CUDA_DEVICE_MAX_CONNECTIONS to 1",
+    r"When using async grad allreduce it is recommended to set the environment variable "
+    r"CUDA_DEVICE_MAX_CONNECTIONS to 1",
 )
 # (logger name, message start): a logger's filters see only the records logged on that very logger.
 LOG_RECORDS: tuple[tuple[str, str], ...] = (
     ("megatron.core.dist_checkpointing.strategies.torch", "MCore's async save is deprecated"),
+    ("megatron.core.models.gpt.gpt_model", "GPTModel IS DEPRECATED. GPTModel is only accepting critical bug fixes"),
+    ("megatron.core.rerun_state_machine", "Implicit initialization of Rerun State Machine!"),
+    ("megatron.core.rerun_state_machine", "RerunStateMachine initialized in mode RerunMode.DISABLED"),
 )
 
 
@@ -44,3 +70,10 @@ def install() -> None:
         logger = logging.getLogger(name)
         if _FILTER not in logger.filters:
             logger.addFilter(_FILTER)
+
+
+def for_device(device: str) -> None:
+    """The device-specific part, once the job is known; call before the first training step."""
+    if device == "cpu":
+        for message in CPU_WARNINGS:
+            warnings.filterwarnings("ignore", message=message)

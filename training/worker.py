@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mtk worker: --job {job_path} does not exist (expected the run's job.json)", file=sys.stderr)
         return 2
     job = load_job_json(job_path)
+    quiet.for_device(job.cluster.device)
     from .loop import train
 
     code = train(job, Path(args.run_dir))

@@ -25,8 +25,15 @@ from .common import backend_option, handles_spec_errors, job_argument, load, set
 @click.option("--megatron-check/--no-megatron-check", default=None,
               help="Have megatron-core build the config and model on the meta device before submitting (default: "
                    "on for slurm and eks, where a refusal would otherwise come after queueing; needs mtk[train]).")
+@click.option("--wait/--no-wait", default=None,
+              help="EKS: follow each step (etcd, data Jobs, training) with a line per change until training runs "
+                   "(default), or submit every step at once and return; the steps still wait for each other in the "
+                   "cluster, but training pods then hold their nodes while the data is prepared.")
+@click.option("--timeout", "timeout", default=None, metavar="DURATION",
+              help="EKS, with --wait: stop waiting after e.g. 30m or 2h (default: no limit); the rest is then "
+                   "submitted, the run goes on, and the exit code is 124.")
 @handles_spec_errors
-def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflight, megatron_check):
+def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflight, megatron_check, wait, timeout):
     """Launch JOB.yaml on a backend."""
     from ..backends import get_backend
     from ..outputs import check_launch_outputs
@@ -34,6 +41,7 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
     from ..runs import new_run_dir
     from ..secrets import require
 
+    wait_seconds = _wait_options(backend, wait, timeout)
     if preflight is not None:
         overrides = [*overrides, f"resilience.preflight.enabled={str(preflight).lower()}"]
     job = load(job_file, overrides, backend, check_files=backend in ("local", "slurm"))
@@ -72,12 +80,32 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
                                                                            "was not created)"))
         return
     artifacts.write()
-    run = impl.submit(job, artifacts)
+    stopped = None
+    if backend == "eks":
+        from ...k8s.launch_wait import StoppedWaiting
+
+        try:
+            run = impl.submit(job, artifacts, wait=wait is not False, timeout=wait_seconds)
+        except StoppedWaiting as exc:
+            if exc.run is None:  # submit attaches the run; without it there is nothing to record
+                raise
+            run, stopped = exc.run, exc
+    else:
+        run = impl.submit(job, artifacts)
     run.record_dir = artifacts.record_dir or ""
     run.save()
     for step, ident in run.ids.items():
         click.echo(f"{step}: {ident}")
     click.echo(f"run: {run.record_dir or run.run_dir}")
+    if backend == "eks" and (stopped is not None or wait is False):
+        from ...k8s.launch_wait import follow_hint
+
+        what = f"{stopped}; every step is submitted" if stopped else "not waiting (--no-wait): every step is submitted"
+        click.echo(f"{what} and waits in the cluster for the one before it; "
+                   f"{follow_hint(Path(run.record_dir or run.run_dir).name, run.extra.get('namespace', 'default'))}",
+                   err=True)
+        if stopped is not None:
+            raise SystemExit(stopped.exit_code)
     if follow if follow is not None else backend == "local":
         try:
             for line in impl.logs(run, follow=True):
@@ -95,3 +123,21 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
             for s in failed:
                 click.echo(f"{s.step}: {s.state} exit={s.exit_code} {s.reason}", err=True)
             raise SystemExit(1)
+
+
+def _wait_options(backend: str, wait: bool | None, timeout: str | None) -> float | None:
+    """--wait/--no-wait/--timeout are honoured on EKS only, so they are refused elsewhere rather than ignored; the
+    timeout is parsed before anything is rendered or submitted."""
+    if backend != "eks" and (wait is not None or timeout is not None):
+        raise click.UsageError(f"--wait/--no-wait/--timeout follow the steps of an EKS launch; --backend {backend} "
+                               "has no such steps to wait for (--follow/--no-follow choose whether its logs stream)")
+    if timeout is None:
+        return None
+    if wait is False:
+        raise click.UsageError("--timeout bounds --wait; with --no-wait the launch returns at once")
+    from ...k8s.launch_wait import parse_duration
+
+    try:
+        return parse_duration(timeout)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--timeout") from None

@@ -55,6 +55,7 @@ class State:
     requests: list[Request] = field(default_factory=list)
     reads: dict = field(default_factory=dict)  # (ns, plural, name) -> GET count
     fail_jobs: set = field(default_factory=set)
+    hold_jobs: set = field(default_factory=set)  # Jobs that stay active (a long preprocess)
     missing_plurals: set = field(default_factory=set)  # answer 404 as if the CRD were not installed
     log_not_ready: dict = field(default_factory=dict)  # pod -> how many log reads answer 400 (ContainerCreating)
     ready_after: int = 2  # reads before a Deployment reports ready / a Job finishes
@@ -113,7 +114,7 @@ class _Controllers:
     def applied(self, ns: str, plural: str, obj: dict) -> None:
         name = obj["metadata"]["name"]
         if plural == "jobs" and "status" not in obj:
-            obj["status"] = {"active": 1}
+            obj["status"] = {"active": obj["spec"].get("parallelism", 1)}
             labels = obj["spec"]["template"]["metadata"]["labels"]
             self._pod(ns, f"{name}-x7k2p", labels, name, "Running")
         if plural == "pytorchjobs" and "status" not in obj:
@@ -133,12 +134,13 @@ class _Controllers:
             return
         if plural == "deployments":
             obj["status"]["readyReplicas"] = obj["spec"].get("replicas", 1)
-        if plural == "jobs" and not obj["status"].get("conditions"):
+        if plural == "jobs" and not obj["status"].get("conditions") and name not in self.s.hold_jobs:
             failed = name in self.s.fail_jobs
             cond = {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
                     "message": "Job has reached the specified backoff limit"} if failed else \
                    {"type": "Complete", "status": "True", "reason": "Completed"}
-            obj["status"] = {"conditions": [cond], "failed" if failed else "succeeded": 1}
+            obj["status"] = {"conditions": [cond],
+                             "failed" if failed else "succeeded": 1 if failed else obj["spec"].get("completions", 1)}
             pod = self.s.objects.get((ns, "pods", f"{name}-x7k2p"))
             if pod:
                 pod["status"]["phase"] = "Failed" if failed else "Succeeded"
