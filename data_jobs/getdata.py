@@ -7,7 +7,9 @@ HTTP ``Range`` request or an S3 ranged GET), ``DEST.tmp`` (decompressed .xz/.gz/
 part file, SHA-256 computed on the way) and finally ``DEST`` by rename. The raw part file is what makes a
 resume possible after a time limit or a dropped connection: a decompressor's state cannot be resumed, bytes
 can. A checksum mismatch deletes both temp files and fails naming the URL, expected and actual digests.
-A ``DEST.mtk-fetch.json`` record (URL, digest, size, mtime) makes a second run a no-op.
+A ``DEST.mtk-fetch.json`` record (URL, digest, size, mtime) makes a second run a no-op, and pins an item without
+``sha256`` on first use: a later download from the same URL (the file was deleted, the data dir is reused) that
+differs from the recorded digest is refused, so a moving upstream cannot change a corpus between runs unseen.
 
 The data dir is often shared: side files are created with O_EXCL and opened with O_NOFOLLOW, so a symlink
 planted under one of their names cannot redirect a write to a file the user owns elsewhere. An item with
@@ -351,6 +353,17 @@ def _write_record(item: FetchItem, dest: str, sha: str) -> None:
     os.replace(tmp, _record_path(dest))
 
 
+def _first_fetch_digest(item: FetchItem, dest: str) -> str | None:
+    """The SHA-256 recorded when this URL was last fetched into ``dest`` (trust on first use), if any."""
+    try:
+        with open(os.open(_record_path(dest), os.O_RDONLY | _NOFOLLOW)) as fh:
+            rec = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    sha = rec.get("sha256") if isinstance(rec, dict) and rec.get("url") == item.url else None
+    return sha if isinstance(sha, str) else None
+
+
 def _claim_part(part: str, url: str) -> None:
     """Resume a part file only if it came from the same URL (``PART.url`` says which)."""
     marker = f"{part}.url"
@@ -383,6 +396,7 @@ def fetch(item: FetchItem, data_dir: str, progress: bool | None = None) -> Fetch
                                   f"environment: list it under cluster.secrets and export it where you launch "
                                   f"(EKS: put it in the Kubernetes Secret)")
         auth = (item.auth, token)
+    trusted = None if item.sha256 else _first_fetch_digest(item, dest)
     _claim_part(part, item.url)
     _download(item.url, part, progress, auth)
     kind = _compression(item)
@@ -397,6 +411,14 @@ def fetch(item: FetchItem, data_dir: str, progress: bool | None = None) -> Fetch
                 os.unlink(p)
         raise FetchError(f"{item.url}: SHA-256 mismatch: expected {item.sha256}, got {sha}; the download was "
                          "deleted. Check data.fetch[].sha256 or the source.")
+    if trusted and sha != trusted:
+        for p in {part, tmp, f"{part}.url"}:
+            if os.path.exists(p):
+                os.unlink(p)
+        raise FetchError(f"{_safe_url(item.url)}: this download differs from what was fetched from it before: "
+                         f"{_record_path(dest)} holds SHA-256 {trusted}, this download is {sha}; it was deleted and "
+                         f"nothing was replaced. If upstream changed on purpose, pin the new content with "
+                         f"data.fetch[].sha256: {sha}, or delete that record to trust it.")
     os.replace(tmp, dest)
     for p in (part, f"{part}.url"):
         if os.path.exists(p):

@@ -23,6 +23,27 @@ class CheckpointDamaged(ValueError):
     exit_code = 2
 
 
+def reporting_node(env) -> bool:
+    """Whether this node names an input error: node 0 of a multi-node job, or any node whose rank is unknown
+    before the rendezvous (local; elastic Kubeflow, where each pod has its own log anyway)."""
+    if env.get("SLURM_JOB_ID") and env.get("SLURM_NODEID", "").isdigit():
+        return int(env["SLURM_NODEID"]) == 0
+    if env.get("PET_NODE_RANK", "").isdigit() and not env.get("PET_RDZV_ENDPOINT"):
+        return int(env["PET_NODE_RANK"]) == 0
+    return True
+
+
+def check_resume_checkpoint_once(job, run_dir: str, env=os.environ) -> None:
+    """check_resume_checkpoint on every node; on all but the reporting one, a one-line pointer instead."""
+    try:
+        check_resume_checkpoint(job, run_dir)
+    except CheckpointDamaged:
+        if reporting_node(env):
+            raise
+        raise CheckpointDamaged("the checkpoint to resume from cannot be loaded: node 0 reports which file "
+                                "and the fix; no node starts training") from None
+
+
 def checkpoint_root(job, run_dir: str) -> Path:
     return Path(job.train.checkpoint.dir or os.path.join(run_dir, CHECKPOINTS_DIR))
 

@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--print", dest="print_only", action="store_true", help="print the torchrun command only")
     args = parser.parse_args(argv)
 
-    from .ckpt_precheck import check_resume_checkpoint
+    from .ckpt_precheck import check_resume_checkpoint_once
     from .spec import load_job_json
 
     job_file = os.path.abspath(args.job)
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mtk-entrypoint train: --job {job_file} does not exist", file=sys.stderr)
         return exitcodes.USAGE
     job = load_job_json(job_file)
-    check_resume_checkpoint(job, run_dir)  # once per node, before any rank: a damaged checkpoint is named here
+    check_resume_checkpoint_once(job, run_dir)  # before any rank starts: a damaged checkpoint is named once per job
     try:
         cmd, node = torchrun_argv(job, run_dir, job_file)
     except RendezvousError as exc:

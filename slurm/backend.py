@@ -40,6 +40,7 @@ FINAL_REASONS = {
     "stopped": "stopped by the exit trigger (mtk stop); checkpoint saved, nothing requeued",
     "guardrail": "stopped by the guardrail: too many failures in a row without checkpoint progress",
     "cancelled": "cancelled with mtk cancel",
+    "bad-input": "stopped on bad input (exit 2): the train log names the file and the fix; not restarted",
 }
 
 

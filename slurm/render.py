@@ -187,7 +187,7 @@ def _values(job: Job, run_dir: str, sub: Submission, problems: list[Problem]) ->
         ("MTK_RUN_DIR", run_dir, "run dir"),
         ("MTK_STATE_DIR", f"{run_dir}/{exitcodes.STATE_DIR}", "run dir"),
     ]
-    if s.runtime == "pyxis":
+    if s.runtime == "pyxis" or train:
         assign.append(("MTK_EXIT_USAGE", exitcodes.USAGE, ""))
     if train:
         assign += [

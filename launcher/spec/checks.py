@@ -278,6 +278,24 @@ def fetch_items_are_safe(job: Job, backend) -> list[Problem]:
     return out
 
 
+@check
+def fetch_is_pinned(job: Job, backend) -> list[Problem]:
+    """A fetch from a moving revision (a branch, ``latest``) without sha256 changes every later run's data
+    silently when upstream pushes; it must be pinned, or say that it trusts its first download."""
+    from .fetch_pins import moving_ref
+
+    out = []
+    for i, item in enumerate(job.data.fetch):
+        ref = moving_ref(item.url)
+        if ref and not item.sha256 and not item.trust_first_fetch:
+            out.append(Problem(f"data.fetch.{i}.url", f"names the moving revision {ref!r} and has no sha256: what "
+                               "it downloads changes whenever upstream pushes. Put a commit id in the URL and set "
+                               "sha256 (of the final, decompressed file), or set trust_first_fetch: true to have "
+                               "getdata record the first download's SHA-256 and refuse a later one that differs",
+                               item.url))
+    return out
+
+
 def _url_carries_credentials(url: str) -> bool:
     import urllib.parse
 

@@ -26,6 +26,10 @@ class FetchItem(Section):
     path: str | None = Field(None, description="Destination relative to data.dir (default: the URL's file name).")
     sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="Expected SHA-256 of the final file.")
     decompress: bool = Field(True, description="Decompress .xz/.gz/.zst while downloading.")
+    trust_first_fetch: bool = Field(
+        False, description="Accept a URL that names a moving revision (…/resolve/main/…, latest) without sha256: "
+        "getdata records the SHA-256 of the first download beside the file and refuses a later download that "
+        "differs. Prefer a commit in the URL and sha256.")
     auth: str | None = Field(
         None, description="Secret reference (a cluster.secrets name, e.g. HF_TOKEN) sent as a bearer token to this "
         "URL's host only, never across a redirect to another host.")
