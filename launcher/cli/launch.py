@@ -82,8 +82,10 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
     artifacts.write()
     stopped = None
     if backend == "eks":
+        from ...k8s.backend import EksBackend
         from ...k8s.launch_wait import StoppedWaiting
 
+        assert isinstance(impl, EksBackend)  # the EKS backend alone can follow its steps
         try:
             run = impl.submit(job, artifacts, wait=wait is not False, timeout=wait_seconds)
         except StoppedWaiting as exc:
