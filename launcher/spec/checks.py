@@ -218,6 +218,13 @@ def backend_required_fields(job: Job, backend) -> list[Problem]:
                 if not path.startswith(e.fsx_mount.rstrip("/") + "/") and path != e.fsx_mount:
                     out.append(Problem(field, f"must be under cluster.eks.fsx_mount ({e.fsx_mount}) so every "
                                        "pod sees it", path))
+        if not e.fsx_claim and (job.data.fetch or job.data.corpus):
+            # Each data Job would write into its own pod's disk, and the steps after it wait for files that never
+            # appear on a volume they share.
+            out.append(Problem("cluster.eks.fsx_claim", "the getdata/preprocess steps hand their files to training "
+                               "through shared storage: set cluster.eks.fsx_claim to the shared filesystem's "
+                               "PersistentVolumeClaim, or prepare the data beforehand and drop data.fetch/"
+                               "data.corpus"))
         if e.min_nodes is not None and e.min_nodes != c.nodes:
             # A smaller world would start (torchrun --nnodes=min:max) and crash-loop in the engine's world-size
             # check: the parallel layout, batch split and exact resume are all fixed by nodes × procs_per_node.

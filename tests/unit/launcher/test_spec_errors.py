@@ -104,6 +104,13 @@ CASES = [
         "elastic ranges are not supported",
     ),
     (
+        {"image.registry": "r.example", "cluster.eks.fsx_claim": None,
+         "data.fetch": [{"url": "https://x.example/y.jsonl", "sha256": "a" * 64}]},
+        "eks",
+        "cluster.eks.fsx_claim",
+        "hand their files to training through shared storage",
+    ),
+    (
         {"data.tokenizer": {"type": "GPT2BPETokenizer"}},
         None,
         "data.tokenizer.vocab_file",
