@@ -167,6 +167,21 @@ def _start_hang_monitor(job, run_dir: str, agent: subprocess.Popen) -> dict:
     return state
 
 
+def _exclude_blamed(run_dir: str, verdict) -> None:
+    """Under a PyTorchJob, add the blamed nodes to ``state/excluded_nodes``: the relaunch renders them as node
+    anti-affinity (on Slurm the batch script records them and passes --exclude)."""
+    from .exclusions import add_excluded
+
+    for host in verdict.hosts:
+        try:
+            if add_excluded(run_dir, host, f"hang watchdog (pod {socket.gethostname()}): stopped reporting "
+                                           "progress, see state/hang.json"):
+                print(f"mtk: node {host} added to {Path(run_dir) / exitcodes.EXCLUDED_FILE}; a relaunch "
+                      "(mtk launch with the same checkpoint dir) avoids it", flush=True)
+        except (OSError, ValueError) as exc:
+            print(f"mtk: could not record node {host!r} as excluded: {exc}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mtk-entrypoint train", description=__doc__.splitlines()[0])
     parser.add_argument("--job", required=True, help="job.json written by mtk launch")
@@ -217,5 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     code = outcome(rc, read_last_exit(run_dir, started), bool(received), kubeflow)
     if hang.get("verdict") is not None:
         code = exitcodes.HANG
+        if kubeflow:  # no batch script here to record the blame: the run's state does, for the relaunch
+            _exclude_blamed(run_dir, hang["verdict"])
     print(f"mtk: node {node} torchrun exited {rc}; step exit code {code}", flush=True)
     return code
