@@ -15,8 +15,9 @@ its peers sit inside a collective until the NCCL/gloo timeout (30 min by default
   to a stopped rank so the dump can run) and, on CUDA, their NCCL flight recorder, then kills the local
   torchrun and its ranks. The entrypoint exits ``exitcodes.HANG``.
 
-The monitor on every node reaches the same verdict from the same files, so every node exits with HANG and
-every rank's stacks land in ``<run dir>/debug/stacks-<host>-rank<R>.txt``.
+The first monitor to decide writes the verdict; the others adopt it (once a hang is declared, a woken rank could
+look alive, and ranks stop publishing), so every node exits with HANG for the same blamed ranks and every rank's
+stacks land in ``<run dir>/debug/stacks-<host>-rank<R>.txt``.
 """
 
 from __future__ import annotations
@@ -150,13 +151,20 @@ class Heartbeat:
         atomic_write(self.path, json.dumps(self.record()) + "\n")
 
     def _publisher(self) -> None:
-        hang_file = self.run_dir / exitcodes.HANG_FILE
+        """Publish until a hang is declared for this attempt; then dump the flight recorder and go quiet.
+
+        Going quiet matters: the monitor wakes a stopped rank (SIGCONT) to dump its stacks, and a heartbeat it
+        published then would look alive to a monitor on another node, which would blame the wrong ranks.
+        """
+        started = time.time()
         while not self._stop.wait(self.spec.interval):
+            if read_verdict(self.run_dir, since=started) is not None:
+                if not self._flight_dumped:
+                    self._flight_dumped = True
+                    dump_flight_recorder(self.run_dir, self.host, self.rank)
+                continue
             with contextlib.suppress(OSError):
                 self.publish()
-            if not self._flight_dumped and hang_file.exists():
-                self._flight_dumped = True
-                dump_flight_recorder(self.run_dir, self.host, self.rank)
 
 
 def dump_flight_recorder(run_dir: Path, host: str, rank: int) -> Path | None:
@@ -196,6 +204,17 @@ class Verdict:
         return {"time": time.time(), "detected_by": socket.gethostname(), "reason": self.reason,
                 "blamed_ranks": [b["rank"] for b in self.blamed], "blamed_hosts": self.hosts,
                 "blamed": self.blamed, "overdue_ranks": self.overdue}
+
+
+def read_verdict(run_dir: str | Path, since: float) -> Verdict | None:
+    """The verdict in ``state/hang.json`` if one was declared at or after ``since`` (this attempt), else None."""
+    try:
+        data = json.loads((Path(run_dir) / exitcodes.HANG_FILE).read_text())
+        if float(data["time"]) < since:
+            return None
+        return Verdict(blamed=list(data["blamed"]), overdue=list(data["overdue_ranks"]), reason=str(data["reason"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def read_heartbeats(run_dir: str | Path, since: float) -> list[dict]:
@@ -269,17 +288,23 @@ class HangMonitor:
     def watch(self) -> Verdict | None:
         """Poll until a hang is found (the Verdict) or :meth:`stop` is called (None)."""
         while not self._stop.wait(self.spec.interval):
-            verdict = judge(read_heartbeats(self.run_dir, self.started), time.time())
+            # A verdict another node already declared wins: after it, the blamed rank is woken to dump its stacks
+            # and could look alive, so judging again could blame different ranks.
+            verdict = read_verdict(self.run_dir, self.started)
+            if verdict is None:
+                verdict = judge(read_heartbeats(self.run_dir, self.started), time.time())
             if verdict is not None:
                 return verdict
         return None
 
     def record(self, verdict: Verdict) -> Path:
-        """``state/hang.json`` (every node writes the same verdict; the last rename wins)."""
+        """``state/hang.json`` (written once per attempt: the first node to decide; others adopt its verdict)."""
         path = self.run_dir / exitcodes.HANG_FILE
-        atomic_write(path, json.dumps(verdict.to_json(), indent=2) + "\n")
-        atomic_write(self.run_dir / exitcodes.HANG_HOSTS_FILE, "".join(f"{h}\n" for h in verdict.hosts))
+        if read_verdict(self.run_dir, self.started) is None:
+            atomic_write(path, json.dumps(verdict.to_json(), indent=2) + "\n")
+            atomic_write(self.run_dir / exitcodes.HANG_HOSTS_FILE, "".join(f"{h}\n" for h in verdict.hosts))
         return path
+
 
     def dump_and_kill(self, agent_pid: int, worker_pids: list[int]) -> None:
         """Ask local ranks for stacks, give them DUMP_GRACE_S, then SIGKILL agent and ranks.
