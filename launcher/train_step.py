@@ -167,6 +167,19 @@ def _start_hang_monitor(job, run_dir: str, agent: subprocess.Popen) -> dict:
     return state
 
 
+def job_for_node_count(job, run_dir: str, nodes: int) -> str:
+    """With spare nodes (``cluster.nodes: MIN:MAX``) this attempt trains on ``nodes`` healthy nodes: the workers get
+    the job with exactly that node count (``state/job.<N>nodes.json``), so the world size, DP and gradient
+    accumulation (global batch kept) are derived from it like for any fixed-size job."""
+    from .backends import atomic_write
+
+    fixed = job.model_copy(deep=True)
+    fixed.cluster.nodes, fixed.cluster.min_nodes = nodes, None
+    path = Path(run_dir) / exitcodes.STATE_DIR / f"job.{nodes}nodes.json"
+    atomic_write(path, fixed.to_json())  # every node writes the same bytes
+    return str(path)
+
+
 def _exclude_blamed(run_dir: str, verdict) -> None:
     """Under a PyTorchJob, add the blamed nodes to ``state/excluded_nodes``: the relaunch renders them as node
     anti-affinity (on Slurm the batch script records them and passes --exclude)."""
@@ -201,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     check_resume_checkpoint(job, run_dir)  # once per node, before any rank: a damaged checkpoint is named here
     try:
         cmd, node = torchrun_argv(job, run_dir, job_file)
+        if job.cluster.min_nodes is not None:  # spare nodes: the workers see the node count of this attempt
+            world_file = job_for_node_count(job, run_dir, int(cmd[cmd.index("--nnodes") + 1]))
+            cmd, node = torchrun_argv(job, run_dir, world_file)
     except RendezvousError as exc:
         print(f"mtk-entrypoint train: {exc}", file=sys.stderr)
         return exitcodes.USAGE
