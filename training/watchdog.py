@@ -137,6 +137,10 @@ class Heartbeat:
         self._thread.join(timeout=2 * self.spec.interval)
         self.publish()
         faulthandler.unregister(DUMP_SIGNAL)
+        # A dump request that arrives while this rank winds down (its peer was killed) must not kill it by the
+        # signal's default action: it then exits with its own code.
+        with contextlib.suppress(ValueError):  # only the main thread may set handlers
+            signal.signal(DUMP_SIGNAL, signal.SIG_IGN)
         if self._stacks is not None:
             self._stacks.close()
         self._thread = None
@@ -307,10 +311,12 @@ class HangMonitor:
 
 
     def dump_and_kill(self, agent_pid: int, worker_pids: list[int]) -> None:
-        """Ask local ranks for stacks, give them DUMP_GRACE_S, then SIGKILL agent and ranks.
+        """Ask local ranks for stacks, hold the run frozen while every node dumps, then SIGKILL agent and ranks.
 
-        A stopped rank must run to dump: it gets SIGCONT and is killed as soon as its stack file has grown, so
-        that it cannot go on training with its peers during the grace period.
+        A stopped rank must run to dump: it gets SIGCONT and is stopped again as soon as its stack file has grown,
+        so that it cannot go on training with its peers. Keeping it stopped (not killed) keeps its peers blocked in
+        their collective until the monitors on the other nodes, which see the verdict within one interval, have
+        taken their stacks too: a killed rank would end that collective and its peers would exit without a dump.
         """
         stacks = {int(r["pid"]): stacks_path(self.run_dir, r["host"], int(r["rank"]))
                   for r in read_heartbeats(self.run_dir, 0) if r.get("host") == socket.gethostname()}
@@ -327,8 +333,8 @@ class HangMonitor:
                            and (path.stat().st_size if path.exists() else 0) == before):
                         time.sleep(0.001)
                     time.sleep(0.02)  # the rest of the dump (one write per frame)
-                    os.kill(pid, signal.SIGKILL)
-        time.sleep(DUMP_GRACE_S)
+                    os.kill(pid, signal.SIGSTOP)
+        time.sleep(max(DUMP_GRACE_S, float(self.spec.interval) + 1.0))
         # The agent first: killed workers would otherwise be restarted by an elastic agent.
         for pid in [agent_pid, *worker_pids]:
             with contextlib.suppress(ProcessLookupError):

@@ -9,6 +9,7 @@ host named by MTK_TEST_SICK_NODE the preflight's node checks report a read-only 
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import pytest
@@ -85,3 +86,45 @@ def test_a_node_failing_preflight_is_dropped_and_the_job_trains_on_the_two_healt
     assert [r["iteration"] for r in train] == list(range(1, ITERS + 1))
     assert all(r["global_batch_size"] == GLOBAL_BATCH and r["consumed_samples"] == GLOBAL_BATCH * r["iteration"]
                for r in train), train
+
+
+def _log_of(run, harness) -> str:
+    job = harness.run_record(run)["ids"]["train"]
+    return (run / "logs" / f"train-{job}.out").read_text()
+
+
+def test_a_relaunch_on_fewer_healthy_nodes_resumes_the_checkpoint_with_a_smaller_dp(harness, mtk_venv):
+    """The same job twice (same checkpoint dir): first on all three nodes (DP 3), then with node3 failing the
+    preflight on two (DP 2), resuming the distributed optimizer's checkpoint at 4 with the global batch kept."""
+    hook = harness.root / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SICK_NODE_HOOK)
+    pythonpath = os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")]))
+    train = {"global_batch_size": GLOBAL_BATCH, "micro_batch_size": 2, "checkpoint.save_interval": 4,
+             "eval_interval": None, "lr_warmup_iters": 1}
+    sets = [f"cluster.slurm.venv={mtk_venv}"]
+
+    def launch(iterations: int, env: dict):
+        spec = harness.spec("spare2", cluster={"nodes": "2:3"}, parallel={"tp": 1, "distributed_optimizer": True},
+                            train={**train, "iterations": iterations})
+        harness.wait("three idle nodes", lambda: _idle_nodes(harness) == 3, timeout=60)
+        run = harness.launch(spec, *sets, env={"PYTHONPATH": pythonpath, **env})
+        done = harness.wait_state(run, {"COMPLETED"}, timeout=900)
+        assert done["exit_code"] == 0, done
+        return run
+
+    first = launch(4, {})
+    log = _log_of(first, harness)
+    assert "dp=3;" in log and "training iterations 1..4, 2 micro-batches per step" in log, log
+    second = launch(8, {"MTK_TEST_SICK_NODE": "node3"})
+    log = _log_of(second, harness)
+    assert "training on 2 node(s) node1,node2" in (second / "state" / "events.log").read_text()
+    assert "[checkpoint] resumed from" in log and "at iteration 4," in log, log
+    assert "dp=2;" in log and "training iterations 5..8, 3 micro-batches per step" in log, log
+    before = [json.loads(line) for line in (first / "metrics.jsonl").read_text().splitlines()]
+    after = [json.loads(line) for line in (second / "metrics.jsonl").read_text().splitlines()]
+    before = [r for r in before if r.get("kind") == "train"]
+    after = [r for r in after if r.get("kind") == "train"]
+    assert [r["iteration"] for r in after] == [5, 6, 7, 8]
+    assert all(r["consumed_samples"] == GLOBAL_BATCH * r["iteration"] for r in before + after)
+    assert all(math.isfinite(r["lm_loss"]) for r in before + after), (before, after)
