@@ -48,3 +48,62 @@ def add_excluded(run_dir: str | Path, host: str, reason: str) -> bool:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     atomic_write(path, old + f"{host}\t{stamp}\t{' '.join(reason.split())}\n")
     return True
+
+
+# ------------------------------------------------------------------ relaunch: carry the exclusions forward
+class BadExclusionRecord(ValueError):
+    """A recorded excluded node is not a node name: named with the file and line, exit code 2."""
+
+    user_facing = True
+    exit_code = 2
+
+
+def _same_checkpoints(job_file: Path, ckpt_dir: str) -> bool:
+    """True when ``job_file`` (a run's job.json) trains into ``ckpt_dir``: that run is an attempt of this one."""
+    import json
+
+    try:
+        data = json.loads(job_file.read_text())
+        return data["train"]["checkpoint"]["dir"] == ckpt_dir
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def recorded_for_relaunch(job, run_dir: str | Path) -> list[tuple[Path, Excluded]]:
+    """Nodes that earlier attempts of this run excluded: the target run dir's list and the lists of every run
+    under ``cluster.runs_dir`` that resumes from the same checkpoint dir (a relaunch into a new run dir
+    continues those checkpoints, so it inherits their bad nodes). Paths not reachable from here give nothing."""
+    from .spec.cluster import _NODE_NAME
+
+    dirs = [Path(run_dir)]
+    runs = Path(job.cluster.runs_dir)
+    ckpt = job.train.checkpoint.dir
+    if ckpt and runs.is_dir():
+        dirs += sorted(p.parent for p in runs.glob(f"*/{exitcodes.JOB_FILE}")
+                       if p.parent != Path(run_dir) and _same_checkpoints(p, ckpt))
+    found: list[tuple[Path, Excluded]] = []
+    seen = set()
+    for d in dirs:
+        path = d / exitcodes.EXCLUDED_FILE
+        for lineno, e in enumerate(read_excluded(d), 1):
+            if not _NODE_NAME.match(e.host):
+                raise BadExclusionRecord(f"{path}:{lineno}: {e.host!r} is not a node name; fix or delete that "
+                                         "line (the file lists host<TAB>time<TAB>reason)")
+            if e.host not in seen:
+                seen.add(e.host)
+                found.append((path, e))
+    return found
+
+
+def with_recorded_exclusions(job, run_dir: str | Path):
+    """``job`` with the recorded excluded nodes appended to ``cluster.exclude_nodes`` (the spec's own first), and a
+    note saying which were added and from where (None when nothing was added)."""
+    recorded = [(p, e) for p, e in recorded_for_relaunch(job, run_dir) if e.host not in job.cluster.exclude_nodes]
+    if not recorded:
+        return job, None
+    job = job.model_copy(deep=True)
+    job.cluster.exclude_nodes = [*job.cluster.exclude_nodes, *(e.host for _, e in recorded)]
+    lines = [f"  {e.host} (excluded {e.since}: {e.reason}; {p})" for p, e in recorded]
+    note = (f"avoiding {len(recorded)} node(s) earlier attempts of this run excluded (cluster.exclude_nodes is "
+            f"now {','.join(job.cluster.exclude_nodes)}):\n" + "\n".join(lines))
+    return job, note

@@ -119,15 +119,18 @@ def _slurm(job: Job, env: Mapping[str, str], procs: str, hostnames) -> Rendezvou
     node_id = _int_var(env, "SLURM_NODEID", 0)
     if node_id >= nnodes:
         raise RendezvousError(f"SLURM_NODEID={node_id} is not below SLURM_NNODES={nnodes}")
-    hosts = hostnames(env["SLURM_JOB_NODELIST"])
+    # A step on part of the allocation (spare nodes: the healthy ones) has its own list; node ids follow it.
+    list_var = "SLURM_STEP_NODELIST" if env.get("SLURM_STEP_NODELIST") else "SLURM_JOB_NODELIST"
+    hosts = hostnames(env[list_var])
     if len(hosts) != nnodes:
         raise RendezvousError(
-            f"SLURM_JOB_NODELIST={env['SLURM_JOB_NODELIST']!r} expands to {len(hosts)} hosts but SLURM_NNODES={nnodes}"
+            f"{list_var}={env[list_var]!r} expands to {len(hosts)} hosts but SLURM_NNODES={nnodes}"
         )
-    if nnodes != job.cluster.nodes:
+    if nnodes not in job.cluster.node_counts:
+        wanted = (f"cluster.nodes={job.cluster.nodes}" if job.cluster.min_nodes is None
+                  else f"the spare-node range cluster.nodes={job.cluster.min_nodes}:{job.cluster.nodes}")
         raise RendezvousError(
-            f"SLURM_NNODES={nnodes} differs from cluster.nodes={job.cluster.nodes}; "
-            "submit with `mtk launch` so the allocation matches the spec"
+            f"SLURM_NNODES={nnodes} differs from {wanted}; submit with `mtk launch` so the allocation matches the spec"
         )
     endpoint = f"{hosts[0]}:{slurm_port(job, env, job_id)}"
     # A requeued job keeps its id; a fresh rendezvous id per restart keeps stale agents out.

@@ -167,6 +167,34 @@ def _start_hang_monitor(job, run_dir: str, agent: subprocess.Popen) -> dict:
     return state
 
 
+def job_for_node_count(job, run_dir: str, nodes: int) -> str:
+    """With spare nodes (``cluster.nodes: MIN:MAX``) this attempt trains on ``nodes`` healthy nodes: the workers get
+    the job with exactly that node count (``state/job.<N>nodes.json``), so the world size, DP and gradient
+    accumulation (global batch kept) are derived from it like for any fixed-size job."""
+    from .backends import atomic_write
+
+    fixed = job.model_copy(deep=True)
+    fixed.cluster.nodes, fixed.cluster.min_nodes = nodes, None
+    path = Path(run_dir) / exitcodes.STATE_DIR / f"job.{nodes}nodes.json"
+    atomic_write(path, fixed.to_json())  # every node writes the same bytes
+    return str(path)
+
+
+def _exclude_blamed(run_dir: str, verdict) -> None:
+    """Under a PyTorchJob, add the blamed nodes to ``state/excluded_nodes``: the relaunch renders them as node
+    anti-affinity (on Slurm the batch script records them and passes --exclude)."""
+    from .exclusions import add_excluded
+
+    for host in verdict.hosts:
+        try:
+            if add_excluded(run_dir, host, f"hang watchdog (pod {socket.gethostname()}): stopped reporting "
+                                           "progress, see state/hang.json"):
+                print(f"mtk: node {host} added to {Path(run_dir) / exitcodes.EXCLUDED_FILE}; a relaunch "
+                      "(mtk launch with the same checkpoint dir) avoids it", flush=True)
+        except (OSError, ValueError) as exc:
+            print(f"mtk: could not record node {host!r} as excluded: {exc}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mtk-entrypoint train", description=__doc__.splitlines()[0])
     parser.add_argument("--job", required=True, help="job.json written by mtk launch")
@@ -186,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     check_resume_checkpoint_once(job, run_dir)  # before any rank starts: a damaged checkpoint is named once per job
     try:
         cmd, node = torchrun_argv(job, run_dir, job_file)
+        if job.cluster.min_nodes is not None:  # spare nodes: the workers see the node count of this attempt
+            world_file = job_for_node_count(job, run_dir, int(cmd[cmd.index("--nnodes") + 1]))
+            cmd, node = torchrun_argv(job, run_dir, world_file)
     except RendezvousError as exc:
         print(f"mtk-entrypoint train: {exc}", file=sys.stderr)
         return exitcodes.USAGE
@@ -217,5 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     code = outcome(rc, read_last_exit(run_dir, started), bool(received), kubeflow)
     if hang.get("verdict") is not None:
         code = exitcodes.HANG
+        if kubeflow:  # no batch script here to record the blame: the run's state does, for the relaunch
+            _exclude_blamed(run_dir, hang["verdict"])
     print(f"mtk: node {node} torchrun exited {rc}; step exit code {code}", flush=True)
     return code

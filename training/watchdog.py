@@ -15,8 +15,9 @@ its peers sit inside a collective until the NCCL/gloo timeout (30 min by default
   to a stopped rank so the dump can run) and, on CUDA, their NCCL flight recorder, then kills the local
   torchrun and its ranks. The entrypoint exits ``exitcodes.HANG``.
 
-The monitor on every node reaches the same verdict from the same files, so every node exits with HANG and
-every rank's stacks land in ``<run dir>/debug/stacks-<host>-rank<R>.txt``.
+The first monitor to decide writes the verdict; the others adopt it (once a hang is declared, a woken rank could
+look alive, and ranks stop publishing), so every node exits with HANG for the same blamed ranks and every rank's
+stacks land in ``<run dir>/debug/stacks-<host>-rank<R>.txt``.
 """
 
 from __future__ import annotations
@@ -137,6 +138,10 @@ class Heartbeat:
         self._thread.join(timeout=2 * self.spec.interval)
         self.publish()
         faulthandler.unregister(DUMP_SIGNAL)
+        # A dump request that arrives while this rank winds down (its peer was killed) must not kill it by the
+        # signal's default action: it then exits with its own code.
+        with contextlib.suppress(ValueError):  # only the main thread may set handlers
+            signal.signal(DUMP_SIGNAL, signal.SIG_IGN)
         if self._stacks is not None:
             self._stacks.close()
         self._thread = None
@@ -151,13 +156,20 @@ class Heartbeat:
         atomic_write(self.path, json.dumps(self.record()) + "\n")
 
     def _publisher(self) -> None:
-        hang_file = self.run_dir / exitcodes.HANG_FILE
+        """Publish until a hang is declared for this attempt; then dump the flight recorder and go quiet.
+
+        Going quiet matters: the monitor wakes a stopped rank (SIGCONT) to dump its stacks, and a heartbeat it
+        published then would look alive to a monitor on another node, which would blame the wrong ranks.
+        """
+        started = time.time()
         while not self._stop.wait(self.spec.interval):
+            if read_verdict(self.run_dir, since=started) is not None:
+                if not self._flight_dumped:
+                    self._flight_dumped = True
+                    dump_flight_recorder(self.run_dir, self.host, self.rank)
+                continue
             with contextlib.suppress(OSError):
                 self.publish()
-            if not self._flight_dumped and hang_file.exists():
-                self._flight_dumped = True
-                dump_flight_recorder(self.run_dir, self.host, self.rank)
 
 
 def dump_flight_recorder(run_dir: Path, host: str, rank: int) -> Path | None:
@@ -197,6 +209,17 @@ class Verdict:
         return {"time": time.time(), "detected_by": socket.gethostname(), "reason": self.reason,
                 "blamed_ranks": [b["rank"] for b in self.blamed], "blamed_hosts": self.hosts,
                 "blamed": self.blamed, "overdue_ranks": self.overdue}
+
+
+def read_verdict(run_dir: str | Path, since: float) -> Verdict | None:
+    """The verdict in ``state/hang.json`` if one was declared at or after ``since`` (this attempt), else None."""
+    try:
+        data = json.loads((Path(run_dir) / exitcodes.HANG_FILE).read_text())
+        if float(data["time"]) < since:
+            return None
+        return Verdict(blamed=list(data["blamed"]), overdue=list(data["overdue_ranks"]), reason=str(data["reason"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def read_heartbeats(run_dir: str | Path, since: float) -> list[dict]:
@@ -270,23 +293,31 @@ class HangMonitor:
     def watch(self) -> Verdict | None:
         """Poll until a hang is found (the Verdict) or :meth:`stop` is called (None)."""
         while not self._stop.wait(self.spec.interval):
-            verdict = judge(read_heartbeats(self.run_dir, self.started), time.time())
+            # A verdict another node already declared wins: after it, the blamed rank is woken to dump its stacks
+            # and could look alive, so judging again could blame different ranks.
+            verdict = read_verdict(self.run_dir, self.started)
+            if verdict is None:
+                verdict = judge(read_heartbeats(self.run_dir, self.started), time.time())
             if verdict is not None:
                 return verdict
         return None
 
     def record(self, verdict: Verdict) -> Path:
-        """``state/hang.json`` (every node writes the same verdict; the last rename wins)."""
+        """``state/hang.json`` (written once per attempt: the first node to decide; others adopt its verdict)."""
         path = self.run_dir / exitcodes.HANG_FILE
-        atomic_write(path, json.dumps(verdict.to_json(), indent=2) + "\n")
-        atomic_write(self.run_dir / exitcodes.HANG_HOSTS_FILE, "".join(f"{h}\n" for h in verdict.hosts))
+        if read_verdict(self.run_dir, self.started) is None:
+            atomic_write(path, json.dumps(verdict.to_json(), indent=2) + "\n")
+            atomic_write(self.run_dir / exitcodes.HANG_HOSTS_FILE, "".join(f"{h}\n" for h in verdict.hosts))
         return path
 
-    def dump_and_kill(self, agent_pid: int, worker_pids: list[int]) -> None:
-        """Ask local ranks for stacks, give them DUMP_GRACE_S, then SIGKILL agent and ranks.
 
-        A stopped rank must run to dump: it gets SIGCONT and is killed as soon as its stack file has grown, so
-        that it cannot go on training with its peers during the grace period.
+    def dump_and_kill(self, agent_pid: int, worker_pids: list[int]) -> None:
+        """Ask local ranks for stacks, hold the run frozen while every node dumps, then SIGKILL agent and ranks.
+
+        A stopped rank must run to dump: it gets SIGCONT and is stopped again as soon as its stack file has grown,
+        so that it cannot go on training with its peers. Keeping it stopped (not killed) keeps its peers blocked in
+        their collective until the monitors on the other nodes, which see the verdict within one interval, have
+        taken their stacks too: a killed rank would end that collective and its peers would exit without a dump.
         """
         stacks = {int(r["pid"]): stacks_path(self.run_dir, r["host"], int(r["rank"]))
                   for r in read_heartbeats(self.run_dir, 0) if r.get("host") == socket.gethostname()}
@@ -303,8 +334,8 @@ class HangMonitor:
                            and (path.stat().st_size if path.exists() else 0) == before):
                         time.sleep(0.001)
                     time.sleep(0.02)  # the rest of the dump (one write per frame)
-                    os.kill(pid, signal.SIGKILL)
-        time.sleep(DUMP_GRACE_S)
+                    os.kill(pid, signal.SIGSTOP)
+        time.sleep(max(DUMP_GRACE_S, float(self.spec.interval) + 1.0))
         # The agent first: killed workers would otherwise be restarted by an elastic agent.
         for pid in [agent_pid, *worker_pids]:
             with contextlib.suppress(ProcessLookupError):

@@ -53,6 +53,12 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
             click.echo(f"note: {note}", err=True)
     job = resolve_paths(job, backend)
     target = run_dir or str(new_run_dir(job.cluster.runs_dir, job.name))
+    if backend in ("slurm", "eks"):  # a relaunch avoids the nodes earlier attempts of this run excluded
+        from ..exclusions import with_recorded_exclusions
+
+        job, excluded_note = with_recorded_exclusions(job, target)
+        if excluded_note:
+            click.echo(f"note: {excluded_note}", err=True)
     check_launch_outputs(job, backend, target, dry_run)
     if backend == "eks":
         from ..image_pin import pin_image

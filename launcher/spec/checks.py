@@ -34,7 +34,7 @@ def data_parallel_size(job: Job) -> int:
 def gpus_divisible_by_model_parallel(job: Job, backend) -> list[Problem]:
     p, c = job.parallel, job.cluster
     mp = p.tp * p.pp * p.cp
-    if c.world_size % mp:
+    if c.world_size % mp and c.min_nodes is None:  # a spare-node range: spare_nodes_keep_the_batch checks each count
         return [Problem("cluster.procs_per_node", f"nodes × procs_per_node = {c.nodes} × {c.procs_per_node} = "
                         f"{c.world_size} GPUs is not divisible by parallel.tp × pp × cp = {p.tp} × {p.pp} × {p.cp}"
                         f" = {mp}; change the node count or the parallel sizes", c.world_size)]
@@ -80,6 +80,39 @@ def global_batch_divisible(job: Job, backend) -> list[Problem]:
         return [Problem("train.global_batch_size", f"{t.global_batch_size} is not divisible by "
                         f"train.micro_batch_size × data-parallel size = {t.micro_batch_size} × {dp} = "
                         f"{t.micro_batch_size * dp}; use a multiple of it", t.global_batch_size)]
+    return []
+
+
+@check
+def spare_nodes_keep_the_batch(job: Job, backend) -> list[Problem]:
+    """With ``nodes: MIN:MAX`` every node count in the range must fit the parallel layout and the global batch
+    (DP and gradient accumulation are derived from the healthy nodes, the global batch is kept)."""
+    c, p, t = job.cluster, job.parallel, job.train
+    if c.min_nodes is None:
+        return []
+    shown = f"{c.min_nodes}:{c.nodes}"
+    if c.min_nodes > c.nodes:
+        return [Problem("cluster.nodes", f"the spare-node range MIN:MAX has MAX below MIN; write {c.nodes}:"
+                        f"{c.min_nodes}", shown)]
+    if backend in ("eks", "local"):
+        why = ("on EKS a smaller world would crash-loop on the world-size check (the PyTorchJob keeps exactly "
+               "cluster.nodes pods; a lost pod is replaced)" if backend == "eks" else
+               "the local backend runs on this machine only")
+        return [Problem("cluster.nodes", f"a MIN:MAX range (spare nodes) is for Slurm only: {why}; set a single "
+                        f"count, e.g. {c.nodes}", shown)]
+    mp, mb = p.tp * p.pp * p.cp, t.micro_batch_size
+    bad = []
+    for n in c.node_counts:
+        world = n * c.procs_per_node
+        if world % mp:
+            bad.append(f"{n} nodes: {world} processes not divisible by tp × pp × cp = {mp}")
+        elif t.global_batch_size % (mb * (world // mp)):
+            bad.append(f"{n} nodes: train.global_batch_size {t.global_batch_size} not divisible by micro_batch_size "
+                       f"× DP = {mb} × {world // mp}")
+    if bad:
+        return [Problem("cluster.nodes", "every node count in the spare-node range must keep the global batch ("
+                        + "; ".join(bad) + "); narrow the range or pick a global batch that all of them divide",
+                        shown)]
     return []
 
 

@@ -196,7 +196,12 @@ class SecretRef(Section):
 class ClusterSpec(Section):
     """Resources, shared for all backends."""
 
-    nodes: int = Field(1, ge=1, description="Nodes (Slurm) or worker pods (EKS).")
+    nodes: int = Field(1, ge=1, description="Nodes (Slurm) or worker pods (EKS). On Slurm 'MIN:MAX' (e.g. '8:10') "
+                                            "asks for spare nodes: the job takes up to MAX, drops those that fail the "
+                                            "preflight and trains on what is healthy if that is at least MIN.")
+    min_nodes: int | None = Field(None, ge=1, description="Set by nodes: 'MIN:MAX' (Slurm spare nodes); nodes is then "
+                                                          "MAX. The world size is the healthy node count × "
+                                                          "procs_per_node; the global batch stays fixed.")
     procs_per_node: int = Field(8, ge=1, description="Training processes per node (= GPUs per node on GPU).")
     device: Literal["gpu", "cpu"] = Field("gpu", description="cpu runs the same code with gloo (CI, laptops).")
     instance_type: str | None = Field(None, description="e.g. p5.48xlarge: selects NCCL/EFA settings and EFA count.")
@@ -229,6 +234,22 @@ class ClusterSpec(Section):
                 raise ValueError(f"'{name}' is not a valid environment variable name (letters, digits, _)")
         return v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _node_range(cls, data):
+        """``nodes: "MIN:MAX"`` → nodes = MAX, min_nodes = MIN."""
+        if not isinstance(data, dict) or not isinstance(data.get("nodes"), str):
+            return data
+        text = data["nodes"].strip()
+        if text.isdigit():
+            return {**data, "nodes": int(text)}
+        m = re.fullmatch(r"(\d+)\s*:\s*(\d+)", text)
+        if m is None:
+            raise ValueError(f"nodes {text!r}: write a node count (8) or a spare-node range MIN:MAX (8:10)")
+        if data.get("min_nodes") is not None:
+            raise ValueError(f"nodes {text!r} already sets min_nodes; drop min_nodes ({data['min_nodes']!r})")
+        return {**data, "nodes": int(m.group(2)), "min_nodes": int(m.group(1))}
+
     @field_validator("exclude_nodes")
     @classmethod
     def _node_names(cls, v: list[str]) -> list[str]:
@@ -244,3 +265,8 @@ class ClusterSpec(Section):
     @property
     def world_size(self) -> int:
         return self.nodes * self.procs_per_node
+
+    @property
+    def node_counts(self) -> range:
+        """Every node count the job may train on: just ``nodes``, or MIN..MAX with spare nodes."""
+        return range(self.min_nodes or self.nodes, self.nodes + 1)

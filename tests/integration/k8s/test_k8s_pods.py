@@ -8,6 +8,7 @@ private network namespace in which the etcd Service name resolves and /etc/mtk/j
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -25,13 +26,26 @@ ITERATIONS = 20
 SAVE_INTERVAL = 4
 
 
-def _render(k8s_jobs, root: Path, stamp: str):
+def _job(k8s_jobs, root: Path, iterations: int = ITERATIONS, **sections):
     fsx = root / "fsx"
     job = k8s_jobs.tiny_eks(cluster={"runs_dir": str(fsx / "runs"), "eks": {"fsx_mount": str(fsx)}},
                             data={"dir": str(fsx / "data")},
-                            train={"iterations": ITERATIONS, "global_batch_size": 2,
-                                   "checkpoint": {"save_interval": SAVE_INTERVAL}})
-    job = resolve_paths(job, "eks")
+                            train={"iterations": iterations, "global_batch_size": 2,
+                                   "checkpoint": {"save_interval": SAVE_INTERVAL}}, **sections)
+    return resolve_paths(job, "eks")
+
+
+def _manifests(job, run_dir: str):
+    art = EksBackend().render(job, run_dir)
+    objs = yamlio.load_all(art.files["manifests/all.yaml"])
+    ptj = next(o for o in objs if o["kind"] == "PyTorchJob")
+    spec_text = next(o for o in objs if o["kind"] == "ConfigMap")["data"][names.SPEC_KEY]
+    return ptj, spec_text
+
+
+def _render(k8s_jobs, root: Path, stamp: str):
+    fsx = root / "fsx"
+    job = _job(k8s_jobs, root)
     run_dir = str(fsx / "runs" / f"tiny-eks-{stamp}")
     art = EksBackend().render(job, run_dir)
     objs = yamlio.load_all(art.files["manifests/all.yaml"])
@@ -46,8 +60,8 @@ def _image_env(home: Path) -> dict[str, str]:
     return {"PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
 
 
-def _start(net, ptj, index: int, home: Path, logs: Path):
-    env = {**_image_env(home), **operator_env.worker_pod_env(ptj, index)}
+def _start(net, ptj, index: int, home: Path, logs: Path, extra_env: dict[str, str] | None = None):
+    env = {**_image_env(home), **operator_env.worker_pod_env(ptj, index), **(extra_env or {})}
     hostname = names.worker_pod(ptj["metadata"]["name"], index)
     return net.start_pod(hostname, env, operator_env.worker_command(ptj), logs / f"{hostname}.log")
 
@@ -145,3 +159,116 @@ def test_killed_pod_is_replaced_and_training_resumes_from_checkpoint(k8s_jobs, p
     assert resumed_from % SAVE_INTERVAL == 0, "resumes exactly at a saved checkpoint"
     full = "".join(f.read_text(errors="replace") for f in sorted(logs.glob("*.log")))
     assert f"at iteration {resumed_from}," in full and "[checkpoint] resumed from" in full, _logs(logs)
+
+
+# Test-only: the one rank in the pod whose environment names MTK_TEST_STOP_MARK SIGSTOPs itself once, before
+# iteration 7 (after the checkpoint at 4), however fast the machine is; the marker keeps the restart going.
+SELF_STOP_HOOK = """\
+import os
+
+if os.environ.get("LOCAL_RANK") is not None and os.environ.get("MTK_TEST_STOP_MARK"):
+    import signal
+
+    import mtk.training.loop as _loop
+
+    _original = _loop.Trainer.train_step
+
+    def _train_step(self):
+        mark = os.environ["MTK_TEST_STOP_MARK"]
+        if self.iteration == 6 and not os.path.exists(mark):
+            with open(mark, "w") as fh:
+                fh.write(os.environ["RANK"])
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return _original(self)
+
+    _loop.Trainer.train_step = _train_step
+"""
+HANG_ITERATIONS = 12
+STEP_TIMEOUT = 15
+
+
+def _losses(run_dir: str) -> dict[int, float]:
+    """iteration -> lm loss; after a resume the re-run iterations' last records win."""
+    return {r["iteration"]: r["lm_loss"] for r in _train_records(run_dir)}
+
+
+def _node(name: str) -> dict[str, str]:
+    """The downward API's spec.nodeName (MTK_NODE_NAME): the node the scheduler put the pod on."""
+    return {"MTK_NODE_NAME": name}
+
+
+def test_hung_pod_is_detected_its_node_avoided_and_the_replacement_resumes_on_the_same_losses(
+        k8s_jobs, pod_net_factory, tmp_path):
+    """SIGSTOP of the rank in worker-1: both pods' watchdogs exit 45 (HANG) within the step timeout, with every
+    rank's stacks in debug/ and state/hang.json naming worker-1's node, which the run records as excluded. The
+    relaunch renders that node as anti-affinity; the replaced pods (worker-1 now on another node) re-form the
+    rendezvous through the same etcd, resume from the checkpoint at 4 and log the uninterrupted run's losses."""
+    from mtk.launcher import exitcodes
+    from mtk.launcher.exclusions import with_recorded_exclusions
+
+    watchdog = {"watchdog": {"step_timeout": STEP_TIMEOUT, "interval": 1}}
+    # The uninterrupted reference: the same job, its own FSx (checkpoints) and etcd.
+    ref_root = tmp_path / "reference"
+    ref_job = _job(k8s_jobs, ref_root, HANG_ITERATIONS, resilience=watchdog)
+    ref_dir = str(ref_root / "fsx" / "runs" / "tiny-eks-20261122-000003")
+    ref_ptj, ref_spec = _manifests(ref_job, ref_dir)
+    ref_net = pod_net_factory(_hosts(ref_ptj))
+    ref_net.put_spec(ref_spec)
+    ref_logs = ref_root / "logs"
+    ref_logs.mkdir(parents=True)
+    ref_pods = [_start(ref_net, ref_ptj, i, ref_root, ref_logs, _node(f"node-{i}")) for i in (0, 1)]
+    assert _wait(ref_pods, 400, ref_logs) == [0, 0], _logs(ref_logs)
+    reference = _losses(ref_dir)
+    assert sorted(reference) == list(range(1, HANG_ITERATIONS + 1))
+
+    root = tmp_path / "hang"
+    job = _job(k8s_jobs, root, HANG_ITERATIONS, resilience=watchdog)
+    run_dir = str(root / "fsx" / "runs" / "tiny-eks-20261122-000004")
+    ptj, spec_text = _manifests(job, run_dir)
+    net = pod_net_factory(_hosts(ptj))
+    net.put_spec(spec_text)
+    logs = root / "logs"
+    logs.mkdir(parents=True)
+    hook = root / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SELF_STOP_HOOK)
+    mark = root / "stopped.mark"
+    stop_env = {"PYTHONPATH": str(hook), "MTK_TEST_STOP_MARK": str(mark)}
+    pods = [_start(net, ptj, 0, root, logs, _node("node-0")),
+            _start(net, ptj, 1, root, logs, {**_node("node-1"), **stop_env})]
+    codes = _wait(pods, 400, logs)
+    assert mark.exists(), "the rank in worker-1 never stopped itself:\n" + _logs(logs)
+    assert codes == [exitcodes.HANG, exitcodes.HANG], _logs(logs)
+    hang = json.loads((Path(run_dir) / exitcodes.HANG_FILE).read_text())
+    stopped_rank = int(mark.read_text())
+    detected_after = hang["time"] - mark.stat().st_mtime
+    print(f"SIGSTOP -> hang verdict in {detected_after:.1f}s (step timeout {STEP_TIMEOUT}s)")
+    assert detected_after < 4 * STEP_TIMEOUT, "far beyond the step timeout: not the watchdog's doing"
+    assert hang["blamed_hosts"] == ["node-1"] and hang["blamed_ranks"] == [stopped_rank], hang
+    pod_of = {stopped_rank: names.worker_pod(ptj["metadata"]["name"], 1),
+              1 - stopped_rank: names.worker_pod(ptj["metadata"]["name"], 0)}
+    for rank, pod in pod_of.items():
+        stacks = (Path(run_dir) / exitcodes.DEBUG_DIR / f"stacks-{pod}-rank{rank}.txt").read_text()
+        assert 'File "' in stacks, f"no stacks from rank {rank} in {pod}"
+    excluded = (Path(run_dir) / exitcodes.EXCLUDED_FILE).read_text().splitlines()
+    assert [line.split("\t")[0] for line in excluded] == ["node-1"] and "hang watchdog" in excluded[0]
+    losses_before = _losses(run_dir)
+    assert max(losses_before) == 6, sorted(losses_before)
+
+    # The relaunch (same run dir, as `mtk launch --run-dir` renders it) avoids node-1; the scheduler puts the
+    # re-created worker-1 on node-2. Both pods start again with the relaunch's env and command.
+    job2, note = with_recorded_exclusions(job, run_dir)
+    assert note and "node-1" in note
+    ptj2, spec2 = _manifests(job2, run_dir)
+    (term,) = (ptj2["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["affinity"]["nodeAffinity"]
+               ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"])
+    assert term["matchExpressions"][0]["values"] == ["node-1"]
+    net.put_spec(spec2)
+    replaced = [_start(net, ptj2, 0, root, logs, _node("node-0")), _start(net, ptj2, 1, root, logs, _node("node-2"))]
+    assert _wait(replaced, 400, logs) == [0, 0], _logs(logs)
+    text = _logs(logs)
+    assert "[checkpoint] resumed from" in text and "at iteration 4," in text, text
+    losses = _losses(run_dir)
+    assert sorted(losses) == sorted(reference)
+    assert all(math.isclose(losses[i], reference[i], rel_tol=1e-6, abs_tol=1e-7) for i in reference), (
+        losses, reference)

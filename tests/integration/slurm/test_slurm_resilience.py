@@ -67,3 +67,37 @@ def test_too_few_healthy_nodes_refuse_the_run_with_the_fix(harness, stub_venv):
     assert "refused: only 1 healthy node(s)" in events and "lower cluster.nodes" in events
     assert not list(run.glob("stub-argv.*")), "training must not start on a failed gate"
     harness.wait("the chain to drain", lambda: harness.active_jobs() == [], timeout=60)
+
+
+def _job_field(harness, job: str, field: str) -> str:
+    """One ``Key=value`` of ``scontrol show job`` (MinJobAge keeps ended jobs listed for 10 minutes here)."""
+    text = harness.slurm("scontrol", "show", "job", job)
+    for token in text.split():
+        key, sep, value = token.partition("=")
+        if sep and key == field:
+            return value
+    raise AssertionError(f"no {field} in scontrol show job {job}:\n{text}")
+
+
+def test_singleton_successor_gets_the_blamed_node_in_its_exclude_list_and_runs_elsewhere(harness, stub_venv):
+    """With cluster.slurm.singleton the restart is the successor already queued (--dependency=singleton) before
+    anyone knew which node would hang: the script must put the blamed node into that pending job's ExcNodeList
+    (scontrol update), and the successor must then run on the other nodes."""
+    spec = harness.spec("single-hang", cluster={"slurm.singleton": True})
+    run = harness.launch(spec, *stub_sets(stub_venv), env={"MTK_STUB": "hang:1"})
+    first = harness.run_record(run)["ids"]["train"]
+    successors = run / "state" / "successors"
+    harness.wait("the queued successor", lambda: successors.exists() and successors.read_text().strip(), timeout=60)
+    successor = successors.read_text().split()[0]  # queued by the first job at its start, before the hang
+    harness.wait("the successor to complete", lambda: _job_field(harness, successor, "JobState") == "COMPLETED",
+                 timeout=120)
+    blamed = (run / "state" / f"nodes.{first}").read_text().split()[1]  # task 1's node
+    assert _job_field(harness, first, "ExitCode") == f"{exitcodes.HANG}:0"
+    assert _job_field(harness, successor, "ExcNodeList") == blamed
+    ran_on = (run / "state" / f"nodes.{successor}").read_text().split()
+    assert blamed not in ran_on and len(ran_on) == 2, ran_on
+    first_log = (run / "logs" / f"train-{first}.out").read_text()
+    assert f"the queued successor job resumes from checkpoint -1 without {blamed}" in first_log, first_log
+    assert "replacement job" not in first_log  # the singleton path, not a new sbatch
+    assert [line.split("\t")[0] for line in (run / exitcodes.EXCLUDED_FILE).read_text().splitlines()] == [blamed]
+    harness.wait("the chain to drain", lambda: harness.active_jobs() == [], timeout=60)

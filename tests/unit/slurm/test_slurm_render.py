@@ -37,6 +37,10 @@ VARIANTS = {
                                               "cluster.slurm.qos=high", "cluster.slurm.mem='200G'",
                                               "cluster.slurm.requeue=false", "cluster.slurm.signal_lead=0"]),
     "tiny-local-as-slurm": ("tiny.yaml", ["cluster.slurm.runtime=bare"]),
+    "spare": ("seed-multinode.yaml", ["cluster.nodes=2:3", "train.global_batch_size=12",
+                                      "cluster.slurm.singleton=true"]),
+    "spare-no-preflight": ("seed-multinode.yaml", ["cluster.nodes=2:3", "train.global_batch_size=12",
+                                                   "resilience.preflight.enabled=false"]),
 }
 
 
