@@ -5,8 +5,10 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -126,7 +128,7 @@ def test_builtin_kinds_pass_kubernetes_validate_strict(example_7b, tmp_path):
     # And the CLI the issue names, on the file kubectl takes.
     for step in ("spec", "etcd", "getdata", "preprocess"):
         (tmp_path / f"{step}.yaml").write_text(art.files[f"manifests/{step}.yaml"])
-    out = subprocess.run(["kubernetes-validate", "--strict", "--quiet",
+    out = subprocess.run([os.path.join(os.path.dirname(sys.executable), "kubernetes-validate"), "--strict", "--quiet",
                           *[str(p) for p in sorted(tmp_path.glob("*.yaml"))]], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
 
