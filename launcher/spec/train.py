@@ -20,6 +20,13 @@ class CheckpointSpec(Section):
     async_save: bool = Field(False, description="Write checkpoints in the background where supported.")
     load: bool = Field(True, description="Auto-resume from the latest checkpoint in dir.")
     save_on_exit: bool = Field(True, description="Save when the run ends or is signalled (SIGTERM/SIGUSR2).")
+    fully_reshardable: bool = Field(
+        True,
+        description="Distributed optimizer only: write its state in Megatron-LM's fully_reshardable layout "
+        "(--dist-ckpt-optim-fully-reshardable: one tensor per parameter, so a resume may change parallel.tp, "
+        "parallel.pp and the data-parallel size). false writes dp_reshardable (flat buffers: a resume may "
+        "change only the data-parallel size). Loading follows what the checkpoint records, either way.",
+    )
 
 
 class TrainSpec(Section):
