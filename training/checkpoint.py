@@ -10,9 +10,11 @@ Publishing order: every rank writes its shards into ``iter_N.partial`` → barri
 ``iter_N`` → rank 0 replaces the tracker (temp file + ``os.replace``) → barrier. A crash at any point before
 the tracker is replaced leaves the tracker naming the previous, complete checkpoint.
 
-Distributed-optimizer state is saved in the ``dp_reshardable`` format (the only one that works without
-Apex/TE on CPU), which reshards over data-parallel ranks only; the plain optimizer's state follows the
-model's sharding and survives tp/pp changes.
+Distributed-optimizer state is saved as Megatron-LM saves it by default, ``dp_reshardable`` (each rank's
+flat buffers; reshards over data-parallel ranks only), or with ``train.checkpoint.fully_reshardable`` in its
+``fully_reshardable`` layout (one tensor per parameter, gathered over data-parallel ranks on save). The plain
+optimizer's state follows the model's sharding. Which resumes at another tp/pp/dp load is decided from the
+common state by :mod:`mtk.training.reshard`, before anything is loaded.
 
 Async save (``train.checkpoint.async_save``): the state dict is built synchronously, then megatron's
 ``mcore`` async strategy forks a writer process per save (fork = a copy-on-write snapshot of the tensors,

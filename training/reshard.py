@@ -8,10 +8,12 @@ What reshards, and why:
 
 * model weights: always (every tensor is a ShardedTensor keyed by its global name and offsets);
 * plain (non-distributed) optimizer state: always (its tensors follow the weights' sharding);
-* distributed optimizer, ``fully_reshardable`` (Megatron-LM's ``--dist-ckpt-optim-fully-reshardable``,
-  mtk's default) or the older ``fully_sharded_model_space``: always (state stored per parameter);
-* distributed optimizer, ``dp_reshardable`` / ``dp_zero_gather_scatter``: only the data-parallel size may
-  change (the state is the flat per-bucket buffers of one tp/pp/ep layout) — Megatron-LM refuses the same;
+* distributed optimizer, ``fully_reshardable`` (``train.checkpoint.fully_reshardable``, Megatron-LM's
+  ``--dist-ckpt-optim-fully-reshardable``) or the older ``fully_sharded_model_space``: always (state stored
+  per parameter);
+* distributed optimizer, ``dp_reshardable`` (the default, as in Megatron-LM) / ``dp_zero_gather_scatter``:
+  only the data-parallel size may change (the state is the flat per-bucket buffers of one tp/pp/ep
+  layout) — Megatron-LM refuses the same;
 * RNG: restored only when tp and pp are unchanged (its streams are per tensor/pipeline rank); otherwise
   dropped, as Megatron-LM does ("RNG state will be ignored").
 
@@ -199,9 +201,9 @@ def plan(common: dict[str, Any], job: Job, where: str, optimizer_state: bool = T
                 raise ReshardRefused(
                     f"{name}: {where} holds distributed-optimizer state in the {sharding} layout, which reshards "
                     f"only over data-parallel ranks; it was written at {name}={a} and this job has {name}={b}. "
-                    f"Resume at {name}={a} with train.checkpoint.fully_reshardable=true (the default) and save once "
-                    f"(Megatron-LM: --dist-ckpt-optim-fully-reshardable), then change {name}; or start a new run "
-                    "from its weights with train.init_from")
+                    f"To reshard it, resume once at {name}={a} with train.checkpoint.fully_reshardable=true and "
+                    f"save (Megatron-LM: --dist-ckpt-optim-fully-reshardable), then change {name}; or start a new "
+                    "run from its weights with train.init_from")
     if "parallel.ep" in changed and not moe:
         changed.pop("parallel.ep")  # ep is meaningless without experts
     restore_rng = "parallel.tp" not in changed and "parallel.pp" not in changed
