@@ -14,11 +14,14 @@ What reshards, and why:
 * distributed optimizer, ``dp_reshardable`` (the default, as in Megatron-LM) / ``dp_zero_gather_scatter``:
   only the data-parallel size may change (the state is the flat per-bucket buffers of one tp/pp/ep
   layout) — Megatron-LM refuses the same;
+* expert parallelism (MoE): the weights reshard (global expert indices), the optimizer state does not
+  (megatron-core keeps dense and expert parameter groups in separate optimizers whose groups do not match
+  across ep), so a resume at another ``parallel.ep`` is refused; ``train.init_from`` takes the weights;
 * RNG: restored only when tp and pp are unchanged (its streams are per tensor/pipeline rank); otherwise
   dropped, as Megatron-LM does ("RNG state will be ignored").
 
 Refused: a changed model shape, a padded vocabulary that changes with ``parallel.tp``, switching
-``parallel.distributed_optimizer`` or the precision family on a resume.
+``parallel.distributed_optimizer`` or the precision family, another ``parallel.ep`` with optimizer state.
 """
 
 from __future__ import annotations
@@ -206,5 +209,13 @@ def plan(common: dict[str, Any], job: Job, where: str, optimizer_state: bool = T
                     "run from its weights with train.init_from")
     if "parallel.ep" in changed and not moe:
         changed.pop("parallel.ep")  # ep is meaningless without experts
+    if optimizer_state and "parallel.ep" in changed:
+        a, b = changed["parallel.ep"]
+        raise ReshardRefused(
+            f"parallel.ep: {where} was written at parallel.ep={a} and this job has parallel.ep={b}; the optimizer "
+            "state of an MoE run is split into one optimizer per expert-parallel layout (dense and expert "
+            "parameter groups), which megatron-core 0.19 cannot map onto another ep. Resume at "
+            f"parallel.ep={a} (tp, pp and the data-parallel size may change), or start a new run from its weights "
+            "with train.init_from")
     restore_rng = "parallel.tp" not in changed and "parallel.pp" not in changed
     return ReshardPlan(saved=saved, now=now, distopt_sharding=sharding, changed=changed, restore_rng=restore_rng)

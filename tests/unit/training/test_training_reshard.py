@@ -101,3 +101,13 @@ def test_vocabulary_padding_that_changes_with_tp_is_refused_with_a_divisor_that_
     with pytest.raises(reshard.ReshardRefused, match=r"^parallel\.tp: .* 1024 rows .* pads it to 1536.*"
                                                      r"model\.make_vocab_size_divisible_by=512 does"):
         reshard.plan(saved, now, "ckpt")
+
+
+def test_another_expert_parallel_size_is_refused_with_optimizer_state_only():
+    moe = ("parallel.tp=1", "model.moe.num_experts=4", "model.moe.router_topk=2")
+    common = _common(*moe, "parallel.ep=2")
+    with pytest.raises(reshard.ReshardRefused, match=r"^parallel\.ep: .* parallel\.ep=2 .* parallel\.ep=1.*"
+                                                     r"train\.init_from"):
+        reshard.plan(common, _job(*moe, "parallel.ep=1"), "ckpt")
+    assert reshard.plan(common, _job(*moe, "parallel.ep=1"), "ckpt", optimizer_state=False).changed == {
+        "parallel.ep": (2, 1)}
