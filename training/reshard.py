@@ -215,7 +215,6 @@ def plan(common: dict[str, Any], job: Job, where: str, optimizer_state: bool = T
             f"parallel.ep: {where} was written at parallel.ep={a} and this job has parallel.ep={b}; the optimizer "
             "state of an MoE run is split into one optimizer per expert-parallel layout (dense and expert "
             "parameter groups), which megatron-core 0.19 cannot map onto another ep. Resume at "
-            f"parallel.ep={a} (tp, pp and the data-parallel size may change), or start a new run from its weights "
-            "with train.init_from")
+            f"parallel.ep={a}, or start a new run from its weights with train.init_from")
     restore_rng = "parallel.tp" not in changed and "parallel.pp" not in changed
     return ReshardPlan(saved=saved, now=now, distopt_sharding=sharding, changed=changed, restore_rng=restore_rng)
