@@ -9,6 +9,7 @@ Modules, one job each:
 * ``optim``        Float16Module/Megatron DDP, ``get_megatron_optimizer`` (Adam), LR schedule
 * ``data``         mock or blended indexed datasets, the resumable sampler
 * ``checkpoint``   torch_dist checkpoints, crash-safe publish + tracker, auto-resume, keep_last
+* ``reshard``      which resumes at another tp/pp/dp a checkpoint allows (from its common state alone)
 * ``control``      SIGTERM/SIGUSR2, save/exit triggers, ``state/last_exit.json``
 * ``metrics``      iteration lines, ``metrics.jsonl`` (schema in its docstring), TensorBoard, TFLOP/s
 * ``debug``        environment dump and torch.profiler window

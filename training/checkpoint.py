@@ -10,9 +10,11 @@ Publishing order: every rank writes its shards into ``iter_N.partial`` → barri
 ``iter_N`` → rank 0 replaces the tracker (temp file + ``os.replace``) → barrier. A crash at any point before
 the tracker is replaced leaves the tracker naming the previous, complete checkpoint.
 
-Distributed-optimizer state is saved in the ``dp_reshardable`` format (the only one that works without
-Apex/TE on CPU), which reshards over data-parallel ranks only; the plain optimizer's state follows the
-model's sharding and survives tp/pp changes.
+Distributed-optimizer state is saved as Megatron-LM saves it by default, ``dp_reshardable`` (each rank's
+flat buffers; reshards over data-parallel ranks only), or with ``train.checkpoint.fully_reshardable`` in its
+``fully_reshardable`` layout (one tensor per parameter, gathered over data-parallel ranks on save). The plain
+optimizer's state follows the model's sharding. Which resumes at another tp/pp/dp load is decided from the
+common state by :mod:`mtk.training.reshard`, before anything is loaded.
 
 Async save (``train.checkpoint.async_save``): the state dict is built synchronously, then megatron's
 ``mcore`` async strategy forks a writer process per save (fork = a copy-on-write snapshot of the tensors,
@@ -238,6 +240,38 @@ def _prefill_adam_state(optimizer) -> None:
                     st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
 
 
+_MODEL_SPACE_LOADERS = {"fully_reshardable": "load_parameter_state_from_fully_reshardable",
+                        "fully_sharded_model_space": "load_parameter_state_from_fs_model_space"}
+
+
+def _fused_adam(optimizer) -> bool:
+    return not any(_keeps_per_param_step(o.optimizer) for o in getattr(optimizer, "chained_optimizers", [optimizer]))
+
+
+def _load_model_space_distopt(optimizer, state: Any) -> None:
+    """Load a model-space (``fully_reshardable``) distributed-optimizer state with torch's Adam (no Apex/TE).
+
+    megatron-core's ``DistributedOptimizer.load_state_dict`` gives every param a ``step`` tensor (torch Adam
+    needs one), then copies each tensor of a param's state from the checkpoint, which keeps ``step`` per
+    param group only: KeyError 'step'. So the param groups/scaler load first, the per-param ``step`` goes,
+    the parameter state loads, and :func:`_restore_adam_steps` puts ``step`` back from the group."""
+    opts = getattr(optimizer, "chained_optimizers", [optimizer])
+    if len(opts) == 1:
+        parts = [state]
+    else:
+        parts = [v for _, v in sorted(state.items())] if isinstance(state, dict) else list(state)
+    for opt, part in zip(opts, parts, strict=True):
+        part = dict(part)
+        param_state = part.pop("param_state")
+        loader = _MODEL_SPACE_LOADERS[part.pop("param_state_sharding_type")]
+        opt.load_state_dict(part)
+        for st in opt.optimizer.state.values():
+            st.pop("step", None)
+        getattr(opt, loader)(param_state)
+    if len(opts) > 1:
+        optimizer._synchronize_steps()
+
+
 def _restore_adam_steps(optimizer) -> None:
     """Give every Adam param its own, correct ``step`` tensor after a load.
 
@@ -255,7 +289,7 @@ def _restore_adam_steps(optimizer) -> None:
             group_step = group.get("step")
             for p in group["params"]:
                 st = inner.state.get(p)
-                if not st or "step" not in st:
+                if not st or ("step" not in st and group_step is None):
                     continue
                 value = group_step if group_step is not None else st["step"]
                 st["step"] = torch.tensor(float(value), dtype=torch.float32)
@@ -291,27 +325,12 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def check_compatible(path: Path, common: dict[str, Any], job) -> None:
-    """Refuse, with the fix, the resumes whose optimizer state layout cannot match this job."""
-    from .interop import megatron_lm
+def check_compatible(path: Path, common: dict[str, Any], job, optimizer_state: bool = True):
+    """Refuse, naming the spec field and the fix, a resume megatron-core cannot load at this job's layout;
+    return the reshard plan (what changes, whether RNG is restored). Rules: :mod:`mtk.training.reshard`."""
+    from . import reshard
 
-    saved = megatron_lm.saved_topology(common)
-    distopt = job.parallel.distributed_optimizer
-    if "distributed_optimizer" in saved and bool(saved["distributed_optimizer"]) != distopt:
-        raise RuntimeError(f"checkpoint {path} was saved with parallel.distributed_optimizer="
-                           f"{bool(saved['distributed_optimizer'])}; resume with the same setting (the optimizer "
-                           "state layouts differ) or point train.checkpoint.dir elsewhere to start fresh")
-    if distopt and (saved.get("tp"), saved.get("pp")) != (job.parallel.tp, job.parallel.pp):
-        raise RuntimeError(f"checkpoint {path} was saved with the distributed optimizer at parallel.tp="
-                           f"{saved.get('tp')} parallel.pp={saved.get('pp')} (this job: {job.parallel.tp}, "
-                           f"{job.parallel.pp}); its dp_reshardable optimizer state loads only at the same tp/pp "
-                           "(the data-parallel size may change); use those sizes, or start a new run from its "
-                           "weights with train.init_from")
-    precision = megatron_lm.saved_precision(common) or job.train.precision
-    if (precision == "fp32") != (job.train.precision == "fp32"):
-        raise RuntimeError(f"checkpoint {path} was saved with train.precision={precision}; "
-                           f"resuming at {job.train.precision} changes the optimizer state layout (fp32 master "
-                           "weights); keep the precision family (bf16/fp16/fp8 vs fp32)")
+    return reshard.plan(common, job, f"checkpoint {path}", optimizer_state=optimizer_state)
 
 
 def has_optimizer_state(common: dict[str, Any], release: bool) -> bool:
@@ -389,7 +408,9 @@ class CheckpointManager:
         dist.barrier()
         from .interop import megatron_lm
 
-        metadata = megatron_lm.content_metadata(distributed_optimizer)
+        # As Megatron-LM's _build_sharded_state_dict_metadata: the layout follows the args the checkpoint records.
+        fully = bool(getattr(common.get("args"), "dist_ckpt_optim_fully_reshardable", False))
+        metadata = megatron_lm.content_metadata(distributed_optimizer, fully_reshardable=fully)
         sd = build_state_dict(model, optimizer, scheduler, {**common, "iteration": iteration},
                               is_loading=False, metadata=metadata)
         if self.async_save and not blocking:
@@ -458,9 +479,12 @@ def load_checkpoint(found: tuple[Path, int, bool], model: list, optimizer, sched
     common = dist_checkpointing.load_common_state_dict(str(path))
     iteration = 0 if release else int(common.get("iteration", iteration))
     consumed = 0 if release else megatron_lm.consumed_samples(common)
-    check_compatible(path, common, job)
+    with_optimizer = has_optimizer_state(common, release)
+    plan = check_compatible(path, common, job, optimizer_state=with_optimizer)
+    if plan.resharding:
+        log(f"[checkpoint] {plan.describe()}")
     saved_meta = dist_checkpointing.load_content_metadata(preloaded_state_dict=common)
-    if not has_optimizer_state(common, release):
+    if not with_optimizer:
         load_weights(model, optimizer, path, saved_meta)
         if consumed:
             scheduler.step(increment=consumed)
@@ -468,38 +492,37 @@ def load_checkpoint(found: tuple[Path, int, bool], model: list, optimizer, sched
         log(f"[checkpoint] loaded weights from {path} ({why}): optimizer moments start at zero"
             + ("" if release else f", schedule and data position continue at iteration {iteration}"))
         return {"iteration": iteration, "consumed_samples": consumed, "path": str(path)}
-    saved_topo = megatron_lm.saved_topology(common)
-    same_topology = saved_topo == topology(job)
     if job.parallel.distributed_optimizer:
         _prefill_adam_state(optimizer)
     sd = build_state_dict(model, optimizer, scheduler, {}, is_loading=True, metadata=saved_meta, rerun=False)
-    if not same_topology:
-        sd.pop("rng_state")  # RNG streams are per (pp, tp) rank: meaningless after a topology change
+    if not plan.restore_rng:
+        sd.pop("rng_state")  # RNG streams are per (pp, tp) rank: meaningless after a tp/pp change
     with torch.no_grad():
         loaded = dist_checkpointing.load(sd, str(path))
     for i, chunk in enumerate(unwrap_model(model)):
         chunk.load_state_dict(loaded[_model_key(i, len(model))], strict=True)
     with torch.no_grad():
-        optimizer.load_state_dict(loaded["optimizer"])
+        if plan.distopt_sharding in _MODEL_SPACE_LOADERS and not _fused_adam(optimizer):
+            _load_model_space_distopt(optimizer, loaded["optimizer"])
+        else:
+            optimizer.load_state_dict(loaded["optimizer"])
     _restore_adam_steps(optimizer)
     scheduler.load_state_dict(loaded["opt_param_scheduler"])
-    if same_topology and "rng_state" in loaded:
+    if plan.restore_rng and "rng_state" in loaded:
         megatron_lm.set_rng_state(loaded["rng_state"])
-    else:
-        log(f"[checkpoint] topology changed {saved_topo} -> {topology(job)}: RNG state not restored")
     return {"iteration": iteration, "consumed_samples": consumed, "path": str(path)}
 
 
-_SHAPE_FIELDS = {"num_layers": "num_layers", "hidden_size": "hidden_size", "ffn_hidden_size": "ffn",
-                 "num_attention_heads": "num_attention_heads", "num_query_groups": "query_groups"}
 
 
 def check_same_model(path: Path, common: dict[str, Any], job, padded_vocab_size: int, field: str) -> None:
     """Refuse, naming the field, a checkpoint whose model shape differs from ``job.model``."""
+    from .reshard import SHAPE_FIELDS
+
     args = common.get("args")
     if args is None:
         return
-    for arg, attr in _SHAPE_FIELDS.items():
+    for arg, attr in SHAPE_FIELDS.items():
         saved, ours = getattr(args, arg, None), getattr(job.model, attr)
         if arg == "num_query_groups" and not getattr(args, "group_query_attention", False):
             saved = getattr(args, "num_attention_heads", None)  # Megatron-LM's value is unused without GQA

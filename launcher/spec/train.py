@@ -20,6 +20,17 @@ class CheckpointSpec(Section):
     async_save: bool = Field(False, description="Write checkpoints in the background where supported.")
     load: bool = Field(True, description="Auto-resume from the latest checkpoint in dir.")
     save_on_exit: bool = Field(True, description="Save when the run ends or is signalled (SIGTERM/SIGUSR2).")
+    fully_reshardable: bool = Field(
+        False,
+        description="Distributed optimizer only (the plain optimizer's state always reshards): write its state "
+        "in Megatron-LM's fully_reshardable layout (--dist-ckpt-optim-fully-reshardable: one tensor per "
+        "parameter, so a resume may change parallel.tp, parallel.pp and the data-parallel size). Costs host "
+        "memory at save: every rank gathers "
+        "the optimizer state of its whole data-parallel group (12 bytes per parameter of its tp/pp shard). "
+        "false (Megatron-LM's default) writes dp_reshardable (each rank's flat buffers: a resume may change "
+        "only the data-parallel size). To reshard such a checkpoint, resume once at its layout with this set "
+        "and save. Loading follows what the checkpoint records, either way.",
+    )
 
 
 class TrainSpec(Section):

@@ -27,13 +27,17 @@ CHECKPOINT_VERSION = 3.0
 MTK_KEY = "mtk"
 # Megatron-LM's default (``_build_sharded_state_dict_metadata`` without --dist-ckpt-optim-fully-reshardable).
 DISTOPT_SHARDING = "dp_reshardable"
+# With --dist-ckpt-optim-fully-reshardable: model-space tensors, loadable at any tp/pp/dp.
+DISTOPT_SHARDING_RESHARDABLE = "fully_reshardable"
 
 
-def content_metadata(distributed_optimizer: bool) -> dict[str, Any]:
+def content_metadata(distributed_optimizer: bool, fully_reshardable: bool = False) -> dict[str, Any]:
     """The sharded-state-dict options, as Megatron-LM records them (without the runtime process group)."""
     meta: dict[str, Any] = {}
     if distributed_optimizer:
-        meta["distrib_optim_sharding_type"] = DISTOPT_SHARDING
+        meta["distrib_optim_sharding_type"] = DISTOPT_SHARDING_RESHARDABLE if fully_reshardable else DISTOPT_SHARDING
+        if fully_reshardable:
+            meta["distrib_optim_fully_reshardable_mem_efficient"] = False
     meta["singleton_local_shards"] = False
     meta["chained_optim_avoid_prefix"] = True
     return meta
@@ -88,7 +92,8 @@ def megatron_args(job: Job, *, data_parallel_size: int, padded_vocab_size: int,
         use_distributed_optimizer=p.distributed_optimizer, data_parallel_random_init=False,
         # checkpoint format
         ckpt_format="torch_dist", use_dist_ckpt=True, ckpt_fully_parallel_save=False,
-        dist_ckpt_optim_fully_reshardable=False, no_save_optim=False, no_save_rng=False,
+        dist_ckpt_optim_fully_reshardable=p.distributed_optimizer and t.checkpoint.fully_reshardable,
+        distrib_optim_fully_reshardable_mem_efficient=False, no_save_optim=False, no_save_rng=False,
         # schedule / optimizer / precision
         micro_batch_size=t.micro_batch_size, global_batch_size=t.global_batch_size, train_iters=t.iterations,
         lr=t.lr, min_lr=t.min_lr, lr_decay_style=t.lr_decay_style, lr_warmup_iters=t.lr_warmup_iters,

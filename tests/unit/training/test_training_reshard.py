@@ -1,0 +1,113 @@
+"""The reshard rules on common states built the way mtk writes them (no processes, no tensors)."""
+
+from __future__ import annotations
+
+import pytest
+from mtk.launcher.figures import padded_vocab
+from mtk.launcher.spec.loader import apply_overrides, validate
+from mtk.training import checkpoint, reshard
+from mtk.training.interop import megatron_lm
+
+
+def _job(*sets: str):
+    base = {"name": "t", "model": {"preset": "tiny"}, "cluster": {"procs_per_node": 4}, "train": {"precision": "fp32"}}
+    return validate(apply_overrides(base, list(sets)))
+
+
+def _common(*sets: str) -> dict:
+    """The common state a run of ``sets`` writes (args, mtk extras, content metadata)."""
+    job = _job(*sets)
+    p = job.parallel
+    dp = job.cluster.world_size // (p.tp * p.pp * p.cp)
+    common = checkpoint.common_state(job, iteration=2, consumed_samples=16, data_parallel_size=dp,
+                                     padded_vocab_size=padded_vocab(job.model.vocab_size,
+                                                                    job.model.make_vocab_size_divisible_by, p.tp),
+                                     flops_so_far=0.0)
+    common["content_metadata"] = megatron_lm.content_metadata(
+        p.distributed_optimizer, common["args"].dist_ckpt_optim_fully_reshardable)
+    return common
+
+
+def test_unchanged_layout_is_no_reshard_and_keeps_rng():
+    plan = reshard.plan(_common("parallel.tp=2"), _job("parallel.tp=2"), "ckpt")
+    assert not plan.resharding and plan.restore_rng
+
+
+@pytest.mark.parametrize(("saved", "now", "changed", "rng"), [
+    (("parallel.tp=2",), ("parallel.tp=1",), {"parallel.tp": (2, 1), reshard.DP_SIZE: (2, 4)}, False),
+    (("parallel.tp=1", "parallel.pp=2"), ("parallel.tp=1",), {"parallel.pp": (2, 1), reshard.DP_SIZE: (2, 4)}, False),
+    (("parallel.tp=2",), ("parallel.tp=2", "cluster.procs_per_node=2"), {reshard.DP_SIZE: (2, 1)}, True),
+])
+def test_plain_optimizer_reshards_any_layout(saved, now, changed, rng):
+    plan = reshard.plan(_common(*saved), _job(*now), "ckpt")
+    assert plan.changed == changed and plan.restore_rng is rng and plan.distopt_sharding is None
+
+
+def test_dp_reshardable_is_the_default_as_in_megatron_lm():
+    common = _common("parallel.tp=1", "parallel.distributed_optimizer=true")
+    assert common["content_metadata"]["distrib_optim_sharding_type"] == "dp_reshardable"
+    assert common["args"].dist_ckpt_optim_fully_reshardable is False
+
+
+def test_fully_reshardable_reshards_tp_pp():
+    common = _common("parallel.tp=1", "parallel.distributed_optimizer=true", "train.checkpoint.fully_reshardable=true")
+    assert common["content_metadata"]["distrib_optim_sharding_type"] == "fully_reshardable"
+    now = _job("parallel.tp=2", "parallel.pp=2", "parallel.distributed_optimizer=true")
+    plan = reshard.plan(common, now, "c")
+    assert plan.distopt_sharding == "fully_reshardable" and set(plan.changed) == {"parallel.tp", "parallel.pp",
+                                                                                 reshard.DP_SIZE}
+
+
+def test_dp_reshardable_reshards_dp_only_and_names_the_field_and_fix():
+    common = _common("parallel.tp=1", "parallel.distributed_optimizer=true")
+    ok = reshard.plan(common, _job("parallel.tp=1", "parallel.distributed_optimizer=true",
+                                   "cluster.procs_per_node=2"), "ckpt")
+    assert ok.changed == {reshard.DP_SIZE: (4, 2)} and ok.restore_rng
+    with pytest.raises(reshard.ReshardRefused, match=r"^parallel\.pp: ckpt holds .* dp_reshardable .* written at "
+                                                     r"parallel\.pp=1 .* train\.checkpoint\.fully_reshardable=true"
+                                                     r".* train\.init_from"):
+        reshard.plan(common, _job("parallel.tp=1", "parallel.pp=2", "parallel.distributed_optimizer=true"), "ckpt")
+
+
+def test_megatron_lm_checkpoint_without_content_metadata_uses_its_fallback():
+    common = _common("parallel.tp=2", "parallel.distributed_optimizer=true")
+    del common["content_metadata"], common[megatron_lm.MTK_KEY]
+    assert reshard.distopt_sharding(common) == "dp_zero_gather_scatter"
+    with pytest.raises(reshard.ReshardRefused, match=r"^parallel\.tp: "):
+        reshard.plan(common, _job("parallel.tp=1", "parallel.distributed_optimizer=true"), "ckpt")
+
+
+def test_weights_only_checkpoint_skips_the_optimizer_rules():
+    common = _common("parallel.tp=2", "parallel.distributed_optimizer=true")
+    plan = reshard.plan(common, _job("parallel.tp=1"), "ckpt", optimizer_state=False)
+    assert plan.distopt_sharding is None and "parallel.tp" in plan.changed
+
+
+@pytest.mark.parametrize(("now", "field"), [
+    (("model.num_layers=4",), "model.num_layers"),
+    (("model.hidden_size=128",), "model.hidden_size"),
+    (("parallel.distributed_optimizer=true",), "parallel.distributed_optimizer"),
+    (("train.precision=bf16",), "train.precision"),
+])
+def test_impossible_resumes_name_the_field(now, field):
+    with pytest.raises(reshard.ReshardRefused, match=rf"^{field}: "):
+        reshard.plan(_common("parallel.tp=1"), _job("parallel.tp=1", *now), "ckpt")
+
+
+def test_vocabulary_padding_that_changes_with_tp_is_refused_with_a_divisor_that_fits():
+    saved = _common("parallel.tp=1", "model.vocab_size=1000")  # 1000 padded to 1024 (128 × tp 1)
+    assert saved["args"].padded_vocab_size == 1024
+    now = _job("parallel.tp=2", "model.vocab_size=1000", "model.make_vocab_size_divisible_by=384")  # → 1536
+    with pytest.raises(reshard.ReshardRefused, match=r"^parallel\.tp: .* 1024 rows .* pads it to 1536.*"
+                                                     r"model\.make_vocab_size_divisible_by=512 does"):
+        reshard.plan(saved, now, "ckpt")
+
+
+def test_another_expert_parallel_size_is_refused_with_optimizer_state_only():
+    moe = ("parallel.tp=1", "model.moe.num_experts=4", "model.moe.router_topk=2")
+    common = _common(*moe, "parallel.ep=2")
+    with pytest.raises(reshard.ReshardRefused, match=r"^parallel\.ep: .* parallel\.ep=2 .* parallel\.ep=1.*"
+                                                     r"train\.init_from"):
+        reshard.plan(common, _job(*moe, "parallel.ep=1"), "ckpt")
+    assert reshard.plan(common, _job(*moe, "parallel.ep=1"), "ckpt", optimizer_state=False).changed == {
+        "parallel.ep": (2, 1)}
