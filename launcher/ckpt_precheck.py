@@ -142,6 +142,7 @@ def read_common_state(path: Path) -> dict[str, Any] | None:
     from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
     legacy = path / "common.pt"
+    raw: bytes | None
     if legacy.is_file():
         raw = legacy.read_bytes()
     else:
