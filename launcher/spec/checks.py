@@ -161,6 +161,12 @@ def moe_sizes(job: Job, backend) -> list[Problem]:
     if p.ep > 1 and p.cp > 1:
         out.append(Problem("parallel.ep", "expert parallel together with context parallel is not supported "
                            "by mtk yet; use one of them", p.ep))
+    if job.model.add_bias_linear and p.ep == 1 and p.tp == 1:
+        # megatron-core 0.19's expert MLP adds its bias in place onto the output of the (identity) TP reduce, which
+        # autograd forbids: the first training step dies ("... is a view and is being modified inplace").
+        out.append(Problem("model.add_bias_linear", "MoE experts with biases crash at the first training step (the "
+                           "local expert MLP adds its bias in place) when parallel.ep = 1 and parallel.tp = 1: "
+                           "set model.add_bias_linear: false, or parallel.ep > 1", True))
     return out
 
 

@@ -34,6 +34,7 @@ CASES = [
     ("fp8-without-te", ["train.precision=fp8"], "train.precision", "spec"),
     ("moe-topk-over-experts", ["model.moe.num_experts=2", "model.moe.router_topk=4", "model.add_bias_linear=false"],
      "model.moe.router_topk", "spec"),
+    ("moe-bias-at-ep1-tp1", ["parallel.tp=1", "model.moe.num_experts=2"], "model.add_bias_linear", "spec"),
     ("experts-by-ep", ["parallel.tp=1", "parallel.ep=2", "model.moe.num_experts=3", "model.add_bias_linear=false"],
      "model.moe.num_experts", "spec"),
 ]

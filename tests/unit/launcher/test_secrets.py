@@ -76,7 +76,8 @@ def test_eks_manifests_carry_secret_key_refs_and_pass_strict_validation(tmp_path
 
     sets = ["image.registry=r.example", "cluster.runs_dir=/fsx/runs", "data.dir=/fsx/data",
             "cluster.secrets=[HF_TOKEN, {name: WANDB_API_KEY, k8s_secret: team-wandb, key: api-key}]",
-            "data.fetch=[{url: 'https://huggingface.co/x/resolve/abc/vocab.json', auth: HF_TOKEN}]",
+            "data.fetch=[{url: 'https://huggingface.co/x/resolve/abc/vocab.json', auth: HF_TOKEN, "
+            f"sha256: '{'a' * 64}'}}]",
             "cluster.instance_type=p5.48xlarge", "cluster.device=gpu"]
     job = load_job(EXAMPLES / "tiny.yaml", sets, backend="eks")
     art = EksBackend().render(job, "/fsx/runs/tiny-1")
