@@ -9,7 +9,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export VIRTUAL_ENV := $(abspath $(VENV))
 export MTK_VENV := $(VENV)
 
-.PHONY: demo test unit lint typecheck golden bench lock deps-train deps-test
+.PHONY: demo test unit test-megatron-lm lint typecheck golden bench lock deps-train deps-test
 
 demo: deps-train  ## train the tiny model on this machine's CPU (local backend, 2 processes)
 	mtk launch examples/tiny.yaml --backend local
@@ -19,6 +19,9 @@ test: deps-test  ## the whole test suite: unit + integration (real Slurm, etcd, 
 
 unit: deps-test  ## unit tests only (no daemons, seconds)
 	$(PYTHON) -m pytest tests/unit $(PYTEST_ARGS)
+
+test-megatron-lm: deps-test  ## on demand: Megatron-LM's pretrain_gpt.py resumes mtk runs (needs MEGATRON_LM_TREE=<checkout> or the mirror)
+	$(PYTHON) -m pytest tests/integration/training/megatron_lm $(PYTEST_ARGS)
 
 lint: deps-test
 	ruff check .

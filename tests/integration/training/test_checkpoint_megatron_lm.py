@@ -4,7 +4,11 @@ Each case trains the tiny model with mtk (torchrun, 2 CPU ranks, gloo), then res
 through ``megatron.training.checkpointing.load_checkpoint`` (Megatron-LM's code from the megatron-core wheel,
 run by ``megatron_lm/mlm_load_and_continue.py``) and continues with mtk's loop: the losses must equal the
 uninterrupted mtk run's, which holds only if Megatron-LM restored weights, optimizer moments, scheduler,
-RNG streams and the data position (``args.consumed_train_samples``).
+RNG streams and the data position (``args.consumed_train_samples``). Cases: plain TP=2 fp32, distributed
+optimizer DP=2 bf16, MoE (4 experts top-2) EP=2 fp32.
+
+The same with Megatron-LM's whole ``pretrain_gpt.py`` (its training loop, not mtk's) is the on-demand
+``megatron_lm/test_pretrain_gpt_resumes_mtk.py`` (needs a Megatron-LM tree; ``make test-megatron-lm``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ TOTAL, AT = 8, 4
 CASES = {
     "plain_tp2_fp32": ("parallel.tp=2", "train.precision=fp32"),
     "distopt_dp2_bf16": ("parallel.tp=1", "parallel.distributed_optimizer=true", "train.precision=bf16"),
+    "moe_ep2_fp32": ("parallel.tp=1", "parallel.ep=2", "model.moe.num_experts=4", "model.moe.router_topk=2",
+                     "train.precision=fp32"),
 }
 
 
@@ -33,8 +39,6 @@ def _run_mlm(tr, run_dir: Path, load: Path) -> int:
         proc = subprocess.run(cmd, cwd=run_dir, stdout=log, stderr=subprocess.STDOUT, timeout=900,
                               env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
     return proc.returncode
-
-
 
 
 @pytest.fixture(scope="module", params=sorted(CASES))
