@@ -517,18 +517,15 @@ def load_checkpoint(found: tuple[Path, int, bool], model: list, optimizer, sched
 
 def check_same_model(path: Path, common: dict[str, Any], job, padded_vocab_size: int, field: str) -> None:
     """Refuse, naming the field, a checkpoint whose model shape differs from ``job.model``."""
-    from .reshard import SHAPE_FIELDS
+    from .reshard import shape_mismatch
 
     args = common.get("args")
     if args is None:
         return
-    for arg, attr in SHAPE_FIELDS.items():
-        saved, ours = getattr(args, arg, None), getattr(job.model, attr)
-        if arg == "num_query_groups" and not getattr(args, "group_query_attention", False):
-            saved = getattr(args, "num_attention_heads", None)  # Megatron-LM's value is unused without GQA
-        if saved is not None and saved != ours:
-            raise RuntimeError(f"{field}: checkpoint {path} has {arg}={saved} but this job has model.{arg}={ours}; "
-                               "set the model to the checkpoint's shape")
+    if mismatch := shape_mismatch(args, job.model):
+        arg, attr, saved, ours = mismatch
+        raise RuntimeError(f"{field}: checkpoint {path} has {arg}={saved} but this job has model.{attr}={ours}; "
+                           "set the model to the checkpoint's shape")
     saved_vocab = getattr(args, "padded_vocab_size", None)
     if saved_vocab is not None and saved_vocab != padded_vocab_size:
         raise RuntimeError(f"{field}: checkpoint {path} has a padded vocabulary of {saved_vocab} rows but this job "

@@ -130,6 +130,17 @@ def _changes(saved: Layout, now: Layout) -> dict[str, tuple[int, int]]:
     return changed
 
 
+def shape_mismatch(args: Any, model: Any) -> tuple[str, str, Any, Any] | None:
+    """The first (Megatron-LM arg, model field, saved, ours) where a checkpoint's args and ``model`` differ."""
+    for arg, attr in SHAPE_FIELDS.items():
+        saved, ours = getattr(args, arg, None), getattr(model, attr)
+        if arg == "num_query_groups" and not getattr(args, "group_query_attention", False):
+            saved = getattr(args, "num_attention_heads", None)  # Megatron-LM's value is unused without GQA
+        if saved is not None and saved != ours:
+            return arg, attr, saved, ours
+    return None
+
+
 def check_model_shape(common: dict[str, Any], job: Job, where: str) -> None:
     """Refuse a checkpoint whose model shape differs from ``job.model`` (naming the model field)."""
     from mtk.launcher.figures import padded_vocab
@@ -137,14 +148,11 @@ def check_model_shape(common: dict[str, Any], job: Job, where: str) -> None:
     args = common.get("args")
     if args is None:
         return
-    for arg, attr in SHAPE_FIELDS.items():
-        saved, ours = getattr(args, arg, None), getattr(job.model, attr)
-        if arg == "num_query_groups" and not getattr(args, "group_query_attention", False):
-            saved = getattr(args, "num_attention_heads", None)  # Megatron-LM's value is unused without GQA
-        if saved is not None and saved != ours:
-            raise ReshardRefused(f"model.{attr}: {where} has {arg}={saved} but this job has model.{attr}={ours}; "
-                                 "a resume keeps the model's shape — set it back, or start a new run from the "
-                                 "weights of a matching model with train.init_from")
+    if mismatch := shape_mismatch(args, job.model):
+        arg, attr, saved, ours = mismatch
+        raise ReshardRefused(f"model.{attr}: {where} has {arg}={saved} but this job has model.{attr}={ours}; "
+                             "a resume keeps the model's shape — set it back, or start a new run from the "
+                             "weights of a matching model with train.init_from")
     saved_padded, vocab = getattr(args, "padded_vocab_size", None), getattr(args, "vocab_size", None)
     m, tp = job.model, job.parallel.tp
     if saved_padded is None or vocab is None or (m.vocab_size and m.vocab_size != vocab):

@@ -29,6 +29,13 @@ REF = "core_r0.19.0"
 SHIM = Path(__file__).resolve().parent / "megatron_lm_cpu"
 ENTRY_SCRIPTS = ("pretrain_gpt.py", "gpt_builders.py", "model_provider.py")
 COMMIT_FILE = ".megatron_lm_commit"
+# The mtk runs Megatron-LM is asked to continue (its loader in the default suite, pretrain_gpt.py on demand).
+MTK_RUNS = {
+    "plain_tp2_fp32": ("parallel.tp=2", "train.precision=fp32"),
+    "distopt_dp2_bf16": ("parallel.tp=1", "parallel.distributed_optimizer=true", "train.precision=bf16"),
+    "moe_ep2_fp32": ("parallel.tp=1", "parallel.ep=2", "model.moe.num_experts=4", "model.moe.router_topk=2",
+                     "train.precision=fp32"),
+}
 CPU_FLAGS = ["--transformer-impl", "local", "--distributed-backend", "gloo", "--use-cpu-initialization",
              "--no-persist-layer-norm", "--no-gradient-accumulation-fusion", "--no-masked-softmax-fusion",
              "--no-bias-gelu-fusion", "--no-bias-swiglu-fusion", "--no-bias-dropout-fusion", "--no-rope-fusion",

@@ -19,17 +19,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import megatron_lm_run as mlm
 
 pytestmark = pytest.mark.integration
 
 SCRIPT = Path(__file__).parent / "megatron_lm" / "mlm_load_and_continue.py"
 TOTAL, AT = 8, 4
-CASES = {
-    "plain_tp2_fp32": ("parallel.tp=2", "train.precision=fp32"),
-    "distopt_dp2_bf16": ("parallel.tp=1", "parallel.distributed_optimizer=true", "train.precision=bf16"),
-    "moe_ep2_fp32": ("parallel.tp=1", "parallel.ep=2", "model.moe.num_experts=4", "model.moe.router_topk=2",
-                     "train.precision=fp32"),
-}
+CASES = mlm.MTK_RUNS
 
 
 def _run_mlm(tr, run_dir: Path, load: Path) -> int:

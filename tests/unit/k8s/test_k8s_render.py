@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import functools
 import json
 import os
 import re
@@ -20,9 +19,8 @@ from hypothesis import strategies as st
 from mtk.k8s import manifests, names, yamlio
 from mtk.k8s.backend import ALL_FILE, EksBackend
 from mtk.launcher.netenv import efa_count, network_env
-from support import operator_env
+from support import k8s_schema, operator_env
 
-CRD = Path(__file__).with_name("schemas") / "kubeflow.org_pytorchjobs-v1.9.0.yaml"
 RUN_DIR = "/fsx/runs/tiny-eks-20261122-010203"
 BUILTIN = {"ConfigMap", "Service", "Deployment", "Job"}
 
@@ -37,29 +35,6 @@ def _objs(artifacts) -> list[dict]:
 
 def _by_kind(objs, kind):
     return [o for o in objs if o["kind"] == kind]
-
-
-@functools.cache
-def _crd_validator() -> jsonschema.Draft7Validator:
-    """The operator's openAPIV3Schema, made strict: where it lists properties, no others are allowed
-    (the API server would silently prune them — a typo would vanish instead of failing)."""
-    crd = yaml.load(CRD.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
-    schema = copy.deepcopy(version["schema"]["openAPIV3Schema"])
-
-    def strict(node):
-        if isinstance(node, dict):
-            if ("properties" in node and "additionalProperties" not in node
-                    and not node.get("x-kubernetes-preserve-unknown-fields")):
-                node["additionalProperties"] = False
-            for value in node.values():
-                strict(value)
-        elif isinstance(node, list):
-            for value in node:
-                strict(value)
-
-    strict(schema)
-    return jsonschema.Draft7Validator(schema)
 
 
 def test_render_is_deterministic_and_pure(tiny_eks):
@@ -142,14 +117,14 @@ def test_validator_is_not_vacuous(example_7b):
     ptj = copy.deepcopy(_by_kind(objs, "PyTorchJob")[0])
     ptj["spec"]["elasticPolicy"]["rdzvHosts"] = "typo"
     with pytest.raises(jsonschema.ValidationError):
-        _crd_validator().validate(ptj)
+        k8s_schema.pytorchjob_validator().validate(ptj)
 
 
 @pytest.mark.parametrize("which", ["tiny", "7b"])
 def test_pytorchjob_validates_against_operator_crd(which, tiny_eks, example_7b):
     job = tiny_eks() if which == "tiny" else example_7b
     ptj = _by_kind(_objs(_render(job)), "PyTorchJob")[0]
-    _crd_validator().validate(ptj)
+    k8s_schema.pytorchjob_validator().validate(ptj)
     # What the v1.9.0 webhook also checks: DNS-1035 name, a Worker spec, no nProcPerNode clash.
     assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", ptj["metadata"]["name"])
     assert len(names.worker_pod(ptj["metadata"]["name"], 99)) <= 63
@@ -360,7 +335,7 @@ def test_excluded_nodes_and_preflight_init_step_validate(example_7b, tmp_path):
     job = example_7b.model_copy(deep=True)
     job.cluster.exclude_nodes = ["ip-10-1-2-3.us-west-2.compute.internal", "ip-10-1-2-4.us-west-2.compute.internal"]
     ptj = _by_kind(_objs(_render(job)), "PyTorchJob")[0]
-    _crd_validator().validate(ptj)
+    k8s_schema.pytorchjob_validator().validate(ptj)
     pod = ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
     (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert term["matchExpressions"] == [{"key": "kubernetes.io/hostname", "operator": "NotIn",

@@ -104,7 +104,7 @@ def test_vocabulary_padding_that_changes_with_tp_is_refused_with_a_divisor_that_
 
 
 def test_another_expert_parallel_size_is_refused_with_optimizer_state_only():
-    moe = ("parallel.tp=1", "model.moe.num_experts=4", "model.moe.router_topk=2")
+    moe = ("parallel.tp=1", "model.moe.num_experts=4", "model.moe.router_topk=2", "model.add_bias_linear=false")
     common = _common(*moe, "parallel.ep=2")
     with pytest.raises(reshard.ReshardRefused, match=r"^parallel\.ep: .* parallel\.ep=2 .* parallel\.ep=1.*"
                                                      r"train\.init_from"):
