@@ -70,7 +70,7 @@ _COMMON = str.split("the of and to a in is it that was for on are as with he the
            "not word but what some we can out other were all there when up use your how said an each she which do "
            "their time if will way about many then them write would like so these her long make thing see him "
            "two has look more day could go come did number sound no most people my over know water than call "
-           "first who may down side been now find").split()
+           "first who may down side been now find")
 _EXTRA = ("café", "naïve", "déjà", "Zürich", "São", "façade", "résumé", "—", "–", "“quoted”", "€5", "±2", "…")
 
 
