@@ -2,13 +2,14 @@
 
     python benchmarks/preprocess_compare.py --megatron-lm /work/.mirror/NVIDIA+Megatron-LM/repo \\
         [--workdir /tmp/mtk-cmp] [--mb 40] [--workers 2] [--rounds 1]
-    python benchmarks/preprocess_compare.py --slurm-scaling [--mb 40] [--tasks 4] [--cores-per-node 1]
+    python benchmarks/preprocess_compare.py --slurm-scaling [--mb 100] [--tasks 4] [--cores-per-node 1]
 
 Same corpus, same tokenizer, same cores for all three:
 
 - corpus: generated, deterministic English-like text (Zipf-distributed pseudo-words from a fixed seed, so every
   machine gets the same bytes), one ``{"text": ...}`` per line. Written once as ``corpus.jsonl`` (for mtk and
-  preprocess_data.py) and cut, in order, into ``parts/`` files (datatrove gives each task whole files).
+  preprocess_data.py) and cut, in order, into ``parts/`` files (datatrove gives each task whole files; one
+  file per worker by default).
 - tokenizer: a 32,000-entry byte-level BPE trained on the corpus with HF ``tokenizers`` (as benchmarks/preprocess.py
   does; nothing is downloaded), used as GPT2BPETokenizer vocab.json + merges.txt by mtk and Megatron, and as the
   equivalent ``tokenizer.json`` (same BPE, ByteLevel pre-tokenizer, ``<|endoftext|>`` special) by datatrove.
@@ -429,7 +430,7 @@ def print_rss(run: Run) -> None:
 def compare(args: argparse.Namespace) -> int:
     work = Path(args.workdir)
     corpus, tok, docs = prepare(work, args.mb)
-    parts = split_corpus(corpus, work / "parts", args.parts or 4 * args.workers)
+    parts = split_corpus(corpus, work / "parts", args.parts or args.workers)
     cores = sorted(os.sched_getaffinity(0))[:args.workers]
     if len(cores) < args.workers:
         raise SystemExit(f"--workers {args.workers}: only {len(cores)} CPUs are available to this process")
@@ -599,9 +600,11 @@ def slurm_scaling(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", default="/tmp/mtk-cmp")
-    ap.add_argument("--mb", type=float, default=40.0, help="corpus size in MiB (generated once per work dir)")
+    ap.add_argument("--mb", type=float, help="corpus size in MiB, generated once per size (default 40; "
+                    "100 with --slurm-scaling, so per-task start-up stays small against the work)")
     ap.add_argument("--workers", type=int, default=2, help="worker processes = pinned CPUs, for every tool")
-    ap.add_argument("--parts", type=int, help="part files for datatrove's tasks (default 4 x workers)")
+    ap.add_argument("--parts", type=int, help="part files = datatrove tasks (default: one per worker, so each "
+                    "task loads its tokenizer once: datatrove's best case)")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--tools", default="mtk,datatrove,megatron")
     ap.add_argument("--megatron-lm", default="/work/.mirror/NVIDIA+Megatron-LM/repo",
@@ -611,6 +614,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cores-per-node", type=int, default=1, help="--slurm-scaling: CPUs each node may use")
     args = ap.parse_args(argv)
     args.tools = args.tools.split(",")
+    if args.mb is None:
+        args.mb = 100.0 if args.slurm_scaling else 40.0
+    args.workdir = str(Path(args.workdir) / f"{args.mb:g}mb")  # one corpus per size, kept between runs
     return slurm_scaling(args) if args.slurm_scaling else compare(args)
 
 
