@@ -392,10 +392,15 @@ def datatrove_python() -> Path:
     if py.exists() and stamp.exists() and stamp.read_text() == want:
         return py
     uv = shutil.which("uv") or str(Path(sys.executable).with_name("uv"))
-    print(f"installing datatrove=={DATATROVE} (tokenizers=={tokenizers.__version__}) into {DT_VENV}", flush=True)
-    subprocess.run([uv, "venv", "-q", "--clear", "-p", sys.executable, str(DT_VENV)], check=True)
-    subprocess.run([uv, "pip", "install", "-q", "-p", str(py), f"datatrove=={DATATROVE}",
-                    f"tokenizers=={tokenizers.__version__}", "orjson"], check=True)
+    pins = [f"datatrove=={DATATROVE}", f"tokenizers=={tokenizers.__version__}", "orjson"]
+    print(f"installing {' '.join(pins)} into {DT_VENV}", flush=True)
+    shutil.rmtree(DT_VENV, ignore_errors=True)
+    if Path(uv).exists():
+        subprocess.run([uv, "venv", "-q", "-p", sys.executable, str(DT_VENV)], check=True)
+        subprocess.run([uv, "pip", "install", "-q", "-p", str(py), *pins], check=True)
+    else:
+        subprocess.run([sys.executable, "-m", "venv", str(DT_VENV)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", *pins], check=True)
     stamp.write_text(want)
     return py
 
