@@ -2,7 +2,7 @@
 
     python benchmarks/preprocess_compare.py --megatron-lm /work/.mirror/NVIDIA+Megatron-LM/repo \\
         [--workdir /tmp/mtk-cmp] [--mb 40] [--workers 2] [--rounds 1]
-    python benchmarks/preprocess_compare.py --slurm-scaling [--mb 100] [--tasks 4] [--cores-per-node 1]
+    python benchmarks/preprocess_compare.py --slurm-scaling [--mb 250] [--tasks 4] [--cores-per-node 1]
 
 Same corpus, same tokenizer, same cores for all three:
 
@@ -515,9 +515,11 @@ echo "task $SLURM_ARRAY_TASK_ID end $(date +%s.%N)"
 
 
 # Runs the task and reports the peak RSS of its largest process (getrusage of the waited-for children).
-_RSS_WRAPPER = ("import os, resource, subprocess, sys; rc = subprocess.run(sys.argv[1:]).returncode; "
-                "print('task', os.environ['SLURM_ARRAY_TASK_ID'], 'maxrss_kb', "
-                "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, flush=True); sys.exit(rc)")
+# Also its CPU seconds and wall: on a shared machine, CPU / wall shows whether the task really had its core.
+_RSS_WRAPPER = ("import os, resource, subprocess, sys, time; t = time.monotonic(); "
+                "rc = subprocess.run(sys.argv[1:]).returncode; r = resource.getrusage(resource.RUSAGE_CHILDREN); "
+                "print('task', os.environ['SLURM_ARRAY_TASK_ID'], 'cpu_s', r.ru_utime + r.ru_stime, 'wall_s', "
+                "time.monotonic() - t, 'maxrss_kb', r.ru_maxrss, flush=True); sys.exit(rc)")
 
 
 def _array_run(cluster, work: Path, label: str, nodes: list[str], args, corpus: Path, tok: Path,
@@ -585,13 +587,15 @@ def slurm_scaling(args: argparse.Namespace) -> int:
                 sha = _sha([Path(f"{out}_text_document.bin"), Path(f"{out}_text_document.idx")])
                 if sha != ref_sha:
                     raise SystemExit(f"slurm {label}: merged output differs from the single-process output")
-                rss = [int(line.split()[-1]) * 1024 for line in text.splitlines() if "maxrss_kb" in line]
+                stats = [line.split() for line in text.splitlines() if "maxrss_kb" in line]
+                rss = [int(x[-1]) * 1024 for x in stats]
+                share = sum(float(x[3]) for x in stats) / sum(float(x[5]) for x in stats)
                 hosts = sorted({line.split()[3] for line in text.splitlines() if " on node" in line})
                 results.setdefault(label, []).append(wall)
                 print(f"round {r + 1} {label}: {args.tasks} array tasks on {','.join(hosts)} ({k} CPU(s) each): "
                       f"wall {wall:.1f} s, {tokens / wall:,.0f} tokens/s; peak RSS per task "
-                      f"{', '.join(_mib(x) for x in rss)}; byte-identical to single-process: yes "
-                      f"(load avg at start {load:.1f})", flush=True)
+                      f"{', '.join(_mib(x) for x in rss)}; CPU / wall of the tasks {share:.0%} (100% = each had "
+                      f"its cores); byte-identical to single-process: yes (load avg at start {load:.1f})", flush=True)
     finally:
         cluster.stop()
         shutil.rmtree(cluster.root, ignore_errors=True)
@@ -606,7 +610,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", default="/tmp/mtk-cmp")
     ap.add_argument("--mb", type=float, help="corpus size in MiB, generated once per size (default 40; "
-                    "100 with --slurm-scaling, so per-task start-up stays small against the work)")
+                    "250 with --slurm-scaling, so the fixed costs stay small against the work)")
     ap.add_argument("--workers", type=int, default=2, help="worker processes = pinned CPUs, for every tool")
     ap.add_argument("--parts", type=int, help="part files = datatrove tasks (default: one per worker, so each "
                     "task loads its tokenizer once: datatrove's best case)")
@@ -620,7 +624,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.tools = args.tools.split(",")
     if args.mb is None:
-        args.mb = 100.0 if args.slurm_scaling else 40.0
+        args.mb = 250.0 if args.slurm_scaling else 40.0
     args.workdir = str(Path(args.workdir) / f"{args.mb:g}mb")  # one corpus per size, kept between runs
     return slurm_scaling(args) if args.slurm_scaling else compare(args)
 
