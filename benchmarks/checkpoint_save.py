@@ -1,6 +1,6 @@
-"""Save time of the distributed optimizer's two checkpoint layouts: ``fully_reshardable`` (mtk's default;
-gathers the state over data-parallel ranks and writes one tensor per parameter) vs ``dp_reshardable`` (each
-rank writes its flat buffers as they are).
+"""Save time of the distributed optimizer's two checkpoint layouts: ``fully_reshardable`` (opt-in,
+``train.checkpoint.fully_reshardable``; gathers the state over data-parallel ranks and writes one tensor per
+parameter) vs ``dp_reshardable`` (mtk's and Megatron-LM's default: each rank writes its flat buffers as they are).
 
     python benchmarks/checkpoint_save.py [--iters 6] [--rounds 2] [--nproc 2] [--set model.hidden_size=256 ...]
 
