@@ -50,7 +50,8 @@ def train_records(run_dir: Path) -> list[dict]:
     path = run_dir / exitcodes.METRICS_FILE
     if not path.exists():
         return []
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    complete = path.read_text().split("\n")[:-1]  # the last piece is a line still being written (or "")
+    return [json.loads(x) for x in complete if x.strip()]
 
 
 def train_state(run_dir: Path) -> dict:
@@ -63,6 +64,13 @@ def test_sigstopped_rank_ends_the_run_with_the_hang_code(tmp_path):
     _, run_dir = launch(runs, "hang", "train.iterations=100000", "train.checkpoint.save_interval=null",
                         f"resilience.watchdog.step_timeout={timeout}", "resilience.watchdog.interval=1",
                         "resilience.watchdog.startup_timeout=600")
+    try:
+        _sigstop_one_rank_and_check(run_dir, timeout)
+    finally:  # a failed check must not leave a 100,000-iteration run behind
+        subprocess.run([sys.executable, "-m", "mtk", "cancel", str(run_dir)], capture_output=True, timeout=120)
+
+
+def _sigstop_one_rank_and_check(run_dir: Path, timeout: float) -> None:
     deadline = time.time() + 300
     while len([r for r in train_records(run_dir) if r["kind"] == "train"]) < 3 and time.time() < deadline:
         time.sleep(0.5)
