@@ -114,8 +114,9 @@ def test_killed_array_task_is_redone_alone_on_relaunch(harness, mtk_venv, datase
     harness.wait_state(again, {"COMPLETED"}, timeout=900)
     logs = _task_logs(again, harness.run_record(again)["ids"]["preprocess"])
     assert f"resuming: {kept}/{len(of_1)} shards already done" in logs[1]
-    for i in (0, 2, 3):
+    for i in (0, 2, 3):  # redo nothing: found their shards done, or (scheduled after the merge) the output complete
         n = sum(1 for s in shards if own[s.index] == i)
-        assert f"resuming: {n}/{n} shards already done" in logs[i], logs[i]
+        assert (f"resuming: {n}/{n} shards already done" in logs[i]
+                or "is complete for these inputs and tokenizer; nothing to do" in logs[i]), logs[i]
     for ext in ("bin", "idx"):
         assert (data / "killed" / f"c_text_document.{ext}").read_bytes() == ref[ext]
