@@ -31,6 +31,23 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
+def train_bpe32k(corpus: Path, out_dir: Path, special_tokens: tuple[str, ...] = ()) -> None:
+    """A 32,000-entry byte-level BPE trained offline on the corpus's first 4,000 documents → vocab.json +
+    merges.txt (what GPT2BPETokenizer reads); the same on every machine for the same corpus."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    with open(corpus, encoding="utf-8") as fh:
+        texts = [json.loads(line)["text"] for _, line in zip(range(4000), fh, strict=False)]
+    tok.train_from_iterator(texts, trainers.BpeTrainer(
+        vocab_size=32000, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=list(special_tokens),
+        show_progress=False))
+    tok.model.save(str(out_dir))
+
+
 def _prepare(work: Path, mb: float) -> tuple[Path, Path, int]:
     sys.path.insert(0, str(HERE))
     from build_corpus import build
@@ -41,17 +58,7 @@ def _prepare(work: Path, mb: float) -> tuple[Path, Path, int]:
         print(f"corpus: {docs} docs, {size / 2**20:.1f} MiB")
     vocab = work / "bpe32k"
     if not (vocab / "merges.txt").exists():
-        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-        vocab.mkdir(parents=True, exist_ok=True)
-        tok = Tokenizer(models.BPE())
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.decoder = decoders.ByteLevel()
-        with open(corpus, encoding="utf-8") as fh:
-            texts = [json.loads(line)["text"] for _, line in zip(range(4000), fh, strict=False)]
-        tok.train_from_iterator(texts, trainers.BpeTrainer(
-            vocab_size=32000, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
-        tok.model.save(str(vocab))
+        train_bpe32k(corpus, vocab)
     with open(corpus, "rb") as fh:
         docs = sum(1 for _ in fh)
     return corpus, vocab, docs

@@ -169,18 +169,10 @@ def prepare(work: Path, mb: float) -> tuple[Path, Path, int]:
 
 def _train_tokenizer(corpus: Path, tok_dir: Path) -> None:
     """vocab.json + merges.txt (GPT2BPETokenizer) and the same BPE as tokenizer.json (datatrove)."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from preprocess import train_bpe32k  # benchmarks/preprocess.py, beside this script
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
-    tok_dir.mkdir(parents=True, exist_ok=True)
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    with open(corpus, encoding="utf-8") as fh:
-        texts = [json.loads(line)["text"] for _, line in zip(range(4000), fh, strict=False)]
-    tok.train_from_iterator(texts, trainers.BpeTrainer(
-        vocab_size=32000, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=[EOD],
-        show_progress=False))
-    tok.model.save(str(tok_dir))
+    train_bpe32k(corpus, tok_dir, special_tokens=(EOD,))
     # The tokenizer.json is rebuilt from the saved files, so all three read the very same vocab and merges.
     same = Tokenizer(models.BPE.from_file(str(tok_dir / "vocab.json"), str(tok_dir / "merges.txt")))
     same.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
