@@ -99,7 +99,19 @@ def _check_layout(job, path: Path, release: bool) -> None:
     common = read_common_state(path)
     if common is None:
         return
-    reshard.plan(common, job, f"checkpoint {path}", optimizer_state=checkpoint.has_optimizer_state(common, release))
+    reshard.plan(common, job, f"checkpoint {path}", optimizer_state=checkpoint.has_optimizer_state(common, release),
+                 vocab_size=_built_vocab_size(job))
+
+
+def _built_vocab_size(job) -> int | None:
+    """The vocabulary the ranks will build the model with (the tokenizer's); None when the tokenizer cannot
+    be read here — the ranks build it and check again before they load."""
+    from mtk.training.data import tokenizer_info
+
+    try:
+        return tokenizer_info(job).vocab_size
+    except Exception:
+        return None
 
 
 COMMON_KEY = "common_state/shard_0_1"  # megatron-core's ShardedObject("common_state", ..., (1,), (0,))

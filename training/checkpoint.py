@@ -160,12 +160,13 @@ def topology(job) -> dict[str, int]:
             "distributed_optimizer": int(p.distributed_optimizer)}
 
 
-def common_state(job, *, iteration: int, consumed_samples: int, data_parallel_size: int, padded_vocab_size: int,
-                 flops_so_far: float) -> dict[str, Any]:
-    """The non-tensor part of a checkpoint: Megatron-LM's fields, plus mtk's own under ``mtk``."""
+def common_state(job, *, iteration: int, consumed_samples: int, data_parallel_size: int, vocab_size: int,
+                 padded_vocab_size: int, flops_so_far: float) -> dict[str, Any]:
+    """The non-tensor part of a checkpoint: Megatron-LM's fields, plus mtk's own under ``mtk``.
+    ``vocab_size``: the vocabulary the model was built with (the tokenizer's), not ``model.vocab_size``."""
     from .interop import megatron_lm
 
-    args = megatron_lm.megatron_args(job, data_parallel_size=data_parallel_size,
+    args = megatron_lm.megatron_args(job, data_parallel_size=data_parallel_size, vocab_size=vocab_size,
                                      padded_vocab_size=padded_vocab_size,
                                      consumed_train_samples=consumed_samples, iteration=iteration)
     return {
@@ -325,12 +326,14 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def check_compatible(path: Path, common: dict[str, Any], job, optimizer_state: bool = True):
+def check_compatible(path: Path, common: dict[str, Any], job, optimizer_state: bool = True,
+                     vocab_size: int | None = None):
     """Refuse, naming the spec field and the fix, a resume megatron-core cannot load at this job's layout;
-    return the reshard plan (what changes, whether RNG is restored). Rules: :mod:`mtk.training.reshard`."""
+    return the reshard plan (what changes, whether RNG is restored). Rules: :mod:`mtk.training.reshard`.
+    ``vocab_size``: the vocabulary this job's model is built with (its tokenizer's)."""
     from . import reshard
 
-    return reshard.plan(common, job, f"checkpoint {path}", optimizer_state=optimizer_state)
+    return reshard.plan(common, job, f"checkpoint {path}", optimizer_state=optimizer_state, vocab_size=vocab_size)
 
 
 def has_optimizer_state(common: dict[str, Any], release: bool) -> bool:
@@ -453,16 +456,16 @@ class CheckpointManager:
             self._queue.maybe_finalize_async_calls(blocking=True)
             self.in_flight = None
 
-    def load(self, model: list, optimizer, scheduler, job) -> dict[str, Any] | None:
+    def load(self, model: list, optimizer, scheduler, job, vocab_size: int) -> dict[str, Any] | None:
         """Restore from the tracked checkpoint (mtk's or Megatron-LM's); returns iteration, consumed samples
-        and path, or None when there is nothing to resume."""
+        and path, or None when there is nothing to resume. ``vocab_size``: the one the model was built with."""
         found = tracked_checkpoint(self.root)
         if found is None:
             return None
-        return load_checkpoint(found, model, optimizer, scheduler, job, self.log)
+        return load_checkpoint(found, model, optimizer, scheduler, job, vocab_size, self.log)
 
 
-def load_checkpoint(found: tuple[Path, int, bool], model: list, optimizer, scheduler, job,
+def load_checkpoint(found: tuple[Path, int, bool], model: list, optimizer, scheduler, job, vocab_size: int,
                     log=print) -> dict[str, Any]:
     """Resume from one checkpoint dir: weights, optimizer, scheduler, RNG and data position where it has them.
 
@@ -480,7 +483,9 @@ def load_checkpoint(found: tuple[Path, int, bool], model: list, optimizer, sched
     iteration = 0 if release else int(common.get("iteration", iteration))
     consumed = 0 if release else megatron_lm.consumed_samples(common)
     with_optimizer = has_optimizer_state(common, release)
-    plan = check_compatible(path, common, job, optimizer_state=with_optimizer)
+    plan = check_compatible(path, common, job, optimizer_state=with_optimizer, vocab_size=vocab_size)
+    for note in plan.notes:
+        log(f"[checkpoint] {note}")
     if plan.resharding:
         log(f"[checkpoint] {plan.describe()}")
     saved_meta = dist_checkpointing.load_content_metadata(preloaded_state_dict=common)
@@ -529,8 +534,9 @@ def check_same_model(path: Path, common: dict[str, Any], job, padded_vocab_size:
     saved_vocab = getattr(args, "padded_vocab_size", None)
     if saved_vocab is not None and saved_vocab != padded_vocab_size:
         raise RuntimeError(f"{field}: checkpoint {path} has a padded vocabulary of {saved_vocab} rows but this job "
-                           f"pads to {padded_vocab_size} (model.vocab_size / model.make_vocab_size_divisible_by × "
-                           f"parallel.tp); make them agree")
+                           f"pads to {padded_vocab_size} (its tokenizer's vocabulary — model.vocab_size for mock "
+                           "data — padded to model.make_vocab_size_divisible_by × parallel.tp); use the tokenizer "
+                           "the checkpoint was trained with, and make the padding agree")
 
 
 def initialize_from(source: str | Path, model: list, optimizer, job, padded_vocab_size: int, log=print) -> Path:

@@ -168,7 +168,7 @@ class Trainer:
                                                  async_save=ckpt.async_save, owner=self.run_dir)
         self.ckpt.prepare()
         if ckpt.load:
-            state = self.ckpt.load(self.model, self.optimizer, self.scheduler, job)
+            state = self.ckpt.load(self.model, self.optimizer, self.scheduler, job, self.tok.vocab_size)
             if state is not None:
                 self.iteration = int(state["iteration"])
                 self.consumed = int(state.get("consumed_samples", 0))
@@ -272,7 +272,8 @@ class Trainer:
         self.heartbeat.beat("save", self.iteration)
         t0 = time.perf_counter()
         common = common_state(self.job, iteration=self.iteration, consumed_samples=self.consumed,
-                              data_parallel_size=self.dp_size, padded_vocab_size=self.padded_vocab,
+                              data_parallel_size=self.dp_size, vocab_size=self.tok.vocab_size,
+                              padded_vocab_size=self.padded_vocab,
                               flops_so_far=self.iteration * flops_per_iteration(self.job, self.padded_vocab))
         with params_synced(self.model, self.optimizer, self.plan):
             path = self.ckpt.save(self.iteration, self.model, self.optimizer, self.scheduler, common,

@@ -20,7 +20,7 @@ What reshards, and why:
 * RNG: restored only when tp and pp are unchanged (its streams are per tensor/pipeline rank); otherwise
   dropped, as Megatron-LM does ("RNG state will be ignored").
 
-Refused: a changed model shape, a padded vocabulary that changes with ``parallel.tp``, switching
+Refused: a changed model shape or vocabulary, a padded vocabulary that changes with ``parallel.tp``, switching
 ``parallel.distributed_optimizer`` or the precision family, another ``parallel.ep`` with optimizer state.
 """
 
@@ -67,6 +67,7 @@ class ReshardPlan:
     distopt_sharding: str | None  # the distributed optimizer's saved layout; None for the plain optimizer
     changed: dict[str, tuple[int, int]] = field(default_factory=dict)  # spec field -> (saved, now)
     restore_rng: bool = True
+    notes: tuple[str, ...] = ()  # what was derived rather than read (for the log)
 
     @property
     def resharding(self) -> bool:
@@ -141,32 +142,80 @@ def shape_mismatch(args: Any, model: Any) -> tuple[str, str, Any, Any] | None:
     return None
 
 
-def check_model_shape(common: dict[str, Any], job: Job, where: str) -> None:
-    """Refuse a checkpoint whose model shape differs from ``job.model`` (naming the model field)."""
+def job_vocab_size(job: Job) -> int | None:
+    """The vocabulary ``job``'s model is built with when the spec alone says (mock data / NullTokenizer:
+    ``model.vocab_size``); None when it is the tokenizer's, which only the tokenizer files can tell."""
+    return job.model.vocab_size if job.data.tokenizer.type == "NullTokenizer" else None
+
+
+def _vocab_field(job: Job) -> str:
+    return "model.vocab_size" if job.data.tokenizer.type == "NullTokenizer" else "data.tokenizer"
+
+
+def saved_vocab(args: Any, built: int | None) -> tuple[int | None, str | None]:
+    """(the vocabulary the checkpoint's model was built with, a note for the log) from its ``args``.
+
+    A checkpoint whose ``vocab_size`` does not pad to its ``padded_vocab_size`` was written by mtk before the
+    vocabulary fix (it recorded the spec's ``model.vocab_size`` while the model used the tokenizer's): when
+    this job's vocabulary ``built`` pads to the checkpoint's rows at its tp, that is the one it was built
+    with, and the note says so. None: the checkpoint does not tell."""
+    from mtk.launcher.figures import padded_vocab
+
+    from .interop.megatron_lm import recorded_vocab_size
+
+    recorded = recorded_vocab_size(args)
+    if recorded is not None:
+        return recorded, None
+    vocab, padded = getattr(args, "vocab_size", None), getattr(args, "padded_vocab_size", None)
+    if vocab is None or padded is None or built is None:
+        return None, None
+    divisible = int(getattr(args, "make_vocab_size_divisible_by", None) or 128)
+    tp = int(getattr(args, "tensor_model_parallel_size", None) or 1)
+    if padded_vocab(built, divisible, tp) != int(padded):
+        return None, None
+    return built, (f"the checkpoint records vocab_size={vocab}, which does not pad to its {padded} embedding rows "
+                   f"(written by an mtk that recorded model.vocab_size instead of the tokenizer's vocabulary); "
+                   f"taking this job's tokenizer vocabulary ({built}), which does — the next save records it")
+
+
+def check_model_shape(common: dict[str, Any], job: Job, where: str, vocab_size: int | None = None) -> list[str]:
+    """Refuse a checkpoint whose model shape differs from ``job.model`` (naming the model field); return notes
+    for the log. ``vocab_size``: the vocabulary this job's model is built with (its tokenizer's); default:
+    ``model.vocab_size`` for mock data, otherwise unknown (then only the padded rows are compared)."""
     from mtk.launcher.figures import padded_vocab
 
     args = common.get("args")
     if args is None:
-        return
+        return []
     if mismatch := shape_mismatch(args, job.model):
         arg, attr, saved, ours = mismatch
         raise ReshardRefused(f"model.{attr}: {where} has {arg}={saved} but this job has model.{attr}={ours}; "
                              "a resume keeps the model's shape — set it back, or start a new run from the "
                              "weights of a matching model with train.init_from")
-    saved_padded, vocab = getattr(args, "padded_vocab_size", None), getattr(args, "vocab_size", None)
+    built = vocab_size if vocab_size is not None else job_vocab_size(job)
+    vocab, note = saved_vocab(args, built)
+    notes = [note] if note else []
+    if vocab is not None and built is not None and vocab != built:
+        raise ReshardRefused(
+            f"{_vocab_field(job)}: {where} was trained with a vocabulary of {vocab} tokens but this job's "
+            f"{'model.vocab_size' if _vocab_field(job) == 'model.vocab_size' else 'tokenizer'} has {built}; a "
+            "resume keeps the vocabulary — use the tokenizer (or model.vocab_size) the run was trained with, or "
+            "give the new vocabulary its own run name")
+    saved_padded = getattr(args, "padded_vocab_size", None)
     m, tp = job.model, job.parallel.tp
-    if saved_padded is None or vocab is None or (m.vocab_size and m.vocab_size != vocab):
-        return
-    ours = padded_vocab(vocab, m.make_vocab_size_divisible_by, tp)
+    if saved_padded is None or built is None:
+        return notes
+    ours = padded_vocab(built, m.make_vocab_size_divisible_by, tp)
     if ours != saved_padded:
         saved_tp = getattr(args, "tensor_model_parallel_size", tp)
-        d = _divisor_for(vocab, saved_padded, tp)
+        d = _divisor_for(built, saved_padded, tp)
         hint = f" (model.make_vocab_size_divisible_by={d} does)" if d else ""
         raise ReshardRefused(
-            f"parallel.tp: {where} pads the vocabulary ({vocab}) to {saved_padded} rows (written at tp={saved_tp}) "
+            f"parallel.tp: {where} pads the vocabulary ({built}) to {saved_padded} rows (written at tp={saved_tp}) "
             f"but this job pads it to {ours} (model.make_vocab_size_divisible_by={m.make_vocab_size_divisible_by} "
             f"× parallel.tp={tp}), so the embedding cannot reshard; choose model.make_vocab_size_divisible_by so "
             f"that the padding stays {saved_padded}{hint}, or keep parallel.tp={saved_tp}")
+    return notes
 
 
 def _divisor_for(vocab: int, padded: int, tp: int) -> int | None:
@@ -176,17 +225,19 @@ def _divisor_for(vocab: int, padded: int, tp: int) -> int | None:
     return next((d for d in (2**k for k in range(16, -1, -1)) if padded_vocab(vocab, d, tp) == padded), None)
 
 
-def plan(common: dict[str, Any], job: Job, where: str, optimizer_state: bool = True) -> ReshardPlan:
+def plan(common: dict[str, Any], job: Job, where: str, optimizer_state: bool = True,
+         vocab_size: int | None = None) -> ReshardPlan:
     """Check that this job can resume ``common``'s checkpoint and say what is carried over; raises
     ReshardRefused (naming the spec field and the fix) where megatron-core cannot load it.
 
     ``optimizer_state=False``: the checkpoint holds weights only (a ``release`` dir, --no-save-optim), so
-    only the model's rules apply."""
+    only the model's rules apply. ``vocab_size``: the vocabulary this job's model is built with (its
+    tokenizer's; see :func:`check_model_shape`)."""
     from .interop.megatron_lm import saved_precision, saved_topology
 
     saved, now = saved_layout(common), job_layout(job)
     changed = _changes(saved, now)
-    check_model_shape(common, job, where)
+    notes = check_model_shape(common, job, where, vocab_size)
     sharding = distopt_sharding(common) if optimizer_state else None
     moe = bool(job.model.moe.num_experts)
     if optimizer_state:
@@ -225,4 +276,5 @@ def plan(common: dict[str, Any], job: Job, where: str, optimizer_state: bool = T
             "parameter groups), which megatron-core 0.19 cannot map onto another ep. Resume at "
             f"parallel.ep={a}, or start a new run from its weights with train.init_from")
     restore_rng = "parallel.tp" not in changed and "parallel.pp" not in changed
-    return ReshardPlan(saved=saved, now=now, distopt_sharding=sharding, changed=changed, restore_rng=restore_rng)
+    return ReshardPlan(saved=saved, now=now, distopt_sharding=sharding, changed=changed, restore_rng=restore_rng,
+                       notes=tuple(notes))

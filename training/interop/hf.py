@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .hf_tables import TABLES, Row
+from .megatron_lm import recorded_vocab_size
 
 CONFIG = "config.json"
 INDEX = "model.safetensors.index.json"
@@ -62,11 +63,18 @@ def shape_from_args(args: Any) -> Shape:
     heads = g("num_attention_heads")
     groups = g("num_query_groups") if g("group_query_attention", False) else heads
     padded = g("padded_vocab_size")
+    vocab = g("vocab_size")
+    if vocab is not None and recorded_vocab_size(args) is None:
+        raise ConversionError(
+            f"the checkpoint records vocab_size={vocab}, which does not pad to its {padded} embedding rows (written "
+            "by an mtk that recorded model.vocab_size instead of the tokenizer's vocabulary), so the real vocabulary "
+            "is unknown; resume the run once with this mtk (it records the tokenizer's vocabulary at the next save) "
+            "and convert that checkpoint")
     return Shape(
         num_layers=g("num_layers"), hidden_size=g("hidden_size"),
         ffn_hidden_size=g("ffn_hidden_size") or 4 * g("hidden_size"), num_attention_heads=heads,
         num_query_groups=groups or heads, kv_channels=g("kv_channels") or g("hidden_size") // heads,
-        vocab_size=g("vocab_size") or padded, padded_vocab_size=padded,
+        vocab_size=vocab or padded, padded_vocab_size=padded,
         max_position_embeddings=g("max_position_embeddings"),
         rope=g("position_embedding_type", "learned_absolute") == "rope", rotary_base=float(g("rotary_base", 10000)),
         rmsnorm=g("normalization", "LayerNorm") == "RMSNorm", swiglu=bool(g("swiglu", False)),

@@ -50,15 +50,32 @@ def runtime_metadata(saved: dict[str, Any] | None) -> dict[str, Any]:
     return {**(saved or {}), "dp_cp_group": ps.get_data_parallel_group(with_context_parallel=True)}
 
 
+def recorded_vocab_size(args: Any) -> int | None:
+    """The vocabulary a checkpoint's model was built with, from its ``args``; None when it does not say, or
+    when its ``vocab_size`` does not pad to its ``padded_vocab_size`` (mtk before the vocabulary fix recorded
+    the spec's ``model.vocab_size`` while the model was built from the tokenizer's vocabulary)."""
+    from mtk.launcher.figures import padded_vocab
+
+    vocab, padded = getattr(args, "vocab_size", None), getattr(args, "padded_vocab_size", None)
+    if vocab is None or padded is None:
+        return None
+    divisible = int(getattr(args, "make_vocab_size_divisible_by", None) or 128)
+    tp = int(getattr(args, "tensor_model_parallel_size", None) or 1)
+    return int(vocab) if padded_vocab(int(vocab), divisible, tp) == int(padded) else None
+
+
 def tokenizer_type(job: Job) -> str:
     return job.data.tokenizer.type
 
 
-def megatron_args(job: Job, *, data_parallel_size: int, padded_vocab_size: int,
+def megatron_args(job: Job, *, data_parallel_size: int, vocab_size: int, padded_vocab_size: int,
                   consumed_train_samples: int, iteration: int) -> argparse.Namespace:
     """The ``args`` Namespace Megatron-LM stores in (and checks against) a checkpoint, from the job spec.
 
     Field names and meanings are Megatron-LM's command-line arguments (``--num-layers`` -> num_layers).
+    ``vocab_size``/``padded_vocab_size`` are the vocabulary the model was *built* with (the tokenizer's, or
+    ``model.vocab_size`` for mock data), never the spec's default: the resume check, reshard, ``init_from``,
+    export and Megatron-LM's ``--use-checkpoint-args`` all read them back.
     """
     m, p, t = job.model, job.parallel, job.train
     moe = m.moe.num_experts > 0
@@ -82,7 +99,7 @@ def megatron_args(job: Job, *, data_parallel_size: int, padded_vocab_size: int,
         moe_router_load_balancing_type="aux_loss", moe_token_dispatcher_type="alltoall",
         moe_grouped_gemm=False, moe_layer_freq=1, moe_expert_capacity_factor=m.moe.capacity_factor,
         # vocabulary / tokenizer
-        vocab_size=m.vocab_size, padded_vocab_size=padded_vocab_size,
+        vocab_size=vocab_size, padded_vocab_size=padded_vocab_size,
         make_vocab_size_divisible_by=m.make_vocab_size_divisible_by, tokenizer_type=tokenizer_type(job),
         # parallelism
         tensor_model_parallel_size=p.tp, pipeline_model_parallel_size=p.pp,

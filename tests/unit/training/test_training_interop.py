@@ -66,8 +66,8 @@ def _job(*sets):
 
 def test_megatron_args_carry_the_fields_megatron_lm_checks():
     job = _job("train.global_batch_size=16", "parallel.distributed_optimizer=true", "parallel.tp=1")
-    args = megatron_lm.megatron_args(job, data_parallel_size=2, padded_vocab_size=1024, consumed_train_samples=48,
-                                     iteration=3)
+    args = megatron_lm.megatron_args(job, data_parallel_size=2, vocab_size=job.model.vocab_size,
+                                     padded_vocab_size=1024, consumed_train_samples=48, iteration=3)
     for name, want in {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "add_position_embedding": True,
                        "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1, "world_size": 2,
                        "data_parallel_size": 2, "consumed_train_samples": 48, "padded_vocab_size": 1024,
@@ -94,15 +94,15 @@ def test_release_tracker(tmp_path):
 
 def test_init_from_refuses_another_models_shape():
     job = _job()
-    args = megatron_lm.megatron_args(_job("model.num_layers=3"), data_parallel_size=1, padded_vocab_size=1024,
-                                     consumed_train_samples=0, iteration=1)
+    args = megatron_lm.megatron_args(_job("model.num_layers=3"), data_parallel_size=1, vocab_size=1000,
+                                     padded_vocab_size=1024, consumed_train_samples=0, iteration=1)
     with pytest.raises(RuntimeError, match=r"train.init_from: .* num_layers=3 but this job has model.num_layers=2"):
         checkpoint.check_same_model("ck", {"args": args}, job, 1024, "train.init_from")
 
 
 def test_init_from_ignores_megatron_lms_query_groups_without_gqa():
     job = _job()
-    args = megatron_lm.megatron_args(job, data_parallel_size=1, padded_vocab_size=1024, consumed_train_samples=0,
-                                     iteration=1)
+    args = megatron_lm.megatron_args(job, data_parallel_size=1, vocab_size=job.model.vocab_size,
+                                     padded_vocab_size=1024, consumed_train_samples=0, iteration=1)
     args.group_query_attention, args.num_query_groups = False, 1  # Megatron-LM's defaults for plain MHA
     checkpoint.check_same_model("ck", {"args": args}, job, 1024, "train.init_from")

@@ -20,6 +20,7 @@ def _common(*sets: str) -> dict:
     p = job.parallel
     dp = job.cluster.world_size // (p.tp * p.pp * p.cp)
     common = checkpoint.common_state(job, iteration=2, consumed_samples=16, data_parallel_size=dp,
+                                     vocab_size=job.model.vocab_size,
                                      padded_vocab_size=padded_vocab(job.model.vocab_size,
                                                                     job.model.make_vocab_size_divisible_by, p.tp),
                                      flops_so_far=0.0)
@@ -111,3 +112,73 @@ def test_another_expert_parallel_size_is_refused_with_optimizer_state_only():
         reshard.plan(common, _job(*moe, "parallel.ep=1"), "ckpt")
     assert reshard.plan(common, _job(*moe, "parallel.ep=1"), "ckpt", optimizer_state=False).changed == {
         "parallel.ep": (2, 1)}
+
+
+# ------------------------------------------------------------------ the vocabulary the model was built with
+# A run on its own tokenizer builds the model from the tokenizer's vocabulary, whatever model.vocab_size says
+# (the tiny preset's 1024 here); the checkpoint must record that vocabulary and the resume must compare it.
+OWN_BPE = 12000  # not a multiple of 128, not the preset's 1024: pads to 12032 at tp=2 (12288 at divisible 128×tp 4)
+
+
+def _tokenizer_run(*sets: str, vocab: int = OWN_BPE, recorded: int | None = None) -> dict:
+    """The common state a tp=2 run built on a ``vocab``-token tokenizer writes; ``recorded`` overrides the
+    recorded args.vocab_size (mtk before the fix recorded model.vocab_size)."""
+    job = _job("parallel.tp=2", *sets)
+    padded = padded_vocab(vocab, job.model.make_vocab_size_divisible_by, job.parallel.tp)
+    common = checkpoint.common_state(job, iteration=2, consumed_samples=16, data_parallel_size=2, vocab_size=vocab,
+                                     padded_vocab_size=padded, flops_so_far=0.0)
+    if recorded is not None:
+        common["args"].vocab_size = recorded
+    return common
+
+
+def _tokenizer_job(*sets: str):
+    return _job("parallel.tp=2", "data.tokenizer.type=HuggingFaceTokenizer", "data.tokenizer.model=tok.json", *sets)
+
+
+def test_checkpoint_records_the_built_vocabulary_not_the_specs():
+    args = _tokenizer_run()["args"]
+    assert (args.vocab_size, args.padded_vocab_size) == (OWN_BPE, 12032)
+    assert megatron_lm.recorded_vocab_size(args) == OWN_BPE
+
+
+def test_a_run_on_its_own_tokenizer_resumes_its_own_checkpoint():
+    plan = reshard.plan(_tokenizer_run(), _tokenizer_job(), "ckpt", vocab_size=OWN_BPE)
+    assert not plan.resharding and plan.notes == ()
+
+
+def test_a_checkpoint_that_recorded_the_specs_vocabulary_resumes_and_says_how():
+    """Written by mtk at 853e4ca: args.vocab_size 1024 (the preset's) beside 12032 padded rows."""
+    old = _tokenizer_run(recorded=1024)
+    assert megatron_lm.recorded_vocab_size(old["args"]) is None
+    plan = reshard.plan(old, _tokenizer_job(), "ckpt", vocab_size=OWN_BPE)
+    assert len(plan.notes) == 1 and "vocab_size=1024" in plan.notes[0] and f"({OWN_BPE})" in plan.notes[0]
+
+
+def test_the_reshard_rules_use_the_built_vocabulary():
+    # 12000 pads to 12032 at tp=2 (multiple 256) and to 12288 at tp=4 (multiple 512): refused, naming the fix
+    with pytest.raises(reshard.ReshardRefused, match=r"parallel.tp: .*vocabulary \(12000\) to 12032 .* pads it to "
+                                                     r"12288"):
+        reshard.plan(_tokenizer_run(), _tokenizer_job("parallel.tp=4", "cluster.procs_per_node=4"), "ckpt",
+                     vocab_size=OWN_BPE)
+    # the same, for the old checkpoint: its vocabulary is derived first, then the same rule applies
+    with pytest.raises(reshard.ReshardRefused, match="pads it to 12288"):
+        reshard.plan(_tokenizer_run(recorded=1024), _tokenizer_job("parallel.tp=4", "cluster.procs_per_node=4"),
+                     "ckpt", vocab_size=OWN_BPE)
+    # tp=1 pads 12000 to 12032 too (multiple 128): the embedding reshards
+    plan = reshard.plan(_tokenizer_run(), _tokenizer_job("parallel.tp=1"), "ckpt", vocab_size=OWN_BPE)
+    assert "parallel.tp" in plan.changed
+
+
+def test_another_tokenizer_is_refused_naming_it():
+    with pytest.raises(reshard.ReshardRefused, match=r"data.tokenizer: ckpt was trained with a vocabulary of 12000 "
+                                                     r"tokens but this job's tokenizer has 12001"):
+        reshard.plan(_tokenizer_run(), _tokenizer_job(), "ckpt", vocab_size=12001)
+
+
+def test_hf_export_refuses_a_checkpoint_whose_recorded_vocabulary_is_wrong():
+    from mtk.training.interop import hf
+
+    assert hf.shape_from_args(_tokenizer_run()["args"]).vocab_size == OWN_BPE
+    with pytest.raises(hf.ConversionError, match="vocab_size=1024, which does not pad to its 12032"):
+        hf.shape_from_args(_tokenizer_run(recorded=1024)["args"])
