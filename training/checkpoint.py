@@ -161,8 +161,9 @@ def topology(job) -> dict[str, int]:
 
 
 def common_state(job, *, iteration: int, consumed_samples: int, data_parallel_size: int, padded_vocab_size: int,
-                 flops_so_far: float) -> dict[str, Any]:
-    """The non-tensor part of a checkpoint: Megatron-LM's fields, plus mtk's own under ``mtk``."""
+                 flops_so_far: float, tokenizer: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The non-tensor part of a checkpoint: Megatron-LM's fields, plus mtk's own under ``mtk`` (``tokenizer``:
+    the record of :mod:`interop.hf_tokenizer`, which export and init_from carry on)."""
     from .interop import megatron_lm
 
     args = megatron_lm.megatron_args(job, data_parallel_size=data_parallel_size,
@@ -174,7 +175,7 @@ def common_state(job, *, iteration: int, consumed_samples: int, data_parallel_si
         "iteration": iteration,
         "num_floating_point_operations_so_far": float(flops_so_far),
         megatron_lm.MTK_KEY: {"topology": topology(job), "precision": job.train.precision,
-                              "job_name": job.name},
+                              "job_name": job.name, **({"tokenizer": tokenizer} if tokenizer else {})},
     }
 
 

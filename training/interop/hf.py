@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -22,9 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import hf_tokenizer
 from .hf_tables import TABLES, Row
 
 CONFIG = "config.json"
+GENERATION_CONFIG = "generation_config.json"
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
 LAYER_PREFIX = "decoder.layers."
@@ -305,6 +308,8 @@ def export_hf(checkpoint: str | Path, out: str | Path, *, dtype: str | None = No
             raise ConversionError(f"{path} has no 'args' in its common state (written by an mtk older than "
                                   "Megatron-LM-compatible checkpoints); resume it once with this mtk and save")
         s = shape_from_args(common["args"])
+        tokenizer = hf_tokenizer.of_checkpoint(common)
+        s = _vocab_of_tokenizer(s, tokenizer, path, log)
         arch = hf_architecture(s)
         table = TABLES[arch]
         meta = dist_checkpointing.load_tensors_metadata(str(path))
@@ -335,13 +340,37 @@ def export_hf(checkpoint: str | Path, out: str | Path, *, dtype: str | None = No
                 bar.update(1)
         writer.finish()
         saved_dtype = str(out_dtype or meta[rows[0].megatron].dtype).removeprefix("torch.")
-        (tmp / CONFIG).write_text(json.dumps(hf_config(s, arch, saved_dtype), indent=1))
+        ids = hf_tokenizer.write_hf(tokenizer, tmp, s.vocab_size, s.max_position_embeddings)
+        (tmp / CONFIG).write_text(json.dumps(hf_config(s, arch, saved_dtype) | hf_tokenizer.config_ids(ids), indent=1))
+        if tokenizer is not None:
+            (tmp / GENERATION_CONFIG).write_text(json.dumps(hf_tokenizer.generation_config(ids), indent=1))
         if out.exists():
             out.rmdir()
         os.replace(tmp, out)
     log(f"[convert] wrote {arch} ({s.num_layers} layers, hidden {s.hidden_size}) from {path} "
         f"(iteration {iteration}) to {out}")
+    if tokenizer is None:
+        log(f"[convert] note: {path} records no tokenizer (data.tokenizer.type: NullTokenizer — mock or "
+            "pre-tokenized data — or a checkpoint written before mtk recorded it): no tokenizer files were "
+            "written and config.json has eos_token_id/bos_token_id null; add the tokenizer the data was "
+            "tokenized with to the directory before using it")
+    else:
+        log(f"[convert] tokenizer: {hf_tokenizer.describe(tokenizer)}; eos_token_id {ids.eos}, "
+            f"bos_token_id {ids.bos}")
     return out
+
+
+def _vocab_of_tokenizer(s: Shape, tokenizer: dict[str, Any] | None, path: Path, log: Callable[[str], None]) -> Shape:
+    """The HF vocabulary is the tokenizer's: an mtk checkpoint written before ``args.vocab_size`` recorded it
+    carries the spec's ``model.vocab_size`` instead (the embedding rows were built from the tokenizer)."""
+    if tokenizer is None or tokenizer["vocab_size"] == s.vocab_size:
+        return s
+    if tokenizer["vocab_size"] > s.padded_vocab_size:
+        raise ConversionError(f"{path}: its tokenizer has {tokenizer['vocab_size']} tokens but the model only "
+                              f"{s.padded_vocab_size} embedding rows; this checkpoint's tokenizer record is wrong")
+    log(f"[convert] note: {path} records args.vocab_size={s.vocab_size} but was trained with a tokenizer of "
+        f"{tokenizer['vocab_size']} tokens; exporting {tokenizer['vocab_size']} rows")
+    return dataclasses.replace(s, vocab_size=tokenizer["vocab_size"])
 
 
 def _rows_to_hf(row: Row, full, s: Shape) -> Iterator[tuple[str, Any]]:
@@ -463,14 +492,18 @@ def import_hf(hf_dir: str | Path, out_root: str | Path, *, make_vocab_size_divis
             model[key] = ShardedTensor.from_rank_offsets(key, full, replica_id=0)
             shape = s
         assert shape is not None
+        tokenizer = hf_tokenizer.from_hf_dir(Path(hf_dir))
+        extras: dict[str, Any] = {"imported_from": str(Path(hf_dir).resolve())}
+        if tokenizer is not None:
+            extras[hf_tokenizer.KEY] = tokenizer
         sd = {"model": model, "args": megatron_args_for(shape), "checkpoint_version": megatron_lm.CHECKPOINT_VERSION,
-              "iteration": 0, "num_floating_point_operations_so_far": 0.0,
-              megatron_lm.MTK_KEY: {"imported_from": str(Path(hf_dir).resolve())}}
+              "iteration": 0, "num_floating_point_operations_so_far": 0.0, megatron_lm.MTK_KEY: extras}
         meta = megatron_lm.content_metadata(False)
         dist_checkpointing.save(sd, str(tmp / checkpoint.RELEASE), content_metadata=meta)
     (tmp / checkpoint.TRACKER).write_text(checkpoint.RELEASE + "\n")
     if out_root.exists():
         out_root.rmdir()
     os.replace(tmp, out_root)
-    log(f"[convert] wrote a weights-only checkpoint ({release}) from {hf_dir}")
+    log(f"[convert] wrote a weights-only checkpoint ({release}) from {hf_dir} with "
+        f"{hf_tokenizer.describe(tokenizer)}")
     return out_root
