@@ -85,6 +85,7 @@ def rebuild(rec: dict[str, Any], directory: Path) -> Any:
     from mtk.data_jobs.tokenizers import build_tokenizer
     from mtk.launcher.spec.data import TokenizerSpec
 
+    directory.mkdir(parents=True, exist_ok=True)
     for name, blob in rec["files"].items():
         _write(directory / name, blob)
     kind = rec["type"]
