@@ -376,6 +376,7 @@ class CheckpointManager:
         self.async_save = async_save
         self._queue: Any = None  # megatron AsyncCallsQueue, created on the first async save
         self.in_flight: int | None = None
+        self._side_files: dict[int, dict[str, str]] = {}
 
     # every rank
     def prepare(self) -> None:
@@ -393,9 +394,11 @@ class CheckpointManager:
         return read_tracker(self.root)
 
     def save(self, iteration: int, model: list, optimizer, scheduler, common: dict[str, Any],
-             distributed_optimizer: bool, blocking: bool = True) -> Path:
+             distributed_optimizer: bool, blocking: bool = True, side_files: dict[str, str] | None = None) -> Path:
         """Write and publish ``iter_N``. With ``async_save`` and ``blocking=False`` only schedule the write;
-        ``poll()``/``wait()`` publish it once every rank has finished."""
+        ``poll()``/``wait()`` publish it once every rank has finished. ``side_files`` (name → text) land in
+        ``iter_N`` with it (written into the partial dir, so they appear with the checkpoint or not at all)."""
+        self._side_files[iteration] = dict(side_files or {})
         import torch.distributed as dist
         from megatron.core import dist_checkpointing
 
@@ -434,8 +437,12 @@ class CheckpointManager:
     def _publish_rank0(self, iteration: int) -> None:
         import torch.distributed as dist
 
+        side_files = self._side_files.pop(iteration, {})
         if dist.get_rank() != 0:
             return
+        partial = self.root / (iter_dir_name(iteration) + PARTIAL_SUFFIX)
+        for name, text in side_files.items():
+            atomic_write(partial / name, text)
         publish(self.root, iteration)
         if self.async_save:
             self.log(f"[checkpoint] published iteration {iteration} (async write finished)")

@@ -273,6 +273,15 @@ class Trainer:
                             f"{source}, {hf_tokenizer.describe(rec)}")
         return rec
 
+    def _side_files(self, common: dict) -> dict[str, str]:
+        """Files beside each checkpoint: the pretrain_gpt.py arguments that continue this run in Megatron-LM."""
+        from .interop import megatron_lm
+
+        if self.rank != 0:
+            return {}
+        argv = megatron_lm.pretrain_gpt_argv(common["args"], self.job, str(self.ckpt.root.resolve()))
+        return {megatron_lm.ARGS_FILE: megatron_lm.args_file_text(argv, self.iteration, self.job)}
+
     def save(self, blocking: bool = True) -> None:
         """Checkpoint the current iteration. ``blocking=False`` (periodic saves) writes in the background
         when ``train.checkpoint.async_save`` is set; saves before exiting always block."""
@@ -293,7 +302,8 @@ class Trainer:
                               tokenizer=self.tokenizer_record)
         with params_synced(self.model, self.optimizer, self.plan):
             path = self.ckpt.save(self.iteration, self.model, self.optimizer, self.scheduler, common,
-                                  self.job.parallel.distributed_optimizer, blocking=blocking)
+                                  self.job.parallel.distributed_optimizer, blocking=blocking,
+                                  side_files=self._side_files(common))
         self.last_saved = self.iteration
         verb = "scheduled async save of" if self.ckpt.in_flight == self.iteration else "saved"
         _log(self.rank, f"[checkpoint] {verb} iteration {self.iteration} to {path} "
