@@ -20,7 +20,10 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mtk.launcher.spec.data import TokenizerSpec
 
 KEY = "tokenizer"  # under the checkpoint's ``mtk`` key
 EOD_TEXT = "<|endoftext|>"
@@ -83,18 +86,21 @@ def of_checkpoint(common: dict[str, Any]) -> dict[str, Any] | None:
 def rebuild(rec: dict[str, Any], directory: Path) -> Any:
     """Write the record's files into ``directory`` and build the tokenizer from them (ids as in training)."""
     from mtk.data_jobs.tokenizers import build_tokenizer
-    from mtk.launcher.spec.data import TokenizerSpec
 
     directory.mkdir(parents=True, exist_ok=True)
     for name, blob in rec["files"].items():
         _write(directory / name, blob)
-    kind = rec["type"]
+    return build_tokenizer(_spec(rec["type"], bool(rec.get("options", {}).get("legacy_eod_as_text"))), str(directory))
+
+
+def _spec(kind: str, legacy_eod_as_text: bool = False) -> TokenizerSpec:
+    """The data.tokenizer section that builds a ``kind`` tokenizer from the HF file names in one folder."""
+    from mtk.launcher.spec.data import TokenizerSpec
+
     if kind == "GPT2BPETokenizer":
-        spec = TokenizerSpec(type=kind, vocab_file="vocab.json", merge_file="merges.txt",
-                             legacy_eod_as_text=bool(rec.get("options", {}).get("legacy_eod_as_text", False)))
-    else:
-        spec = TokenizerSpec(type=kind, model=FILES[kind][0])
-    return build_tokenizer(spec, str(directory))
+        return TokenizerSpec.model_validate({"type": kind, "vocab_file": "vocab.json", "merge_file": "merges.txt",
+                                             "legacy_eod_as_text": legacy_eod_as_text})
+    return TokenizerSpec.model_validate({"type": kind, "model": FILES[kind][0]})
 
 
 def write_hf(rec: dict[str, Any] | None, out: Path, vocab_size: int, max_length: int) -> SpecialIds:
@@ -161,13 +167,8 @@ def from_hf_dir(hf_dir: Path) -> dict[str, Any] | None:
     else:
         return None
     from mtk.data_jobs.tokenizers import build_tokenizer
-    from mtk.launcher.spec.data import TokenizerSpec
 
-    if kind == "GPT2BPETokenizer":
-        spec = TokenizerSpec(type=kind, vocab_file="vocab.json", merge_file="merges.txt")
-    else:
-        spec = TokenizerSpec(type=kind, model=FILES[kind][0])
-    return record(build_tokenizer(spec, str(hf_dir)))
+    return record(build_tokenizer(_spec(kind), str(hf_dir)))
 
 
 def describe(rec: dict[str, Any] | None) -> str:

@@ -279,7 +279,7 @@ def pretrain_gpt_argv(args: argparse.Namespace, job: Job, checkpoint_root: str) 
              "--pipeline-model-parallel-size", a.pipeline_model_parallel_size]
     if g("virtual_pipeline_model_parallel_size"):
         argv += ["--num-virtual-stages-per-pipeline-rank", a.virtual_pipeline_model_parallel_size]
-    if g("context_parallel_size", 1) > 1:
+    if (g("context_parallel_size") or 1) > 1:
         argv += ["--context-parallel-size", a.context_parallel_size]
     if g("sequence_parallel"):
         argv.append("--sequence-parallel")
@@ -307,7 +307,10 @@ def _tokenizer_flags(a: argparse.Namespace, job: Job) -> list[Any]:
     tok = job.data.tokenizer
     if tok.type == "NullTokenizer":  # megatron-core's NullTokenizer(V): V ids, EOD V-1, as mtk's mock data
         return ["--tokenizer-type", "NullTokenizer", "--vocab-size", a.vocab_size]
-    resolve = job.data.resolve
+    def resolve(path: str | None) -> str:  # present for these types: the run built its tokenizer from them
+        assert path is not None, tok.type
+        return job.data.resolve(path)
+
     if tok.type == "GPT2BPETokenizer":
         return ["--tokenizer-type", tok.type, "--vocab-file", resolve(tok.vocab_file), "--merge-file",
                 resolve(tok.merge_file)]
