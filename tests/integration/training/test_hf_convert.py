@@ -194,6 +194,22 @@ def test_export_loads_with_its_tokenizer_and_generates(bpe_export):
     assert isinstance(tokenizer.decode(out[0]), str)
 
 
+def test_checkpoint_carries_the_megatron_lm_arguments_for_its_data_and_tokenizer(bpe_export):
+    from mtk.training.interop import megatron_lm
+
+    run, _hf_dir, _docs, _ = bpe_export
+    ckpt = run / "checkpoints"
+    argv = megatron_lm.read_args_file((ckpt / "iter_0000003" / megatron_lm.ARGS_FILE).read_text())
+    flag = lambda name: argv[argv.index(name) + 1]  # noqa: E731
+    assert flag("--tokenizer-type") == "GPT2BPETokenizer"
+    assert flag("--vocab-file") == str(run / "data" / "vocab.json")
+    assert flag("--merge-file") == str(run / "data" / "merges.txt")
+    assert argv[argv.index("--data-path") + 1:argv.index("--data-path") + 3] == ["1.0", str(run / "data" /
+                                                                                          "bpe_text_document")]
+    assert flag("--load") == flag("--save") == str(ckpt.resolve())
+    assert "--mock-data" not in argv and "--no-position-embedding" not in argv
+
+
 def test_hf_import_keeps_the_tokenizer_for_the_run_it_starts(bpe_export, tr, engine_root):
     """HF dir → checkpoint → HF dir keeps the tokenizer; a mock-data run started from the HF dir records it too."""
     from transformers import AutoTokenizer
