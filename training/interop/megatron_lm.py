@@ -343,7 +343,7 @@ def args_file_text(argv: list[str], iteration: int, job: Job) -> str:
 
     lines = [f"# Megatron-LM pretrain_gpt.py arguments that continue mtk run {job.name!r} from this checkpoint "
              f"(iteration {iteration})",
-             f"# on {job.cluster.world_size} GPUs (tp × pp × cp × dp), with Megatron-LM core_r0.19.0:",
+             f"# at world size {job.cluster.world_size} (tp × pp × cp × dp), with Megatron-LM core_r0.19.0:",
              f'#   . {ARGS_FILE} && torchrun --nnodes N --nproc-per-node G ... pretrain_gpt.py "${{{ARGS_ARRAY}[@]}}"',
              "# Written by mtk from the checkpoint's args, so Megatron-LM's checkpoint-args checks agree.",
              f"{ARGS_ARRAY}=("]
