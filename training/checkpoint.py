@@ -161,9 +161,11 @@ def topology(job) -> dict[str, int]:
 
 
 def common_state(job, *, iteration: int, consumed_samples: int, data_parallel_size: int, vocab_size: int,
-                 padded_vocab_size: int, flops_so_far: float) -> dict[str, Any]:
+                 padded_vocab_size: int, flops_so_far: float,
+                 tokenizer: dict[str, Any] | None = None) -> dict[str, Any]:
     """The non-tensor part of a checkpoint: Megatron-LM's fields, plus mtk's own under ``mtk``.
-    ``vocab_size``: the vocabulary the model was built with (the tokenizer's), not ``model.vocab_size``."""
+    ``vocab_size``: the vocabulary the model was built with (the tokenizer's), not ``model.vocab_size``;
+    ``tokenizer``: the record of :mod:`interop.hf_tokenizer`, which export and init_from carry on."""
     from .interop import megatron_lm
 
     args = megatron_lm.megatron_args(job, data_parallel_size=data_parallel_size, vocab_size=vocab_size,
@@ -175,7 +177,7 @@ def common_state(job, *, iteration: int, consumed_samples: int, data_parallel_si
         "iteration": iteration,
         "num_floating_point_operations_so_far": float(flops_so_far),
         megatron_lm.MTK_KEY: {"topology": topology(job), "precision": job.train.precision,
-                              "job_name": job.name},
+                              "job_name": job.name, **({"tokenizer": tokenizer} if tokenizer else {})},
     }
 
 
@@ -378,6 +380,7 @@ class CheckpointManager:
         self.async_save = async_save
         self._queue: Any = None  # megatron AsyncCallsQueue, created on the first async save
         self.in_flight: int | None = None
+        self._side_files: dict[int, dict[str, str]] = {}
 
     # every rank
     def prepare(self) -> None:
@@ -395,9 +398,11 @@ class CheckpointManager:
         return read_tracker(self.root)
 
     def save(self, iteration: int, model: list, optimizer, scheduler, common: dict[str, Any],
-             distributed_optimizer: bool, blocking: bool = True) -> Path:
+             distributed_optimizer: bool, blocking: bool = True, side_files: dict[str, str] | None = None) -> Path:
         """Write and publish ``iter_N``. With ``async_save`` and ``blocking=False`` only schedule the write;
-        ``poll()``/``wait()`` publish it once every rank has finished."""
+        ``poll()``/``wait()`` publish it once every rank has finished. ``side_files`` (name → text) land in
+        ``iter_N`` with it (written into the partial dir, so they appear with the checkpoint or not at all)."""
+        self._side_files[iteration] = dict(side_files or {})
         import torch.distributed as dist
         from megatron.core import dist_checkpointing
 
@@ -436,8 +441,12 @@ class CheckpointManager:
     def _publish_rank0(self, iteration: int) -> None:
         import torch.distributed as dist
 
+        side_files = self._side_files.pop(iteration, {})
         if dist.get_rank() != 0:
             return
+        partial = self.root / (iter_dir_name(iteration) + PARTIAL_SUFFIX)
+        for name, text in side_files.items():
+            atomic_write(partial / name, text)
         publish(self.root, iteration)
         if self.async_save:
             self.log(f"[checkpoint] published iteration {iteration} (async write finished)")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -26,6 +26,8 @@ class TokenizerInfo:
 
     vocab_size: int
     eod: int
+    # What checkpoints record of the tokenizer (its files included; interop.hf_tokenizer); None for NullTokenizer.
+    record: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 def tokenizer_info(job: Job) -> TokenizerInfo:
@@ -35,8 +37,10 @@ def tokenizer_info(job: Job) -> TokenizerInfo:
         return TokenizerInfo(job.model.vocab_size, job.model.vocab_size - 1)
     from mtk.data_jobs.tokenizers import build_tokenizer  # the data helper's module; loaded only here
 
+    from .interop import hf_tokenizer
+
     t = build_tokenizer(tok, job.data.dir)
-    return TokenizerInfo(int(t.vocab_size), int(t.eod))
+    return TokenizerInfo(int(t.vocab_size), int(t.eod), hf_tokenizer.record(t))
 
 
 def blend(job: Job, log: Callable[[str], None] | None = None) -> tuple[list[str], list[float]]:

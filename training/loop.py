@@ -167,6 +167,7 @@ class Trainer:
         self.ckpt = checkpoint.CheckpointManager(root, ckpt.keep_last, log=lambda m: _log(self.rank, m),
                                                  async_save=ckpt.async_save, owner=self.run_dir)
         self.ckpt.prepare()
+        state = None
         if ckpt.load:
             state = self.ckpt.load(self.model, self.optimizer, self.scheduler, job, self.tok.vocab_size)
             if state is not None:
@@ -179,6 +180,7 @@ class Trainer:
         if job.train.init_from and self.last_saved is None:  # a new run (nothing resumed): copy the weights
             checkpoint.initialize_from(job.train.init_from, self.model, self.optimizer, job, self.padded_vocab,
                                        log=lambda m: _log(self.rank, m))
+        self.tokenizer_record = self._tokenizer_record(state["path"] if state else None)
 
         train_ds, valid_ds = data.build_datasets(job, self.tok, log=lambda m: _log(self.rank, m),
                                                  run_dir=str(self.run_dir))
@@ -257,6 +259,29 @@ class Trainer:
         s, n = total.tolist()
         return s / max(n, 1.0)
 
+    def _tokenizer_record(self, resumed_from: str | None) -> dict | None:
+        """The tokenizer this run's checkpoints record: its own; else (NullTokenizer: pre-tokenized or mock data)
+        the one the weights came with — the resumed checkpoint's, or ``train.init_from``'s."""
+        from .interop import hf_tokenizer
+
+        if self.tok.record is not None:
+            return self.tok.record
+        source = resumed_from or self.job.train.init_from
+        rec = hf_tokenizer.inherited(source) if source else None
+        if rec is not None:
+            _log(self.rank, f"[checkpoint] data.tokenizer is NullTokenizer: checkpoints keep the tokenizer of "
+                            f"{source}, {hf_tokenizer.describe(rec)}")
+        return rec
+
+    def _side_files(self, common: dict) -> dict[str, str]:
+        """Files beside each checkpoint: the pretrain_gpt.py arguments that continue this run in Megatron-LM."""
+        from .interop import megatron_lm
+
+        if self.rank != 0:
+            return {}
+        argv = megatron_lm.pretrain_gpt_argv(common["args"], self.job, str(self.ckpt.root.resolve()))
+        return {megatron_lm.ARGS_FILE: megatron_lm.args_file_text(argv, self.iteration, self.job)}
+
     def save(self, blocking: bool = True) -> None:
         """Checkpoint the current iteration. ``blocking=False`` (periodic saves) writes in the background
         when ``train.checkpoint.async_save`` is set; saves before exiting always block."""
@@ -274,10 +299,12 @@ class Trainer:
         common = common_state(self.job, iteration=self.iteration, consumed_samples=self.consumed,
                               data_parallel_size=self.dp_size, vocab_size=self.tok.vocab_size,
                               padded_vocab_size=self.padded_vocab,
-                              flops_so_far=self.iteration * flops_per_iteration(self.job, self.padded_vocab))
+                              flops_so_far=self.iteration * flops_per_iteration(self.job, self.padded_vocab),
+                              tokenizer=self.tokenizer_record)
         with params_synced(self.model, self.optimizer, self.plan):
             path = self.ckpt.save(self.iteration, self.model, self.optimizer, self.scheduler, common,
-                                  self.job.parallel.distributed_optimizer, blocking=blocking)
+                                  self.job.parallel.distributed_optimizer, blocking=blocking,
+                                  side_files=self._side_files(common))
         self.last_saved = self.iteration
         verb = "scheduled async save of" if self.ckpt.in_flight == self.iteration else "saved"
         _log(self.rank, f"[checkpoint] {verb} iteration {self.iteration} to {path} "

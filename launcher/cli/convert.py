@@ -8,9 +8,13 @@ directory loadable with ``transformers.AutoModelForCausalLM.from_pretrained``.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
+
+# What the conversion imports besides torch + megatron-core: pyproject.toml's `convert` extra.
+CONVERT_NEEDS = ("safetensors", "tqdm", "tokenizers")
 
 
 @click.command("convert")
@@ -28,9 +32,10 @@ def command(source: Path, dest: Path, dtype, make_vocab_size_divisible_by, max_s
     import importlib.util
     import warnings
 
-    missing = [m for m in ("safetensors", "tqdm") if importlib.util.find_spec(m) is None]
+    missing = [m for m in CONVERT_NEEDS if importlib.util.find_spec(m) is None]
     if missing:
-        raise click.ClickException(f"mtk convert needs {' and '.join(missing)}: pip install {' '.join(missing)}")
+        raise click.ClickException(f"mtk convert needs {' and '.join(missing)}, not installed in this Python "
+                                   f"({sys.executable}): pip install 'mtk[convert]' (or make demo in a checkout)")
     from mtk.training import compat
 
     compat.install()  # megatron.core's checkpoint code calls CUDA APIs; on a CPU-only machine they become no-ops
@@ -46,5 +51,5 @@ def command(source: Path, dest: Path, dtype, make_vocab_size_divisible_by, max_s
         else:
             hf.export_hf(source, dest, dtype=dtype, progress=not quiet, max_shard_bytes=max_shard_size * 1024**2,
                          log=click.echo)
-    except (hf.ConversionError, FileNotFoundError) as exc:
+    except (hf.ConversionError, hf.hf_tokenizer.TokenizerExportError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from None

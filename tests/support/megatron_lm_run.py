@@ -93,6 +93,17 @@ def pretrain_gpt_argv(job, *, load: Path | None, save: Path, save_interval: int,
     return [*argv, *CPU_FLAGS, "--save", str(save), "--save-interval", str(save_interval), *extra]
 
 
+def argv_from_checkpoint(iter_dir: Path, root: Path, save_interval: int) -> list[str]:
+    """The arguments mtk wrote beside a checkpoint (``megatron_lm_args.txt``), pointed at ``root`` (a copy of the
+    run's checkpoint dir), plus the CPU kernel choices and the test's save interval."""
+    from mtk.training.interop import megatron_lm
+
+    argv = megatron_lm.read_args_file((iter_dir / megatron_lm.ARGS_FILE).read_text())
+    for flag, value in (("--load", str(root)), ("--save", str(root)), ("--save-interval", str(save_interval))):
+        argv[argv.index(flag) + 1] = value
+    return [*argv, *CPU_FLAGS]
+
+
 def run_pretrain_gpt(tree: Path, argv: list[str], workdir: Path, nproc: int = 2,
                      timeout: float = 900) -> tuple[int, dict[int, dict]]:
     """Run the tree's pretrain_gpt.py under torchrun in ``workdir``; returns (exit code, records by

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -22,10 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .hf_tables import TABLES, Row
+from . import hf_tokenizer
+from .hf_tables import TABLES, Row, from_hf, to_hf
 from .megatron_lm import recorded_vocab_size
 
 CONFIG = "config.json"
+GENERATION_CONFIG = "generation_config.json"
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
 LAYER_PREFIX = "decoder.layers."
@@ -58,13 +61,15 @@ class Shape:
     num_experts: int = 0
 
 
-def shape_from_args(args: Any) -> Shape:
+def shape_from_args(args: Any, *, tokenizer_recorded: bool = False) -> Shape:
+    """The model's shape from a checkpoint's args. A recorded ``vocab_size`` that cannot pad to the embedding rows
+    is refused unless the checkpoint also records its tokenizer (whose vocabulary then wins)."""
     g: Callable[..., Any] = lambda name, default=None: getattr(args, name, default)  # noqa: E731
     heads = g("num_attention_heads")
     groups = g("num_query_groups") if g("group_query_attention", False) else heads
     padded = g("padded_vocab_size")
     vocab = g("vocab_size")
-    if vocab is not None and recorded_vocab_size(args) is None:
+    if vocab is not None and not tokenizer_recorded and recorded_vocab_size(args) is None:
         raise ConversionError(
             f"the checkpoint records vocab_size={vocab}, which does not pad to its {padded} embedding rows (written "
             "by an mtk that recorded model.vocab_size instead of the tokenizer's vocabulary), so the real vocabulary "
@@ -159,72 +164,6 @@ def shape_from_hf_config(cfg: dict[str, Any], make_vocab_size_divisible_by: int 
     return s, arch
 
 
-# --------------------------------------------------------------------------- reshapes (one layer at a time)
-
-
-def _split_qkv(t, s: Shape):
-    """Grouped [g × (heads/g + 2) × d, ...] → q [heads·d, ...], k [g·d, ...], v [g·d, ...]."""
-    per = s.num_attention_heads // s.num_query_groups
-    d = s.kv_channels
-    grouped = t.reshape(s.num_query_groups, (per + 2) * d, *t.shape[1:])
-    q, k, v = grouped.split([per * d, d, d], dim=1)
-    flat = lambda x: x.reshape(-1, *t.shape[1:]).contiguous()  # noqa: E731
-    return flat(q), flat(k), flat(v)
-
-
-def _join_qkv(q, k, v, s: Shape):
-    import torch
-
-    per = s.num_attention_heads // s.num_query_groups
-    d, g = s.kv_channels, s.num_query_groups
-    rest = q.shape[1:]
-    grouped = torch.cat([q.reshape(g, per * d, *rest), k.reshape(g, d, *rest), v.reshape(g, d, *rest)], dim=1)
-    return grouped.reshape(-1, *rest).contiguous()
-
-
-def to_hf(kind: str, t, s: Shape) -> list:
-    import torch
-
-    if kind == "copy":
-        return [t.contiguous()]
-    if kind == "vocab":
-        return [t[: s.vocab_size].contiguous()]
-    if kind == "qkv":
-        return list(_split_qkv(t, s))
-    if kind == "qkv_conv1d":
-        fused = torch.cat(_split_qkv(t, s), dim=0)
-        return [fused.t().contiguous() if fused.dim() == 2 else fused]
-    if kind == "gate_up":
-        return [x.contiguous() for x in t.chunk(2, dim=0)]
-    if kind == "conv1d":
-        return [t.t().contiguous() if t.dim() == 2 else t.contiguous()]
-    raise AssertionError(kind)
-
-
-def from_hf(kind: str, ts: list, s: Shape):
-    import torch
-
-    if kind == "copy":
-        return ts[0].contiguous()
-    if kind == "vocab":
-        t = ts[0]
-        pad = s.padded_vocab_size - t.shape[0]
-        return torch.cat([t, t.new_zeros(pad, *t.shape[1:])]) if pad > 0 else t.contiguous()
-    if kind == "qkv":
-        q, k, v = ts
-        return _join_qkv(q, k, v, s)
-    if kind == "qkv_conv1d":
-        fused = ts[0].t() if ts[0].dim() == 2 else ts[0]
-        q_rows, kv_rows = s.num_attention_heads * s.kv_channels, s.num_query_groups * s.kv_channels
-        q, k, v = fused.split([q_rows, kv_rows, kv_rows], dim=0)
-        return _join_qkv(q, k, v, s)
-    if kind == "gate_up":
-        return torch.cat(ts, dim=0).contiguous()
-    if kind == "conv1d":
-        return ts[0].t().contiguous() if ts[0].dim() == 2 else ts[0].contiguous()
-    raise AssertionError(kind)
-
-
 # --------------------------------------------------------------------------- plumbing
 
 
@@ -312,7 +251,9 @@ def export_hf(checkpoint: str | Path, out: str | Path, *, dtype: str | None = No
         if common.get("args") is None:
             raise ConversionError(f"{path} has no 'args' in its common state (written by an mtk older than "
                                   "Megatron-LM-compatible checkpoints); resume it once with this mtk and save")
-        s = shape_from_args(common["args"])
+        tokenizer = hf_tokenizer.of_checkpoint(common)
+        s = shape_from_args(common["args"], tokenizer_recorded=tokenizer is not None)
+        s = _vocab_of_tokenizer(s, tokenizer, path, log)
         arch = hf_architecture(s)
         table = TABLES[arch]
         meta = dist_checkpointing.load_tensors_metadata(str(path))
@@ -343,13 +284,37 @@ def export_hf(checkpoint: str | Path, out: str | Path, *, dtype: str | None = No
                 bar.update(1)
         writer.finish()
         saved_dtype = str(out_dtype or meta[rows[0].megatron].dtype).removeprefix("torch.")
-        (tmp / CONFIG).write_text(json.dumps(hf_config(s, arch, saved_dtype), indent=1))
+        ids = hf_tokenizer.write_hf(tokenizer, tmp, s.vocab_size, s.max_position_embeddings)
+        (tmp / CONFIG).write_text(json.dumps(hf_config(s, arch, saved_dtype) | hf_tokenizer.config_ids(ids), indent=1))
+        if tokenizer is not None:
+            (tmp / GENERATION_CONFIG).write_text(json.dumps(hf_tokenizer.generation_config(ids), indent=1))
         if out.exists():
             out.rmdir()
         os.replace(tmp, out)
     log(f"[convert] wrote {arch} ({s.num_layers} layers, hidden {s.hidden_size}) from {path} "
         f"(iteration {iteration}) to {out}")
+    if tokenizer is None:
+        log(f"[convert] note: {path} records no tokenizer (data.tokenizer.type: NullTokenizer — mock or "
+            "pre-tokenized data — or a checkpoint written before mtk recorded it): no tokenizer files were "
+            "written and config.json has eos_token_id/bos_token_id null; add the tokenizer the data was "
+            "tokenized with to the directory before using it")
+    else:
+        log(f"[convert] tokenizer: {hf_tokenizer.describe(tokenizer)}; eos_token_id {ids.eos}, "
+            f"bos_token_id {ids.bos}")
     return out
+
+
+def _vocab_of_tokenizer(s: Shape, tokenizer: dict[str, Any] | None, path: Path, log: Callable[[str], None]) -> Shape:
+    """The HF vocabulary is the tokenizer's: an mtk checkpoint written before ``args.vocab_size`` recorded it
+    carries the spec's ``model.vocab_size`` instead (the embedding rows were built from the tokenizer)."""
+    if tokenizer is None or tokenizer["vocab_size"] == s.vocab_size:
+        return s
+    if tokenizer["vocab_size"] > s.padded_vocab_size:
+        raise ConversionError(f"{path}: its tokenizer has {tokenizer['vocab_size']} tokens but the model only "
+                              f"{s.padded_vocab_size} embedding rows; this checkpoint's tokenizer record is wrong")
+    log(f"[convert] note: {path} records args.vocab_size={s.vocab_size} but was trained with a tokenizer of "
+        f"{tokenizer['vocab_size']} tokens; exporting {tokenizer['vocab_size']} rows")
+    return dataclasses.replace(s, vocab_size=tokenizer["vocab_size"])
 
 
 def _rows_to_hf(row: Row, full, s: Shape) -> Iterator[tuple[str, Any]]:
@@ -471,14 +436,18 @@ def import_hf(hf_dir: str | Path, out_root: str | Path, *, make_vocab_size_divis
             model[key] = ShardedTensor.from_rank_offsets(key, full, replica_id=0)
             shape = s
         assert shape is not None
+        tokenizer = hf_tokenizer.from_hf_dir(Path(hf_dir))
+        extras: dict[str, Any] = {"imported_from": str(Path(hf_dir).resolve())}
+        if tokenizer is not None:
+            extras[hf_tokenizer.KEY] = tokenizer
         sd = {"model": model, "args": megatron_args_for(shape), "checkpoint_version": megatron_lm.CHECKPOINT_VERSION,
-              "iteration": 0, "num_floating_point_operations_so_far": 0.0,
-              megatron_lm.MTK_KEY: {"imported_from": str(Path(hf_dir).resolve())}}
+              "iteration": 0, "num_floating_point_operations_so_far": 0.0, megatron_lm.MTK_KEY: extras}
         meta = megatron_lm.content_metadata(False)
         dist_checkpointing.save(sd, str(tmp / checkpoint.RELEASE), content_metadata=meta)
     (tmp / checkpoint.TRACKER).write_text(checkpoint.RELEASE + "\n")
     if out_root.exists():
         out_root.rmdir()
     os.replace(tmp, out_root)
-    log(f"[convert] wrote a weights-only checkpoint ({release}) from {hf_dir}")
+    log(f"[convert] wrote a weights-only checkpoint ({release}) from {hf_dir} with "
+        f"{hf_tokenizer.describe(tokenizer)}")
     return out_root

@@ -23,6 +23,10 @@ in the checkpoint for both the Transformer Engine and the local layer spec.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .hf import Shape
 
 
 @dataclass(frozen=True)
@@ -80,3 +84,69 @@ GPT2 = (
 )
 
 TABLES = {"LlamaForCausalLM": LLAMA, "GPT2LMHeadModel": GPT2}
+
+
+# --------------------------------------------------------------------------- reshapes (one layer at a time)
+
+
+def _split_qkv(t, s: Shape):
+    """Grouped [g × (heads/g + 2) × d, ...] → q [heads·d, ...], k [g·d, ...], v [g·d, ...]."""
+    per = s.num_attention_heads // s.num_query_groups
+    d = s.kv_channels
+    grouped = t.reshape(s.num_query_groups, (per + 2) * d, *t.shape[1:])
+    q, k, v = grouped.split([per * d, d, d], dim=1)
+    flat = lambda x: x.reshape(-1, *t.shape[1:]).contiguous()  # noqa: E731
+    return flat(q), flat(k), flat(v)
+
+
+def _join_qkv(q, k, v, s: Shape):
+    import torch
+
+    per = s.num_attention_heads // s.num_query_groups
+    d, g = s.kv_channels, s.num_query_groups
+    rest = q.shape[1:]
+    grouped = torch.cat([q.reshape(g, per * d, *rest), k.reshape(g, d, *rest), v.reshape(g, d, *rest)], dim=1)
+    return grouped.reshape(-1, *rest).contiguous()
+
+
+def to_hf(kind: str, t, s: Shape) -> list:
+    import torch
+
+    if kind == "copy":
+        return [t.contiguous()]
+    if kind == "vocab":
+        return [t[: s.vocab_size].contiguous()]
+    if kind == "qkv":
+        return list(_split_qkv(t, s))
+    if kind == "qkv_conv1d":
+        fused = torch.cat(_split_qkv(t, s), dim=0)
+        return [fused.t().contiguous() if fused.dim() == 2 else fused]
+    if kind == "gate_up":
+        return [x.contiguous() for x in t.chunk(2, dim=0)]
+    if kind == "conv1d":
+        return [t.t().contiguous() if t.dim() == 2 else t.contiguous()]
+    raise AssertionError(kind)
+
+
+def from_hf(kind: str, ts: list, s: Shape):
+    import torch
+
+    if kind == "copy":
+        return ts[0].contiguous()
+    if kind == "vocab":
+        t = ts[0]
+        pad = s.padded_vocab_size - t.shape[0]
+        return torch.cat([t, t.new_zeros(pad, *t.shape[1:])]) if pad > 0 else t.contiguous()
+    if kind == "qkv":
+        q, k, v = ts
+        return _join_qkv(q, k, v, s)
+    if kind == "qkv_conv1d":
+        fused = ts[0].t() if ts[0].dim() == 2 else ts[0]
+        q_rows, kv_rows = s.num_attention_heads * s.kv_channels, s.num_query_groups * s.kv_channels
+        q, k, v = fused.split([q_rows, kv_rows, kv_rows], dim=0)
+        return _join_qkv(q, k, v, s)
+    if kind == "gate_up":
+        return torch.cat(ts, dim=0).contiguous()
+    if kind == "conv1d":
+        return ts[0].t().contiguous() if ts[0].dim() == 2 else ts[0].contiguous()
+    raise AssertionError(kind)

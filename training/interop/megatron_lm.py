@@ -18,6 +18,7 @@ The reverse direction (reading a checkpoint written by Megatron-LM) uses the sam
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -241,3 +242,141 @@ def consumed_samples(common: dict[str, Any]) -> int:
     if "consumed_samples" in common:
         return int(common["consumed_samples"])
     return 0
+
+
+# --------------------------------------------------------------------------- the pretrain_gpt.py command
+
+ARGS_FILE = "megatron_lm_args.txt"
+ARGS_ARRAY = "MEGATRON_LM_ARGS"
+
+
+def pretrain_gpt_argv(args: argparse.Namespace, job: Job, checkpoint_root: str) -> list[str]:
+    """The ``pretrain_gpt.py`` arguments that continue the run whose checkpoint records ``args``.
+
+    Built from the checkpoint's own ``args`` (what Megatron-LM's loader compares its flags with), so every flag
+    that ``check_checkpoint_args`` reads agrees — RoPE runs get ``--no-position-embedding``, because mtk
+    records ``add_position_embedding=False`` as Megatron-LM's ``--no-position-embedding`` runs do and
+    Megatron-LM's default is True. The data, tokenizer files and evaluation come from the job spec. No
+    override flag (``--override-opt-param-scheduler``, ``--no-load-optim``, ``--no-load-rng``, ``--finetune``)."""
+    a = args
+    g = lambda name, default=None: getattr(a, name, default)  # noqa: E731
+    argv: list[Any] = [
+        "--num-layers", a.num_layers, "--hidden-size", a.hidden_size, "--ffn-hidden-size", a.ffn_hidden_size,
+        "--num-attention-heads", a.num_attention_heads, "--kv-channels", a.kv_channels,
+        "--seq-length", a.seq_length, "--max-position-embeddings", a.max_position_embeddings,
+        "--position-embedding-type", a.position_embedding_type, "--normalization", a.normalization,
+        "--init-method-std", a.init_method_std, "--hidden-dropout", a.hidden_dropout,
+        "--attention-dropout", a.attention_dropout,
+    ]
+    if not g("add_position_embedding", True):
+        argv += ["--no-position-embedding"]
+    if a.position_embedding_type == "rope":
+        argv += ["--rotary-base", a.rotary_base, "--rotary-percent", g("rotary_percent", 1.0)]
+        if g("use_rotary_position_embeddings"):
+            argv.append("--use-rotary-position-embeddings")  # recorded by mtk as by Megatron-LM's legacy flag
+    if g("group_query_attention"):
+        argv += ["--group-query-attention", "--num-query-groups", a.num_query_groups]
+    if g("swiglu"):
+        argv.append("--swiglu")
+    if not g("add_bias_linear", True):
+        argv.append("--disable-bias-linear")
+    if g("untie_embeddings_and_output_weights"):
+        argv.append("--untie-embeddings-and-output-weights")
+    if g("num_experts"):
+        argv += ["--num-experts", a.num_experts, "--moe-ffn-hidden-size", a.moe_ffn_hidden_size,
+                 "--moe-router-topk", a.moe_router_topk, "--moe-aux-loss-coeff", a.moe_aux_loss_coeff,
+                 "--moe-router-load-balancing-type", a.moe_router_load_balancing_type,
+                 "--moe-token-dispatcher-type", a.moe_token_dispatcher_type,
+                 "--expert-model-parallel-size", a.expert_model_parallel_size]
+        if g("moe_expert_capacity_factor") is not None:
+            argv += ["--moe-expert-capacity-factor", a.moe_expert_capacity_factor]
+    argv += _tokenizer_flags(a, job)
+    argv += ["--make-vocab-size-divisible-by", a.make_vocab_size_divisible_by,
+             "--tensor-model-parallel-size", a.tensor_model_parallel_size,
+             "--pipeline-model-parallel-size", a.pipeline_model_parallel_size]
+    if g("virtual_pipeline_model_parallel_size"):
+        argv += ["--num-virtual-stages-per-pipeline-rank", a.virtual_pipeline_model_parallel_size]
+    if (g("context_parallel_size") or 1) > 1:
+        argv += ["--context-parallel-size", a.context_parallel_size]
+    if g("sequence_parallel"):
+        argv.append("--sequence-parallel")
+    if g("use_distributed_optimizer"):
+        argv.append("--use-distributed-optimizer")
+    if g("dist_ckpt_optim_fully_reshardable"):
+        argv.append("--dist-ckpt-optim-fully-reshardable")
+    argv += ["--micro-batch-size", a.micro_batch_size, "--global-batch-size", a.global_batch_size,
+             "--train-iters", a.train_iters, "--lr", a.lr, "--min-lr", a.min_lr, "--lr-decay-style", a.lr_decay_style,
+             "--lr-warmup-iters", a.lr_warmup_iters, "--lr-decay-iters", a.lr_decay_iters,
+             "--weight-decay", a.weight_decay, "--adam-beta1", a.adam_beta1, "--adam-beta2", a.adam_beta2,
+             "--adam-eps", a.adam_eps, "--clip-grad", a.clip_grad, "--seed", a.seed]
+    if g("bf16"):
+        argv.append("--bf16")
+    elif g("fp16"):
+        argv.append("--fp16")
+    argv += _data_flags(job)
+    t = job.train
+    argv += ["--ckpt-format", "torch_dist", "--load", checkpoint_root, "--save", checkpoint_root,
+             "--save-interval", t.checkpoint.save_interval or t.iterations, "--log-interval", t.log_interval]
+    return [str(x) for x in argv]
+
+
+def _tokenizer_flags(a: argparse.Namespace, job: Job) -> list[Any]:
+    tok = job.data.tokenizer
+    if tok.type == "NullTokenizer":  # megatron-core's NullTokenizer(V): V ids, EOD V-1, as mtk's mock data
+        return ["--tokenizer-type", "NullTokenizer", "--vocab-size", a.vocab_size]
+    def resolve(path: str | None) -> str:  # present for these types: the run built its tokenizer from them
+        assert path is not None, tok.type
+        return job.data.resolve(path)
+
+    if tok.type == "GPT2BPETokenizer":
+        return ["--tokenizer-type", tok.type, "--vocab-file", resolve(tok.vocab_file), "--merge-file",
+                resolve(tok.merge_file)]
+    model = resolve(tok.model)
+    if tok.type == "HuggingFaceTokenizer":  # Megatron-LM loads it with AutoTokenizer: the folder holding it
+        model = str(Path(model).parent)
+    return ["--tokenizer-type", tok.type, "--tokenizer-model", model]
+
+
+def _data_flags(job: Job) -> list[Any]:
+    from mtk.training import data
+
+    t = job.train
+    sizes = data.split_sizes(job)
+    evals = ["--eval-iters", t.eval_iters, "--eval-interval", t.eval_interval] if t.eval_interval else \
+        ["--eval-iters", 0, "--eval-interval", t.iterations + 1]
+    prefixes, weights = data.blend(job)
+    if not prefixes:
+        return ["--mock-data", *evals]
+    path: list[Any] = []
+    for prefix, weight in zip(prefixes, weights, strict=True):
+        path += [weight, prefix]
+    return ["--data-path", *path, "--split", data.effective_split(job, sizes),
+            "--data-cache-path", data.cache_dir(job), *evals]
+
+
+def args_file_text(argv: list[str], iteration: int, job: Job) -> str:
+    """A bash array holding ``argv`` (every value shell-quoted), with how to use it."""
+    import shlex
+
+    lines = [f"# Megatron-LM pretrain_gpt.py arguments that continue mtk run {job.name!r} from this checkpoint "
+             f"(iteration {iteration})",
+             f"# at world size {job.cluster.world_size} (tp × pp × cp × dp), with Megatron-LM core_r0.19.0:",
+             f'#   . {ARGS_FILE} && torchrun --nnodes N --nproc-per-node G ... pretrain_gpt.py "${{{ARGS_ARRAY}[@]}}"',
+             "# Written by mtk from the checkpoint's args, so Megatron-LM's checkpoint-args checks agree.",
+             f"{ARGS_ARRAY}=("]
+    i = 0
+    while i < len(argv):  # one flag and its values per line
+        j = i + 1
+        while j < len(argv) and not argv[j].startswith("--"):
+            j += 1
+        lines.append("  " + " ".join(shlex.quote(x) for x in argv[i:j]))
+        i = j
+    return "\n".join([*lines, ")"]) + "\n"
+
+
+def read_args_file(text: str) -> list[str]:
+    """The argv of an :func:`args_file_text` file."""
+    import shlex
+
+    body = text.split(f"{ARGS_ARRAY}=(", 1)[1].rsplit(")", 1)[0]
+    return shlex.split(body)

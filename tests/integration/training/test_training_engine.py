@@ -337,3 +337,6 @@ def test_checkpoint_layout_and_tracker(tr, tp_ref):
     assert sorted(p.name for p in ckpt.iterdir()) == ["iter_0000010", "iter_0000020",
                                                      "latest_checkpointed_iteration.txt"]
     assert tr.last_exit(tp_ref)["checkpoint_iteration"] == 20
+    for it in (10, 20):  # each checkpoint carries the pretrain_gpt.py arguments that continue it
+        text = (ckpt / f"iter_{it:07d}" / "megatron_lm_args.txt").read_text()
+        assert f"(iteration {it})" in text and f"  --load {ckpt}\n" in text

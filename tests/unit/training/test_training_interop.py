@@ -106,3 +106,18 @@ def test_init_from_ignores_megatron_lms_query_groups_without_gqa():
                                      padded_vocab_size=1024, consumed_train_samples=0, iteration=1)
     args.group_query_attention, args.num_query_groups = False, 1  # Megatron-LM's defaults for plain MHA
     checkpoint.check_same_model("ck", {"args": args}, job, 1024, "train.init_from")
+
+
+def test_export_vocabulary_is_the_recorded_tokenizers():
+    """A checkpoint written before args.vocab_size recorded the tokenizer's vocabulary (it held the spec's 1024
+    while the embedding was built for 1,501 tokens) exports the tokenizer's rows; an impossible record is refused."""
+    from pathlib import Path
+
+    notes: list[str] = []
+    old = dataclasses.replace(GPT, vocab_size=1024, padded_vocab_size=1536)
+    fixed = hf._vocab_of_tokenizer(old, {"vocab_size": 1501}, Path("ckpt"), notes.append)
+    assert fixed.vocab_size == 1501 and fixed.padded_vocab_size == 1536
+    assert "args.vocab_size=1024" in notes[0] and "1501" in notes[0]
+    assert hf._vocab_of_tokenizer(old, None, Path("ckpt"), notes.append) is old
+    with pytest.raises(hf.ConversionError, match="tokenizer has 2000 tokens but the model only 1536"):
+        hf._vocab_of_tokenizer(old, {"vocab_size": 2000}, Path("ckpt"), notes.append)

@@ -4,8 +4,9 @@
 
 The model and optimizer are mtk's (the same megatron-core objects Megatron-LM builds); everything that
 reads the checkpoint is Megatron-LM's ``megatron.training.checkpointing.load_checkpoint`` from the
-megatron-core wheel, driven by ``megatron.training.arguments.parse_args``/``validate_args`` over the flags of
-:func:`mlm_args.megatron_lm_argv` (no override flags), with Megatron-LM's own
+megatron-core wheel, driven by ``megatron.training.arguments.parse_args``/``validate_args`` over the arguments
+mtk wrote beside the checkpoint (``megatron_lm_args.txt``, ``--load`` pointed at CKPT_ROOT; no override flags),
+with Megatron-LM's own
 ``get_optimizer_param_scheduler``. The continuation's losses land in DIR/metrics.jsonl, what the loader
 returned in DIR/mlm_load.json.
 """
@@ -21,14 +22,12 @@ from pathlib import Path
 if not hasattr(typing, "override"):  # Megatron-LM's training package uses Python 3.12's typing.override
     typing.override = lambda f: f
 
-sys.path.insert(0, str(Path(__file__).parent))
-
 
 def main() -> None:
     import torch
-    from mlm_args import megatron_lm_argv
     from mtk.launcher.spec import load_job_json
     from mtk.training import checkpoint, compat, data
+    from mtk.training.interop import megatron_lm
     from mtk.training.loop import Trainer
 
     ap = argparse.ArgumentParser()
@@ -52,7 +51,11 @@ def main() -> None:
     from megatron.training.global_vars import set_global_variables
     from megatron.training.training import get_optimizer_param_scheduler
 
-    sys.argv = ["pretrain_gpt.py", *megatron_lm_argv(job, a.load)]
+    path, _iteration, _release = checkpoint.resolve_checkpoint_dir(a.load)
+    argv = megatron_lm.read_args_file((path / megatron_lm.ARGS_FILE).read_text())
+    for flag in ("--load", "--save"):
+        argv[argv.index(flag) + 1] = a.load
+    sys.argv = ["pretrain_gpt.py", *argv]
     args = validate_args(parse_args(), {})
     set_global_variables(args, build_tokenizer=False)
 

@@ -5,11 +5,14 @@ with mtk's losses (on demand: needs a Megatron-LM tree, see ``conftest.py`` here
 
 Per case mtk trains the tiny model for 8 iterations (torchrun, 2 CPU ranks, gloo), saving at 4. Its iteration-4
 checkpoint is copied to a fresh folder and ``pretrain_gpt.py`` (NVIDIA/Megatron-LM core_r0.19.0,
-f8837c04ef6cbef6cdefb8de001aad63178aebbf; ``support.megatron_lm_run``) runs with the job's flags plus
-``--load``/``--save`` on it — no ``--override-opt-param-scheduler``, ``--no-load-rng``, ``--no-load-optim``,
+f8837c04ef6cbef6cdefb8de001aad63178aebbf; ``support.megatron_lm_run``) runs with exactly the arguments mtk wrote
+beside that checkpoint (``iter_0000004/megatron_lm_args.txt``; only ``--load``/``--save`` point at the copy, plus
+the CPU kernel choices) — no ``--override-opt-param-scheduler``, ``--no-load-rng``, ``--no-load-optim``,
 ``--finetune`` or ``--use-checkpoint-args``. Its iterations 5..8 must give mtk's uninterrupted losses: that holds
 only if Megatron-LM restored weights, optimizer moments, scheduler, iteration and data position from mtk's
-checkpoint. Cases: plain TP=2 fp32, distributed optimizer DP=2 bf16, MoE (4 experts top-2) EP=2 fp32.
+checkpoint. Cases: plain TP=2 fp32, distributed optimizer DP=2 bf16, MoE (4 experts top-2) EP=2 fp32, and Llama
+(RoPE, RMSNorm, SwiGLU, GQA, untied) TP=2 fp32, whose checkpoint records add_position_embedding=False: its
+arguments carry ``--no-position-embedding``, without which Megatron-LM's loader refuses the checkpoint.
 """
 
 from __future__ import annotations
@@ -20,15 +23,16 @@ from support import megatron_lm_run as mlm
 pytestmark = pytest.mark.integration
 
 TOTAL, AT = 8, 4
-CASES = mlm.MTK_RUNS
+LLAMA = ("parallel.tp=2", "train.precision=fp32", "model.arch=llama", "model.position_embedding=rope",
+         "model.normalization=RMSNorm", "model.activation=swiglu", "model.add_bias_linear=false",
+         "model.num_query_groups=2", "model.untie_embeddings=true")
+CASES = {**mlm.MTK_RUNS, "llama_tp2_fp32": LLAMA}
 OVERRIDE_FLAGS = ("--override-opt-param-scheduler", "--no-load-rng", "--no-load-optim", "--finetune",
                   "--use-checkpoint-args")
 
 
 @pytest.fixture(scope="module", params=sorted(CASES))
 def case(request, tr, engine_root, megatron_lm_tree):
-    from mtk.launcher.spec import load_job_json
-
     name = request.param
     sets = (*CASES[name], "model.vocab_size=1000", f"train.iterations={TOTAL}", "train.lr_warmup_iters=2",
             f"train.checkpoint.save_interval={AT}")
@@ -37,8 +41,7 @@ def case(request, tr, engine_root, megatron_lm_tree):
     assert tr.finish(tr.start(ref), timeout=900) == 0, (ref / "run.log").read_text()[-3000:]
     run = engine_root / f"pretrain_gpt_{name}_resume"
     ckpt = tr.copy_checkpoint(ref / "checkpoints", AT, run)
-    job = load_job_json(ref / "job.json")
-    argv = mlm.pretrain_gpt_argv(job, load=ckpt, save=ckpt, save_interval=AT)
+    argv = mlm.argv_from_checkpoint(ckpt / f"iter_{AT:07d}", ckpt, save_interval=AT)
     rc, records = mlm.run_pretrain_gpt(megatron_lm_tree, argv, run)
     return name, ref, run, ckpt, argv, rc, records
 
@@ -49,6 +52,7 @@ def test_pretrain_gpt_resumes_mtk_run_with_mtk_losses(tr, case):
     assert rc == 0, log[-4000:]
     assert not set(OVERRIDE_FLAGS) & set(argv)
     assert "--load" in argv and "--mock-data" in argv
+    assert ("--no-position-embedding" in argv) == ("llama" in name)
     assert f"successfully loaded checkpoint from {ckpt} " in log
     assert f"] at iteration {AT}" in log
     assert "could not find arguments in the checkpoint" not in log

@@ -1,0 +1,70 @@
+"""Megatron-LM's own argument parser reads mtk's megatron_lm_args.txt files (test scaffolding, one process).
+
+``python parse_args_file.py CASES.pkl OUT.json``: CASES.pkl holds ``[(name, args file text, checkpoint args,
+world size), ...]``. Per case: ``megatron.training.arguments.parse_args`` + ``validate_args`` over the file's
+argv (WORLD_SIZE = the run's), then Megatron-LM's loader check ``check_checkpoint_args`` against the
+checkpoint's args, and every field both Namespaces share compared. Writes ``{name: {"error": str | None,
+"differ": {field: [checkpoint, parsed]}, "parsed": {field: value}}}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import sys
+import typing
+
+if not hasattr(typing, "override"):  # megatron.training uses Python 3.12's typing.override
+    typing.override = lambda f: f  # type: ignore[attr-defined]
+
+# What differs by design: runtime values Megatron-LM derives or mtk records for its own reasons.
+RUNTIME = {"rank", "world_size", "iteration", "consumed_train_samples", "consumed_valid_samples",
+           "skipped_train_samples", "data_parallel_size", "no_save_optim", "no_save_rng", "use_dist_ckpt",
+           "ckpt_fully_parallel_save", "padded_vocab_size", "distrib_optim_fully_reshardable_mem_efficient"}
+SHOWN = ("add_position_embedding", "position_embedding_type", "use_rotary_position_embeddings", "rotary_base",
+         "tokenizer_type", "vocab_size", "num_experts", "swiglu", "normalization", "mock_data", "data_path", "load")
+
+
+def main() -> None:
+    from mtk.training import compat
+
+    compat.install()
+    from megatron.training import arguments, checkpointing, global_vars
+
+    arguments.get_device_arch_version = lambda: 10  # validate_args asks the GPU's architecture when TP > 1
+    cases_file, out_file = sys.argv[1], sys.argv[2]
+    with open(cases_file, "rb") as fh:
+        cases = pickle.load(fh)
+    out = {}
+    from mtk.training.interop.megatron_lm import read_args_file
+
+    for name, text, ckpt_args, world in cases:
+        os.environ["WORLD_SIZE"] = str(world)
+        sys.argv = ["pretrain_gpt.py", *read_args_file(text)]
+        error = None
+        try:
+            args = arguments.validate_args(arguments.parse_args(), {})
+            global_vars._GLOBAL_ARGS = args
+            checkpointing.set_checkpoint_version(3.0)
+            checkpointing.check_checkpoint_args(ckpt_args)
+        except (AssertionError, SystemExit, RuntimeError, ValueError) as exc:
+            out[name] = {"error": f"{type(exc).__name__}: {exc}", "differ": {}, "parsed": {}}
+            continue
+        unused = set()  # fields a model without the feature never reads (mtk records them anyway)
+        if not ckpt_args.num_experts:
+            unused |= {k for k in vars(ckpt_args) if k.startswith("moe_")}
+        if not ckpt_args.group_query_attention:
+            unused.add("num_query_groups")
+        if ckpt_args.tokenizer_type != "NullTokenizer":
+            unused.add("vocab_size")  # Megatron-LM takes it from the tokenizer files when it builds the tokenizer
+        differ = {k: [repr(v), repr(getattr(args, k))] for k, v in vars(ckpt_args).items()
+                  if k not in RUNTIME | unused and hasattr(args, k) and getattr(args, k) != v}
+        out[name] = {"error": error, "differ": differ,
+                     "parsed": {k: getattr(args, k, None) for k in SHOWN}}
+    with open(out_file, "w") as fh:
+        json.dump(out, fh, default=str)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""The pretrain_gpt.py arguments mtk writes beside each checkpoint parse with Megatron-LM's own parser
+(``megatron.training.arguments``, shipped in the megatron-core wheel), pass its ``validate_args`` and its loader's
+``check_checkpoint_args``, and reproduce every model/parallel/optimizer field the checkpoint records — RoPE runs
+carry ``--no-position-embedding`` (Megatron-LM's default add_position_embedding=True would refuse the
+checkpoint). Whether pretrain_gpt.py then continues with mtk's losses is the on-demand test in
+``tests/integration/training/megatron_lm``."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mtk.launcher.figures import padded_vocab
+from mtk.launcher.spec.loader import apply_overrides, validate
+from mtk.training import checkpoint
+from mtk.training.interop import megatron_lm
+
+REPO = Path(__file__).resolve().parents[3]
+LLAMA = ("model.arch=llama", "model.position_embedding=rope", "model.normalization=RMSNorm",
+         "model.activation=swiglu", "model.add_bias_linear=false", "model.num_query_groups=2",
+         "model.untie_embeddings=true", "model.rotary_base=500000")
+CASES = {
+    "gpt_tp2": ("parallel.tp=2", "model.vocab_size=1000"),
+    "llama_hf_blend_distopt_bf16": (*LLAMA, "parallel.tp=1", "parallel.distributed_optimizer=true",
+                                    "train.precision=bf16", "data.tokenizer.type=HuggingFaceTokenizer",
+                                    "data.tokenizer.model=tok/tokenizer.json", "train.eval_interval=5"),
+    "moe_ep2": ("parallel.tp=1", "parallel.ep=2", "model.moe.num_experts=4", "model.moe.router_topk=2"),
+}
+
+
+def _job(tmp: Path, sets: tuple[str, ...]):
+    data = {"name": "t", "cluster": {"nodes": 1, "procs_per_node": 2, "device": "cpu"}, "model": {"preset": "tiny"},
+            "train": {"micro_batch_size": 2, "global_batch_size": 8, "iterations": 10, "lr_warmup_iters": 2}}
+    if "model.arch=llama" in sets:  # a two-prefix blend
+        data["data"] = {"blend": [{"prefix": "a_text_document", "weight": 0.3},
+                                  {"prefix": "b_text_document", "weight": 0.7}]}
+    return validate(apply_overrides(data, [f"data.dir={tmp}/data", *sets]))
+
+
+@pytest.fixture(scope="module")
+def parsed(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("mlm_args")
+    cases, files = [], {}
+    for name, sets in CASES.items():
+        job = _job(tmp, sets)
+        p = job.parallel
+        vocab = 1500 if "llama" in name else job.model.vocab_size  # the tokenizer's, not the preset's
+        args = megatron_lm.megatron_args(job, data_parallel_size=job.cluster.world_size // (p.tp * p.pp),
+                                         vocab_size=vocab,
+                                         padded_vocab_size=padded_vocab(vocab, job.model.make_vocab_size_divisible_by,
+                                                                        p.tp),
+                                         consumed_train_samples=16, iteration=2)
+        argv = megatron_lm.pretrain_gpt_argv(args, job, str(tmp / name / "checkpoints"))
+        files[name] = megatron_lm.args_file_text(argv, 2, job)
+        cases.append((name, files[name], args, job.cluster.world_size))
+    (tmp / "cases.pkl").write_bytes(pickle.dumps(cases))
+    res = subprocess.run([sys.executable, str(Path(__file__).parent / "megatron_lm" / "parse_args_file.py"),
+                          str(tmp / "cases.pkl"), str(tmp / "out.json")], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return json.loads((tmp / "out.json").read_text()), files, tmp
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_args_file_passes_megatron_lm_parser_and_checkpoint_checks(parsed, name):
+    out, files, tmp = parsed
+    r = out[name]
+    assert r["error"] is None, r["error"]
+    assert r["differ"] == {}, r["differ"]
+    assert r["parsed"]["load"] == str(tmp / name / "checkpoints")
+    assert not {"--override-opt-param-scheduler", "--no-load-optim", "--no-load-rng", "--finetune",
+                "--use-checkpoint-args"} & set(megatron_lm.read_args_file(files[name]))
+
+
+def test_rope_runs_carry_no_position_embedding_and_learned_ones_do_not(parsed):
+    out, files, _tmp = parsed
+    llama = out["llama_hf_blend_distopt_bf16"]["parsed"]
+    assert llama["position_embedding_type"] == "rope" and llama["add_position_embedding"] is False
+    assert llama["rotary_base"] == 500000
+    assert "  --no-position-embedding\n" in files["llama_hf_blend_distopt_bf16"]
+    gpt = out["gpt_tp2"]["parsed"]
+    assert gpt["position_embedding_type"] == "learned_absolute" and gpt["add_position_embedding"] is True
+    assert "--no-position-embedding" not in files["gpt_tp2"]
+
+
+def test_data_and_tokenizer_come_from_the_job(parsed):
+    out, _files, tmp = parsed
+    gpt, llama = out["gpt_tp2"]["parsed"], out["llama_hf_blend_distopt_bf16"]["parsed"]
+    assert gpt["mock_data"] and gpt["tokenizer_type"] == "NullTokenizer" and gpt["vocab_size"] == 1000
+    assert llama["tokenizer_type"] == "HuggingFaceTokenizer" and not llama["mock_data"]
+    assert llama["data_path"] == ["0.3", f"{tmp}/data/a_text_document", "0.7", f"{tmp}/data/b_text_document"]
+    assert out["moe_ep2"]["parsed"]["num_experts"] == 4
+
+
+def test_args_file_is_written_beside_each_checkpoint(tmp_path):
+    """CheckpointManager puts side files into iter_N with the checkpoint (the partial dir, then the rename)."""
+    from mtk.training.checkpoint import PARTIAL_SUFFIX, iter_dir_name
+
+    root = tmp_path / "checkpoints"
+    (root / (iter_dir_name(3) + PARTIAL_SUFFIX)).mkdir(parents=True)
+    text = megatron_lm.args_file_text(["--num-layers", "2", "--data-path", "1.0", "/d/x y"], 3, _job(tmp_path, ()))
+    assert megatron_lm.read_args_file(text) == ["--num-layers", "2", "--data-path", "1.0", "/d/x y"]
+    manager = checkpoint.CheckpointManager(root)
+    manager._side_files[3] = {megatron_lm.ARGS_FILE: text}
+
+    class Rank0:
+        @staticmethod
+        def get_rank():
+            return 0
+
+    import torch.distributed as dist
+
+    real = dist.get_rank
+    dist.get_rank = Rank0.get_rank  # one process, no process group: rank 0's part of the publish
+    try:
+        manager._publish_rank0(3)
+    finally:
+        dist.get_rank = real
+    assert (root / iter_dir_name(3) / megatron_lm.ARGS_FILE).read_text() == text
+    assert checkpoint.read_tracker(root) == 3
