@@ -36,9 +36,9 @@ def test_readme_journey_clone_demo_ls_report_convert(tmp_path):
     mtk = str(venv / "bin" / "mtk")
 
     listed = json.loads(sh("mtk ls", [mtk, "ls", "--json"], clone, env))
-    assert [(r["name"], r["state"]) for r in listed] == [("tiny", "COMPLETED")], f"step 'mtk ls': {listed}"
-    run_dir = Path(json.loads(sh("mtk ls", [mtk, "ls", "--json"], clone, env))[0].get("run_dir", "")
-                   or sorted((clone / "runs").glob("tiny-*"))[-1])
+    got = [(r["name"].split("-")[0], r["state"], r["iteration"], r["total"]) for r in listed]
+    assert got == [("tiny", "COMPLETED", 30, 30)], f"step 'mtk ls': {listed}"
+    run_dir = Path(listed[0]["run_dir"])
 
     report = sh("mtk report", [mtk, "report", str(run_dir)], clone, env)
     assert "plots skipped" not in report, f"step 'mtk report': {report[-2000:]}"
