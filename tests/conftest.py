@@ -161,3 +161,24 @@ def mtk_venv(tmp_path_factory) -> Path:
     entry.write_text('#!/bin/bash\nexec "$(dirname "$0")/python" -m mtk.launcher.entrypoint "$@"\n')
     entry.chmod(0o755)
     return venv
+
+
+# ---- Rendered Kubernetes pods as processes against a real etcd (tests/support/pod_net.py).
+
+
+@pytest.fixture
+def pod_net_factory(tmp_path_factory):
+    """Start PodNets on demand; each is torn down (pods, etcd, namespace holder) when the test ends."""
+    from support.pod_net import PodNet
+
+    started: list[PodNet] = []
+
+    def make(hosts: dict[str, str]) -> PodNet:
+        net = PodNet(tmp_path_factory.mktemp("podnet"))
+        net.start(hosts)
+        started.append(net)
+        return net
+
+    yield make
+    for net in started:
+        net.stop()
