@@ -35,6 +35,11 @@ def _write_corpus_and_tokenizer(data: Path) -> int:
     return tok.get_vocab_size()
 
 
+def _errors(log: str) -> str:
+    """What a failed train step said: its error lines (or the log's tail when there are none)."""
+    return "\n".join(ln for ln in log.splitlines() if "error" in ln.lower())[-4000:] or log[-3000:]
+
+
 def _spec(h, name: str, data: Path) -> Path:
     return h.spec(name, mock=False, train=TRAIN, data={
         "dir": str(data), "num_workers": 0,
@@ -77,7 +82,7 @@ def test_j1_own_bpe_array_preprocess_usr2_requeue_reshard_convert_report(slurm, 
     with step("the requeued job resumes its own checkpoint on the reference's losses"):
         done = h.wait_state(b, {"COMPLETED", "FAILED"}, timeout=600)
         log = (b / "logs" / f"train-{job}.out").read_text()
-        assert done["state"] == "COMPLETED" and "restarts=1" in done["reason"], (done, log[-3000:])
+        assert done["state"] == "COMPLETED" and "restarts=1" in done["reason"], (done, _errors(log))
         assert same_losses(metrics(b), reference), (metrics(b), reference)
         ckpt = h.root / "runs" / "own" / "checkpoints"
         assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == str(ITERS)
@@ -86,7 +91,7 @@ def test_j1_own_bpe_array_preprocess_usr2_requeue_reshard_convert_report(slurm, 
         c = h.launch(_spec(h, "own", data), venv, "parallel.tp=1", "train.iterations=16")
         done = h.wait_state(c, {"COMPLETED", "FAILED"}, timeout=600)
         c_log = (c / "logs" / f"train-{h.run_record(c)['ids']['train']}.out").read_text()
-        assert done["state"] == "COMPLETED", (done, c_log[-3000:])
+        assert done["state"] == "COMPLETED", (done, _errors(c_log))
         assert sorted(metrics(c)) == list(range(ITERS + 1, 17)), metrics(c)
         assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "16"
 
