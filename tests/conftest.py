@@ -1,6 +1,9 @@
 """Shared test helpers. Area fixtures live in conftest.py files of their own test folders."""
 
 import http.server
+import site
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,3 +127,58 @@ def local_s3(monkeypatch):
         yield boto3.client("s3")
     finally:
         server.stop()
+
+
+# ---- The Slurm test cluster, shared by tests/integration/slurm and tests/journeys (one per session).
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    from support.minicluster import MiniCluster
+
+    cluster = MiniCluster(tmp_path_factory.mktemp("slurm-cluster"))
+    cluster.start()  # raises with the daemons' log tails if it cannot: the session fails, it never skips
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def mtk_venv(tmp_path_factory) -> Path:
+    """A virtualenv on 'shared storage' that sees this interpreter's packages (mtk, torch, megatron.core)
+    and has its own ``mtk-entrypoint``, as ``pip install mtk`` would create it."""
+    venv = tmp_path_factory.mktemp("venvs") / "mtk venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
+                   check=True, timeout=120)
+    # When this interpreter is itself a venv (the project's .venv), --system-site-packages reaches only the base
+    # Python's packages: a .pth makes this interpreter's own site-packages (mtk, torch, megatron.core) visible.
+    inner = subprocess.run([venv / "bin" / "python", "-c", "import site; print(site.getsitepackages()[0])"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    # addsitedir (not a bare path line) so the parent's own .pth files run too: an editable mtk install is one.
+    (Path(inner) / "mtk-parent-env.pth").write_text(
+        f"import site; list(map(site.addsitedir, {site.getsitepackages()!r}))\n")
+    entry = venv / "bin" / "mtk-entrypoint"
+    # A shebang cannot hold a path with a space (pip uses a /bin/sh trampoline for the same reason).
+    entry.write_text('#!/bin/bash\nexec "$(dirname "$0")/python" -m mtk.launcher.entrypoint "$@"\n')
+    entry.chmod(0o755)
+    return venv
+
+
+# ---- Rendered Kubernetes pods as processes against a real etcd (tests/support/pod_net.py).
+
+
+@pytest.fixture
+def pod_net_factory(tmp_path_factory):
+    """Start PodNets on demand; each is torn down (pods, etcd, namespace holder) when the test ends."""
+    from support.pod_net import PodNet
+
+    started: list[PodNet] = []
+
+    def make(hosts: dict[str, str]) -> PodNet:
+        net = PodNet(tmp_path_factory.mktemp("podnet"))
+        net.start(hosts)
+        started.append(net)
+        return net
+
+    yield make
+    for net in started:
+        net.stop()
