@@ -40,7 +40,6 @@ def test_scaffolding_is_not_shipped():
 # and so does an entry that is no longer true (remove it when its split lands).
 KNOWN_CIRCLES: set[frozenset[str]] = {frozenset(pair) for pair in (
     ("mtk.data_jobs.jsonl", "mtk.data_jobs.parquet"),  # Shard/InputError/input_files live in the JSONL reader
-    ("mtk.launcher.backends", "mtk.launcher.runs"),  # atomic_write
     ("mtk.training.checkpoint", "mtk.training.interop.hf"),  # hf needs the layout; checkpoint needs hf for init_from
     ("mtk.training.compat", "mtk.training.strict_device"),  # one subsystem in two files
 )}
@@ -54,13 +53,27 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _runtime_nodes(tree: ast.AST):
+    """Every node of ``tree`` except the bodies of ``if TYPE_CHECKING:`` blocks."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                todo.extend(child.orelse)
+            else:
+                todo.append(child)
+
+
 def _import_graph() -> dict[str, set[str]]:
-    """Module -> the package modules it imports (anywhere in the file, lazy imports too), ``mtk.*`` as installed."""
+    """Module -> the package modules it imports (anywhere in the file, lazy imports too; not those under
+    ``if TYPE_CHECKING:``, which never run), ``mtk.*`` resolved as installed."""
     files = {_module_name(p): p for p in _package_files()}
     graph: dict[str, set[str]] = {m: set() for m in files}
     for mod, path in files.items():
         package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
