@@ -133,3 +133,12 @@ def test_no_new_import_circles():
 def test_no_new_module_over_500_lines():
     long = {_module_name(p) for p in _package_files() if len(p.read_text().splitlines()) > MAX_LINES}
     assert long == KNOWN_LONG
+
+
+# The neutral core: modules every folder may import. They import no backend, CLI or engine code, only each other.
+CORE = {"mtk", "mtk.files"}
+
+
+def test_the_core_imports_only_the_core():
+    graph = _import_graph()
+    assert {m: graph[m] - CORE for m in CORE if graph[m] - CORE} == {}
