@@ -26,6 +26,7 @@ COSTS: dict[str, tuple[str, frozenset[str]]] = {
                frozenset({"dockerd", "base_image", "registry", "ecr_registry", "moto_ecr"})),
     "etcd": ("starts a real etcd", frozenset({"pod_net_factory", "pod_net"})),
     "torchrun": ("starts torchrun / multi-process training", frozenset({"tr", "indexed_corpus", "engine_root"})),
+    "fuzz": ("property-based fuzzing with hypothesis (minutes)", frozenset()),
     "megatron": ("imports megatron-core (seconds of import, torch)", frozenset({"megatron_indexed", "megatron_write"})),
 }
 HEAVY = (*COSTS, "integration")
@@ -54,6 +55,8 @@ def _module_costs(path: Path) -> frozenset[str]:
         found.add("megatron")
     if _TORCHRUN.search(text):
         found.add("torchrun")
+    if re.search(r"^(?:import|from)\s+hypothesis\b", text, re.M):
+        found.add("fuzz")
     if _ETCD.search(text):
         found.add("etcd")
     return frozenset(found)
