@@ -55,8 +55,6 @@ def _module_costs(path: Path) -> frozenset[str]:
         found.add("megatron")
     if _TORCHRUN.search(text):
         found.add("torchrun")
-    if re.search(r"^(?:import|from)\s+hypothesis\b", text, re.M):
-        found.add("fuzz")
     if _ETCD.search(text):
         found.add("etcd")
     return frozenset(found)
@@ -66,11 +64,12 @@ def _function_costs(item: pytest.Item) -> set[str]:
     fn = getattr(item, "function", None)
     if fn is None:
         return set()
+    found = {"fuzz"} if getattr(fn, "is_hypothesis_test", False) else set()  # decorated with hypothesis' @given
     try:
         src = inspect.getsource(fn)
     except (OSError, TypeError):
-        return set()
-    return {"megatron"} if _MEGATRON.search(src) else set()
+        return found
+    return found | ({"megatron"} if _MEGATRON.search(src) else set())
 
 
 def costs(item: pytest.Item, tests_root: Path) -> set[str]:
