@@ -9,13 +9,23 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export VIRTUAL_ENV := $(abspath $(VENV))
 export MTK_VENV := $(VENV)
 
-.PHONY: demo test unit test-megatron-lm lint typecheck golden bench lock deps-train deps-test
+.PHONY: demo test unit test-fast test-slurm test-k8s test-training test-data test-containers test-launcher test-report test-megatron-lm lint typecheck golden bench lock deps-train deps-test
 
 demo: deps-train  ## train the tiny model on this machine's CPU (local backend, 2 processes)
 	mtk launch examples/tiny.yaml --backend local
 
-test: deps-test  ## the whole test suite: unit + integration (real Slurm, etcd, dockerd, torchrun)
-	$(PYTHON) -m pytest tests $(PYTEST_ARGS)
+test: deps-test  ## the whole test suite: unit + integration (real Slurm, etcd, dockerd, torchrun); 25 slowest printed
+	$(PYTHON) -m pytest tests --durations=25 $(PYTEST_ARGS)
+
+# Tests by cost: tests/support/cost.py marks every test from the fixtures and imports it uses
+# (slurm, docker, etcd, torchrun, fuzz, megatron, integration); `fast` = none of them: pure logic, no daemons.
+test-fast: deps-test  ## pure logic only (no daemons, no torchrun, no fuzzing, no megatron import)
+	$(PYTHON) -m pytest tests -m fast --durations=25 $(PYTEST_ARGS)
+
+# One area, unit + integration: `make test-slurm`, `make test-k8s`, ...
+AREAS := slurm k8s training data containers launcher report
+$(AREAS:%=test-%): test-%: deps-test
+	$(PYTHON) -m pytest tests/unit/$* tests/integration/$* --durations=25 $(PYTEST_ARGS)
 
 unit: deps-test  ## unit tests only (no daemons, seconds)
 	$(PYTHON) -m pytest tests/unit $(PYTEST_ARGS)

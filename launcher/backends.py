@@ -8,12 +8,12 @@ path so that a Slurm user never imports the Kubernetes client. Adding a backend 
 from __future__ import annotations
 
 import importlib
-import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
+
+from mtk.files import atomic_write, current_umask  # noqa: F401  (re-exported; new code imports mtk.files)
 
 if TYPE_CHECKING:
     from .runs import Run
@@ -97,33 +97,3 @@ def get_backend(name: str) -> Backend:
         raise KeyError(f"unknown backend '{name}'; choose one of: {', '.join(REGISTRY)}")
     module, _, attr = REGISTRY[name].partition(":")
     return getattr(importlib.import_module(module), attr)()
-
-
-def current_umask() -> int:
-    """The process umask, read without changing it (os.umask can only be read by setting it)."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    old = os.umask(0o022)
-    os.umask(old)
-    return old
-
-
-def atomic_write(dest: Path, text: str | bytes, mode: int = 0o644) -> None:
-    """Write to a temp file in the same directory, then rename over ``dest``. ``mode`` is filtered through
-    the umask like any created file, so ``umask 077`` keeps run files private."""
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(text.encode() if isinstance(text, str) else text)
-        os.chmod(tmp, mode & ~current_umask())
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -7,7 +7,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .backends import atomic_write
+from mtk.files import atomic_write
 
 RECORD = "run.json"
 JOB_FILE = "job.json"

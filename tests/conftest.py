@@ -9,9 +9,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from support import cost
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    cost.configure(config)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests by cost: marker per expensive thing a test drives, ``fast`` for the rest (tests/support/cost.py)."""
+    cost.mark(items, Path(__file__).resolve().parent)
 
 
 @pytest.fixture
