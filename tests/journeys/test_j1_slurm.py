@@ -110,17 +110,16 @@ def test_j1_own_bpe_array_preprocess_usr2_requeue_reshard_convert_report(slurm, 
         out = model.generate(ids_in, max_new_tokens=4, do_sample=False, pad_token_id=0)
         assert out.shape == (1, 7), out.shape
 
-    with step("transformers loads the export's tokenizer"):
-        # PENDING branch p-export (issue 28 build 4): the export carries the run's tokenizer.
-        if (hf / "tokenizer.json").exists() or (hf / "vocab.json").exists():
-            from transformers import AutoTokenizer
+    with step("transformers loads the export with its tokenizer and generates text"):
+        from transformers import AutoTokenizer
 
-            tok = AutoTokenizer.from_pretrained(hf)
-            assert len(tok) == vocab
-            assert config.get("eos_token_id") == tok.eos_token_id
-            text = tok.decode(model.generate(**tok("def main", return_tensors="pt"), max_new_tokens=4,
-                                             do_sample=False)[0])
-            assert text.startswith("def main"), text
+        assert config["vocab_size"] == vocab, config
+        tok = AutoTokenizer.from_pretrained(hf)
+        assert len(tok) == vocab
+        assert config.get("eos_token_id") == tok.eos_token_id is not None, (config, tok.eos_token_id)
+        text = tok.decode(model.generate(**tok("def main", return_tensors="pt"), max_new_tokens=4,
+                                         do_sample=False)[0])
+        assert text.startswith("def main"), text
 
     with step("mtk report A B"):
         out = h.mtk("report", str(a), str(b), "--out", str(h.root / "cmp"), timeout=300)
