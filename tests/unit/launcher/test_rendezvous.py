@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import pytest
 from mtk.launcher import exitcodes
-from mtk.launcher.rendezvous import RendezvousError, expand_nodelist, from_environment
+from mtk.launcher.rendezvous import RendezvousError, from_environment
 from mtk.launcher.spec import validate
 from mtk.launcher.train_step import outcome, torchrun_argv
+from mtk.slurm import environment as slurm_environment
+from mtk.slurm.environment import expand_nodelist
+
+
+@pytest.fixture(autouse=True)
+def _parsed_host_lists(monkeypatch):
+    """The host lists here are made up: expand them with the parser, never by asking this machine's scontrol."""
+    monkeypatch.setattr(slurm_environment, "slurm_hostnames", expand_nodelist)
 
 
 def job(nodes=1, procs=2, **slurm):
@@ -37,7 +45,7 @@ SLURM = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_NNODE
 
 
 def test_slurm_uses_first_host_and_job_id():
-    r = from_environment(job(nodes=2, procs=1), SLURM, hostnames=expand_nodelist)
+    r = from_environment(job(nodes=2, procs=1), SLURM)
     assert r.kind == "slurm"
     assert opt(r.args, "--rdzv-backend") == "c10d"
     assert opt(r.args, "--rdzv-endpoint") == f"node1:{15000 + 4242 % 20000}"
@@ -45,15 +53,15 @@ def test_slurm_uses_first_host_and_job_id():
 
 
 def test_slurm_restart_gets_fresh_rendezvous_id():
-    r = from_environment(job(nodes=2, procs=1), {**SLURM, "SLURM_RESTART_COUNT": "3"}, hostnames=expand_nodelist)
+    r = from_environment(job(nodes=2, procs=1), {**SLURM, "SLURM_RESTART_COUNT": "3"})
     assert opt(r.args, "--rdzv-id") == "4242-3"
 
 
 def test_slurm_port_override_order():
     env = {**SLURM, "MTK_RDZV_PORT": "23456"}
-    assert opt(from_environment(job(2, 1), env, expand_nodelist).args, "--rdzv-endpoint") == "node1:23456"
+    assert opt(from_environment(job(2, 1), env).args, "--rdzv-endpoint") == "node1:23456"
     assert (
-        opt(from_environment(job(2, 1, rdzv_port=31000), SLURM, expand_nodelist).args, "--rdzv-endpoint")
+        opt(from_environment(job(2, 1, rdzv_port=31000), SLURM).args, "--rdzv-endpoint")
         == "node1:31000"
     )
 
@@ -69,12 +77,12 @@ def test_slurm_port_override_order():
 )
 def test_slurm_bad_variables_are_named(changes, variable):
     with pytest.raises(RendezvousError, match=variable):
-        from_environment(job(2, 1), {**SLURM, **changes}, hostnames=expand_nodelist)
+        from_environment(job(2, 1), {**SLURM, **changes})
 
 
 def test_slurm_allocation_must_match_spec():
     with pytest.raises(RendezvousError, match=r"cluster\.nodes"):
-        from_environment(job(4, 1), SLURM, hostnames=expand_nodelist)
+        from_environment(job(4, 1), SLURM)
 
 
 PET = {

@@ -9,16 +9,24 @@ from pathlib import Path
 
 import pytest
 from mtk.launcher.paths import resolve_paths
-from mtk.launcher.rendezvous import RendezvousError, expand_nodelist, from_environment
+from mtk.launcher.rendezvous import RendezvousError, from_environment
 from mtk.launcher.spec import SpecError, load_job, validate
 from mtk.launcher.spec.loader import parse_yaml
 from mtk.launcher.train_step import job_for_node_count
+from mtk.slurm import environment as slurm_environment
+from mtk.slurm.environment import expand_nodelist
 from mtk.slurm.render import render
 from support.sbatch import directives
 
 REPO = Path(__file__).resolve().parents[3]
 SEED = REPO / "examples" / "seed-multinode.yaml"
 FITS = ["train.global_batch_size=12"]  # micro batch 1 × DP 2 and 3 both divide it
+
+
+@pytest.fixture(autouse=True)
+def _parsed_host_lists(monkeypatch):
+    """The host lists here are made up: expand them with the parser, never by asking this machine's scontrol."""
+    monkeypatch.setattr(slurm_environment, "slurm_hostnames", expand_nodelist)
 
 
 def spare_job(*sets: str, backend: str = "slurm"):
@@ -81,12 +89,11 @@ def test_rendezvous_on_the_healthy_part_of_an_allocation():
     job = spare_job()
     env = {"SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "node[1-3]", "SLURM_STEP_NODELIST": "node[2-3]",
            "SLURM_NNODES": "2", "SLURM_NODEID": "1", "MTK_RDZV_PORT": "23000"}
-    r = from_environment(job, env, hostnames=expand_nodelist)
+    r = from_environment(job, env)
     args = dict(zip(r.args[::2], r.args[1::2], strict=True))
     assert args["--nnodes"] == "2" and args["--node-rank"] == "1" and args["--rdzv-endpoint"] == "node2:23000"
     with pytest.raises(RendezvousError, match=r"spare-node range cluster\.nodes=2:3"):
-        from_environment(job, {**env, "SLURM_STEP_NODELIST": "node1", "SLURM_NNODES": "1", "SLURM_NODEID": "0"},
-                         hostnames=expand_nodelist)
+        from_environment(job, {**env, "SLURM_STEP_NODELIST": "node1", "SLURM_NNODES": "1", "SLURM_NODEID": "0"})
 
 
 def test_workers_get_the_job_with_this_attempts_node_count(tmp_path):

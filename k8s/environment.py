@@ -1,0 +1,68 @@
+"""A PyTorchJob pod's environment: torchrun's rendezvous from the Kubeflow operator's ``PET_*`` variables."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from mtk.launcher.rendezvous import Rendezvous, RendezvousError, int_var
+
+if TYPE_CHECKING:
+    from mtk.launcher.spec import Job
+
+
+def rendezvous(job: Job, env: Mapping[str, str]) -> Rendezvous | None:
+    """What the Kubeflow training operator (v1.9) injects, elastic (etcd) or static (master address); None
+    outside a PyTorchJob (no ``PET_*`` variable)."""
+    if not any(key.startswith("PET_") for key in env):
+        return None
+    procs = str(job.cluster.procs_per_node)
+    nproc = env.get("PET_NPROC_PER_NODE") or procs
+    node = env.get("HOSTNAME", "pod")
+    if env.get("PET_RDZV_BACKEND") or env.get("PET_RDZV_ENDPOINT"):
+        backend = env.get("PET_RDZV_BACKEND")
+        endpoint = env.get("PET_RDZV_ENDPOINT")
+        if not backend:
+            raise RendezvousError("PET_RDZV_ENDPOINT is set but PET_RDZV_BACKEND is not")
+        if not endpoint or ":" not in endpoint:
+            raise RendezvousError(f"PET_RDZV_ENDPOINT={endpoint!r} must be HOST:PORT")
+        nnodes = env.get("PET_NNODES")
+        if not nnodes or not re.fullmatch(r"\d+(:\d+)?", nnodes):
+            raise RendezvousError(f"PET_NNODES={nnodes!r} must be N or MIN:MAX")
+        args = [
+            "--nnodes",
+            nnodes,
+            "--nproc-per-node",
+            nproc,
+            "--rdzv-backend",
+            backend,
+            "--rdzv-endpoint",
+            endpoint,
+            "--rdzv-id",
+            env.get("PET_RDZV_ID") or job.name,
+            "--max-restarts",
+            env.get("PET_MAX_RESTARTS") or str(job.cluster.eks.max_restarts),
+        ]
+        if env.get("PET_RDZV_CONF"):
+            args += ["--rdzv-conf", env["PET_RDZV_CONF"]]
+        return Rendezvous("kubeflow-elastic", args, node)
+    nnodes = str(int_var(env, "PET_NNODES", 1))
+    rank = int_var(env, "PET_NODE_RANK", 0)
+    addr = env.get("PET_MASTER_ADDR") or env.get("MASTER_ADDR")
+    if not addr:
+        raise RendezvousError("PET_MASTER_ADDR is not set (static PyTorchJob without elasticPolicy)")
+    port = int_var(env, "PET_MASTER_PORT" if env.get("PET_MASTER_PORT") else "MASTER_PORT", 1)
+    args = [
+        "--nnodes",
+        str(nnodes),
+        "--nproc-per-node",
+        nproc,
+        "--node-rank",
+        str(rank),
+        "--master-addr",
+        addr,
+        "--master-port",
+        str(port),
+    ]
+    return Rendezvous("kubeflow-static", args, node)
