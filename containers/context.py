@@ -16,7 +16,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from mtk.launcher.backends import atomic_write
+from mtk.files import atomic_write
 
 from .recipe import Recipe, RecipeError
 

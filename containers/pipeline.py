@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mtk.launcher.backends import atomic_write
+from mtk.files import atomic_write
 
 from . import apptainer, context, recipe
 

@@ -15,11 +15,11 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from mtk.launcher import exitcodes
-from mtk.launcher.backends import Artifacts, StepStatus
+from mtk.launcher.backends import Artifacts, Backend, StepStatus, SubmitStopped
 from mtk.launcher.runs import Run
 
 from . import launch_wait, manifests, names, states, yamlio
@@ -41,10 +41,53 @@ def _step_file(step: str) -> str:
     return f"manifests/{step}.yaml"
 
 
-class EksBackend:
+class EksBackend(Backend):
     name = "eks"
+    title = "EKS"
     # The run dir is a pod path on FSx; `mtk launch` keeps the files and run.json under ./runs/<run> here.
-    remote_run_dir = True
+    remote_paths = True
+    secrets_from_shell = False  # pods read Kubernetes Secrets, not the launching shell
+    excludes_nodes = True
+    render_marker = "manifests"
+    spare_nodes_refused = ("for Slurm only: on EKS a smaller world would crash-loop on the world-size check (the "
+                           "PyTorchJob keeps exactly cluster.nodes pods; a lost pod is replaced)")
+    environment_hint = "Kubeflow (PET_*)"
+    rendezvous_precedence = 2
+
+    @classmethod
+    def validate(cls, job) -> list:
+        from .rules import problems
+
+        return problems(job)
+
+    @classmethod
+    def rendezvous(cls, job, env: Mapping[str, str]):
+        from .environment import rendezvous
+
+        return rendezvous(job, env)
+
+    def launch_options(self, wait: bool | None, timeout: str | None) -> dict[str, object]:
+        """--wait (default) follows each step; --timeout (parsed before anything is rendered) bounds it."""
+        if timeout is None:
+            return {"wait": wait is not False, "timeout": None}
+        if wait is False:
+            raise ValueError("--timeout bounds --wait; with --no-wait the launch returns at once")
+        try:
+            return {"wait": True, "timeout": launch_wait.parse_duration(timeout)}
+        except ValueError as exc:
+            raise ValueError(f"Invalid value for '--timeout': {exc}") from None
+
+    def pin(self, job):
+        from mtk.launcher.image_pin import pin_image
+
+        return pin_image(job)
+
+    def submitted_note(self, run: Run, options: Mapping[str, object], stopped: SubmitStopped | None) -> str:
+        if stopped is None and options.get("wait", True):
+            return ""
+        what = f"{stopped}; every step is submitted" if stopped else "not waiting (--no-wait): every step is submitted"
+        hint = launch_wait.follow_hint(Path(run.record_dir or run.run_dir).name, run.extra.get("namespace", "default"))
+        return f"{what} and waits in the cluster for the one before it; {hint}"
 
     def __init__(self, kube_factory: Callable[[str], object] | None = None, poll: float = 5.0,
                  etcd_timeout: float = 600.0, say: Callable[[str], None] | None = None):

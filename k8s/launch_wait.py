@@ -17,10 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from mtk.launcher.backends import SubmitStopped
+
 from . import names, states
 
 if TYPE_CHECKING:
-    from mtk.launcher.runs import Run
+    pass
 
 # Exit code of `mtk launch --timeout` when the deadline passed first: nothing failed and the run goes on,
 # but a script that asked for "training within N" learns it did not happen (the convention of timeout(1)).
@@ -36,15 +38,13 @@ class SubmitError(RuntimeError):
     user_facing = True
 
 
-class StoppedWaiting(Exception):
+class StoppedWaiting(SubmitStopped):
     """The launch stopped following (deadline or Ctrl-C); the run itself goes on in the cluster."""
 
     user_facing = True
 
     def __init__(self, message: str, exit_code: int = WAIT_TIMEOUT):
-        super().__init__(message)
-        self.exit_code = exit_code
-        self.run: Run | None = None  # set by submit once every remaining step is applied
+        super().__init__(message, exit_code)  # submit sets .run once every remaining step is applied
 
 
 def parse_duration(text: str) -> float:

@@ -1,24 +1,35 @@
 """The backend contract and registry.
 
 A backend translates a Job into files + submit commands (``render``: pure, deterministic, what ``--dry-run``
-prints) and then acts on them (``submit``/``status``/``logs``/``cancel``). Backends are registered by module
-path so that a Slurm user never imports the Kubernetes client. Adding a backend = one module + one line here.
+prints) and then acts on them (``submit``/``status``/``logs``/``cancel``). It also owns what its scheduler knows:
+its rules for a job (``validate``), the scheduler's environment on a node (``rendezvous``), its own launch options,
+and the few facts the generic layer asks (``Backend``'s class attributes), so that the CLI, the spec checks, paths
+and outputs never name a backend.
+
+Backends are registered by module path so that a Slurm user never imports the Kubernetes client. Adding a backend
+= one module + one line in ``REGISTRY``, or, from another distribution, one entry point in the ``mtk.backends``
+group (``name = "package.module:Class"``).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, ClassVar
 
 from mtk.files import atomic_write, current_umask  # noqa: F401  (re-exported; new code imports mtk.files)
 
 if TYPE_CHECKING:
+    from .rendezvous import Rendezvous
     from .runs import Run
     from .spec import Job
+    from .spec.errors import Problem
 
+ENTRY_POINT_GROUP = "mtk.backends"
+# The one list of built-in backends (the first is the CLI's default); others come from the entry point group.
 REGISTRY: dict[str, str] = {
     "local": "mtk.launcher.local:LocalBackend",
     "slurm": "mtk.slurm.backend:SlurmBackend",
@@ -76,24 +87,139 @@ class StepStatus:
     log_tail: list[str] = field(default_factory=list)
 
 
-class Backend(Protocol):
-    name: str
+class SubmitStopped(Exception):
+    """``submit`` stopped following the run it started (a deadline, Ctrl-C): the run goes on in the cluster.
 
-    def render(self, job: Job, run_dir: str) -> Artifacts: ...
+    ``run`` is the record of what was submitted (None if nothing was), ``exit_code`` what ``mtk launch`` exits with
+    after saving it."""
 
-    def submit(self, job: Job, artifacts: Artifacts) -> Run: ...
+    def __init__(self, message: str, exit_code: int, run: Run | None = None):
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.run = run
 
-    def status(self, run: Run) -> list[StepStatus]: ...
+
+class Backend:
+    """The contract. A backend implements render/submit/status/logs/cancel and overrides the facts and hooks below
+    where its scheduler differs from the defaults. Each fact answers a question the generic layer would otherwise
+    answer by comparing backend names."""
+
+    name: ClassVar[str]
+    title: ClassVar[str] = ""  # how messages name it ("" : its name)
+    # The spec's paths (runs, data, checkpoints) are the cluster's and not visible from the launching machine: kept
+    # as written, not checked for existence or writability here, and the run record is kept under ./runs/.
+    remote_paths: ClassVar[bool] = False
+    # A dry run writes its preview into the run dir itself (the run dir is on this machine).
+    previews_in_run_dir: ClassVar[bool] = False
+    # The run inherits cluster.secrets from the launching shell, so a launch without them set is refused.
+    secrets_from_shell: ClassVar[bool] = True
+    # Have megatron-core build the model before submitting: a refusal would otherwise come after queueing.
+    megatron_check_by_default: ClassVar[bool] = True
+    # A relaunch avoids the nodes that earlier attempts of the run excluded (cluster.exclude_nodes is honoured).
+    excludes_nodes: ClassVar[bool] = False
+    # `mtk launch` streams the logs unless told otherwise.
+    follows_by_default: ClassVar[bool] = False
+    # Ctrl-C while following cancels the run (it lives with this terminal) instead of only stopping the stream.
+    interrupt_cancels: ClassVar[bool] = False
+    # Nsight Systems (debug.nsys) wraps the node agent in what this backend renders.
+    runs_nsys: ClassVar[bool] = False
+    # A file its render always writes into a run dir: names the backend of a run that was never submitted.
+    render_marker: ClassVar[str] = ""
+    # Why a `nodes: MIN:MAX` spare-node range is refused here ("" when the backend runs one).
+    spare_nodes_refused: ClassVar[str] = ""
+    # The scheduler variables that identify a node of this backend, for the error when none is found ("" if none).
+    environment_hint: ClassVar[str] = ""
+    # Which environment wins when several match (higher first).
+    rendezvous_precedence: ClassVar[int] = 0
+
+    def render(self, job: Job, run_dir: str) -> Artifacts:
+        """Pure and deterministic: the files for the run dir and the exact commands (what --dry-run prints)."""
+        raise NotImplementedError
+
+    def submit(self, job: Job, artifacts: Artifacts) -> Run:
+        """Act on rendered artifacts; keyword options are what ``launch_options`` returned. May raise
+        ``SubmitStopped`` carrying the run when it stops following what it submitted."""
+        raise NotImplementedError
+
+    def status(self, run: Run) -> list[StepStatus]:
+        raise NotImplementedError
 
     def logs(self, run: Run, follow: bool = False, step: str | None = None,
-             node: str | None = None) -> Iterator[str]: ...
+             node: str | None = None) -> Iterator[str]:
+        raise NotImplementedError
 
-    def cancel(self, run: Run) -> None: ...
+    def cancel(self, run: Run) -> None:
+        """Stop every step; safe to repeat."""
+        raise NotImplementedError
+
+    @classmethod
+    def validate(cls, job: Job) -> list[Problem]:
+        """This backend's rules for a job (its cluster block, what it can run), all problems at once."""
+        return []
+
+    def launch_options(self, wait: bool | None, timeout: str | None) -> dict[str, object]:
+        """Check ``mtk launch``'s step-following options and turn them into ``submit``'s keyword arguments; a backend
+        that does not follow steps refuses them rather than ignoring them (ValueError, shown as a usage error)."""
+        if wait is not None or timeout is not None:
+            followers = [cls.title or cls.name for cls in backend_classes()
+                         if cls.launch_options is not Backend.launch_options]
+            raise ValueError(f"--wait/--no-wait/--timeout follow the steps of an {' or '.join(followers)} launch; "
+                             f"--backend {self.name} has no such steps to wait for (--follow/--no-follow choose "
+                             "whether its logs stream)")
+        return {}
+
+    def prepare(self, job: Job, run_dir: str) -> tuple[Job, list[str]]:
+        """The job as this backend launches it into ``run_dir`` (e.g. with nodes recorded as excluded), and notes."""
+        if not self.excludes_nodes:
+            return job, []
+        from .exclusions import with_recorded_exclusions
+
+        job, note = with_recorded_exclusions(job, run_dir)
+        return job, [note] if note else []
+
+    def pin(self, job: Job) -> tuple[Job, str]:
+        """The job with its image pinned the way this backend's nodes pull it, and a line saying so ("": as is)."""
+        return job, ""
+
+    def submitted_note(self, run: Run, options: Mapping[str, object], stopped: SubmitStopped | None) -> str:
+        """What to tell the user after ``submit`` returned (or stopped following), on stderr; "" for nothing."""
+        return ""
+
+    @classmethod
+    def rendezvous(cls, job: Job, env: Mapping[str, str]) -> Rendezvous | None:
+        """torchrun's rendezvous from this scheduler's variables on a node; None when ``env`` is not one of its."""
+        return None
+
+
+@functools.cache
+def _registered() -> dict[str, str]:
+    """The built-in backends, then those other distributions register (a built-in name cannot be taken over)."""
+    from importlib.metadata import entry_points
+
+    found = dict(REGISTRY)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        found.setdefault(ep.name, ep.value)
+    return found
+
+
+def backend_names() -> list[str]:
+    """Every backend ``--backend`` accepts, the default first."""
+    return list(_registered())
+
+
+def backend_class(name: str) -> type[Backend]:
+    """A registered backend's class (its facts and rules); its SDKs load only when it is instantiated or used."""
+    registered = _registered()
+    if name not in registered:
+        raise KeyError(f"unknown backend '{name}'; choose one of: {', '.join(registered)}")
+    module, _, attr = registered[name].partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def backend_classes() -> list[type[Backend]]:
+    return [backend_class(name) for name in _registered()]
 
 
 def get_backend(name: str) -> Backend:
-    """Instantiate a registered backend; its SDKs load only now."""
-    if name not in REGISTRY:
-        raise KeyError(f"unknown backend '{name}'; choose one of: {', '.join(REGISTRY)}")
-    module, _, attr = REGISTRY[name].partition(":")
-    return getattr(importlib.import_module(module), attr)()
+    """Instantiate a registered backend."""
+    return backend_class(name)()

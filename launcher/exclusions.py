@@ -11,8 +11,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mtk.files import atomic_write
+
 from . import exitcodes
-from .backends import atomic_write
 
 
 @dataclass(frozen=True)

@@ -13,15 +13,17 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from . import exitcodes
-from .backends import Artifacts, StepStatus
+from .backends import Artifacts, Backend, StepStatus
 from .local_runner import STEPS_FILE, read_state
 from .netenv import network_env
+from .rendezvous import Rendezvous
 from .runs import Run
 from .spec import Job
+from .spec.errors import Problem
 
 
 def step_argv(step: str, run_dir: str) -> list[str]:
@@ -45,8 +47,34 @@ def _run_script(job: Job, run_dir: str, steps: list[list[str]], torchrun: list[s
     return "\n".join(lines) + "\n"
 
 
-class LocalBackend:
+class LocalBackend(Backend):
     name = "local"
+    previews_in_run_dir = True
+    megatron_check_by_default = False  # nothing queues: a refusal comes as soon as the run starts
+    follows_by_default = True
+    interrupt_cancels = True  # the run lives with this terminal: Ctrl-C stops it (after a checkpoint)
+    render_marker = STEPS_FILE
+    spare_nodes_refused = "for Slurm only: the local backend runs on this machine only"
+
+    @classmethod
+    def validate(cls, job: Job) -> list[Problem]:
+        c = job.cluster
+        if c.nodes != 1:
+            return [Problem("cluster.nodes", "the local backend runs on this machine only; set nodes: 1 "
+                            "(or use --backend slurm/eks)", c.nodes)]
+        return []
+
+    @classmethod
+    def rendezvous(cls, job: Job, env: Mapping[str, str]) -> Rendezvous | None:
+        """One node, no scheduler: a standalone rendezvous (or a fixed port, cluster.local.rdzv_port)."""
+        if job.cluster.nodes != 1:
+            return None
+        procs = str(job.cluster.procs_per_node)
+        args = ["--standalone", "--nnodes", "1", "--nproc-per-node", procs]
+        if job.cluster.local.rdzv_port:
+            args = ["--nnodes", "1", "--nproc-per-node", procs, "--master-addr", "127.0.0.1", "--master-port",
+                    str(job.cluster.local.rdzv_port)]
+        return Rendezvous("local", args, "local")
 
     def render(self, job: Job, run_dir: str) -> Artifacts:
         from .train_step import torchrun_argv

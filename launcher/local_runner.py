@@ -15,8 +15,9 @@ import sys
 import time
 from pathlib import Path
 
+from mtk.files import atomic_write
+
 from . import exitcodes
-from .backends import atomic_write
 
 STEPS_FILE = "steps.json"
 STATE_FILE = f"{exitcodes.STATE_DIR}/steps.json"

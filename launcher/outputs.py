@@ -102,7 +102,9 @@ def check_launch_outputs(job: Job, backend: str, run_dir: str, dry_run: bool) ->
     if dry_run and (Path(run_dir) / "job.json").exists():
         problems.append(Problem("--run-dir", "holds an existing run (job.json): a dry run writes nothing into it; "
                                 "pass a new --run-dir or leave it out", run_dir))
-    if backend != "eks":  # EKS paths are pod paths on FSx, not visible here
+    from .backends import backend_class
+
+    if not backend_class(backend).remote_paths:  # e.g. EKS paths are pod paths on FSx, not visible here
         reported: dict[Path, Problem] = {}
         for path, field in ((job.cluster.runs_dir, "cluster.runs_dir"), (run_dir, "--run-dir"),
                             (job.train.checkpoint.dir or "", "train.checkpoint.dir")):

@@ -20,15 +20,19 @@ def _absolute(path: str, base: str) -> str:
 
 
 def resolve_paths(job: Job, backend: str, cwd: str | None = None) -> Job:
-    """A copy of ``job`` with absolute runs, data and checkpoint dirs (EKS paths are pod paths: kept)."""
+    """A copy of ``job`` with absolute runs, data and checkpoint dirs (a backend's remote paths, e.g. EKS pod paths,
+    are kept as written)."""
+    from .backends import backend_class
+
+    remote = backend_class(backend).remote_paths
     job = job.model_copy(deep=True)
-    if backend != "eks":
+    if not remote:
         base = cwd or os.getcwd()
         job.cluster.runs_dir = _absolute(job.cluster.runs_dir, base)
         job.data.dir = _absolute(job.data.dir, base)
     ckpt = job.train.checkpoint
     if ckpt.dir is None:
         ckpt.dir = f"{job.cluster.runs_dir.rstrip('/')}/{job.name}/checkpoints"
-    elif backend != "eks":
+    elif not remote:
         ckpt.dir = _absolute(ckpt.dir, cwd or os.getcwd())
     return job

@@ -30,8 +30,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from mtk.files import atomic_write
+
 from . import exitcodes
-from .backends import atomic_write
 
 HEALTH_DIR = f"{exitcodes.STATE_DIR}/health"
 PREFLIGHT_FILE = f"{exitcodes.STATE_DIR}/preflight.json"

@@ -41,30 +41,17 @@ def int_var(env: Mapping[str, str], name: str, minimum: int = 0) -> int:
 
 
 def from_environment(job: Job, env: Mapping[str, str]) -> Rendezvous:
-    """Pick the rendezvous for this process's environment. Kubeflow wins over Slurm wins over local."""
-    procs = str(job.cluster.procs_per_node)
-    from mtk.k8s.environment import rendezvous as kubeflow
-    from mtk.slurm.environment import rendezvous as slurm
+    """Pick the rendezvous for this process's environment: each backend parses its own scheduler's variables, the
+    highest ``rendezvous_precedence`` first (a PyTorchJob's, then Slurm's, then this machine alone)."""
+    from .backends import backend_classes
 
-    for parse in (kubeflow, slurm):
-        found = parse(job, env)
+    ordered = sorted(backend_classes(), key=lambda cls: -cls.rendezvous_precedence)
+    for cls in ordered:
+        found = cls.rendezvous(job, env)
         if found is not None:
             return found
-    if job.cluster.nodes != 1:
-        raise RendezvousError(
-            f"cluster.nodes is {job.cluster.nodes} but neither Slurm (SLURM_JOB_ID, SLURM_JOB_NODELIST) nor "
-            "Kubeflow (PET_*) variables are set; run through `mtk launch --backend slurm|eks`"
-        )
-    args = ["--standalone", "--nnodes", "1", "--nproc-per-node", procs]
-    if job.cluster.local.rdzv_port:
-        args = [
-            "--nnodes",
-            "1",
-            "--nproc-per-node",
-            procs,
-            "--master-addr",
-            "127.0.0.1",
-            "--master-port",
-            str(job.cluster.local.rdzv_port),
-        ]
-    return Rendezvous("local", args, "local")
+    hints = [(cls.name, cls.environment_hint) for cls in backend_classes() if cls.environment_hint]
+    raise RendezvousError(
+        f"cluster.nodes is {job.cluster.nodes} but neither {' nor '.join(h for _, h in hints)} variables are set; "
+        f"run through `mtk launch --backend {'|'.join(n for n, _ in hints)}`"
+    )

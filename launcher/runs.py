@@ -57,10 +57,10 @@ class Run:
         bad = [k for k, v in data.items() if not isinstance(v, types[k]) or isinstance(v, bool)]
         if bad or not all(isinstance(v, str) for v in data.get("ids", {}).values()):
             raise DamagedRecord(f"{path}: the run record is damaged (wrong type for {', '.join(bad) or 'ids'})")
-        from .backends import REGISTRY
+        from .backends import backend_names
 
-        if data["backend"] not in REGISTRY:
-            raise DamagedRecord(f"{path}: unknown backend {data['backend']!r} (one of {', '.join(REGISTRY)})")
+        if data["backend"] not in backend_names():
+            raise DamagedRecord(f"{path}: unknown backend {data['backend']!r} (one of {', '.join(backend_names())})")
         return cls(**data)
 
 

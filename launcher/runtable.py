@@ -18,8 +18,6 @@ from .runs import RECORD, Run, run_records
 
 # Folding step states into one run state: the first rule that matches wins.
 _FOLD = ("FAILED", "CANCELLED", "RUNNING", "PENDING", "UNKNOWN")
-# A file each backend's render writes into a run dir, to name the backend of a run that was never submitted.
-_RENDER_MARKERS = (("eks", "manifests"), ("slurm", "train.sbatch"), ("local", "steps.json"))
 
 
 @dataclass
@@ -98,12 +96,20 @@ def rendered_only(runs_dir: Path) -> list[RunRow]:
     for job_file in runs_dir.glob(f"*/{exitcodes.JOB_FILE}") if runs_dir.is_dir() else []:
         if (job_file.parent / RECORD).exists():
             continue
-        backend = next((b for b, marker in _RENDER_MARKERS if (job_file.parent / marker).exists()), "?")
+        backend = _rendered_by(job_file.parent)
         rows.append(RunRow(name=job_file.parent.name, backend=backend, state="RENDERED", iteration=None,
                            total=_total(job_file.parent), loss=None, tokens_per_s=None, restarts=0,
                            started=job_file.stat().st_mtime, run_dir=str(job_file.parent),
                            reason="rendered, never submitted"))
     return rows
+
+
+def _rendered_by(run_dir: Path) -> str:
+    """The backend whose render wrote ``run_dir``, by the file each backend always writes (its render marker)."""
+    from .backends import backend_classes
+
+    return next((cls.name for cls in backend_classes()
+                 if cls.render_marker and (run_dir / cls.render_marker).exists()), "?")
 
 
 def table(runs_dir: str | Path = "runs") -> list[RunRow]:

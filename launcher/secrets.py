@@ -80,8 +80,11 @@ def redact_env(env: Mapping[str, str], names: Iterable[str] = ()) -> dict[str, s
 
 
 def require(job, backend: str) -> None:
-    """Before submitting on Slurm or locally: every referenced secret is set here (the run inherits it)."""
-    if backend not in ("local", "slurm"):
+    """Before submitting where the run inherits this shell's environment (Slurm, local): every referenced secret is
+    set here."""
+    from .backends import backend_class
+
+    if not backend_class(backend).secrets_from_shell:
         return
     from .spec.errors import Problem, SpecError
 

@@ -171,7 +171,7 @@ def job_for_node_count(job, run_dir: str, nodes: int) -> str:
     """With spare nodes (``cluster.nodes: MIN:MAX``) this attempt trains on ``nodes`` healthy nodes: the workers get
     the job with exactly that node count (``state/job.<N>nodes.json``), so the world size, DP and gradient
     accumulation (global batch kept) are derived from it like for any fixed-size job."""
-    from .backends import atomic_write
+    from mtk.files import atomic_write
 
     fixed = job.model_copy(deep=True)
     fixed.cluster.nodes, fixed.cluster.min_nodes = nodes, None

@@ -9,20 +9,24 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mtk.launcher import exitcodes
-from mtk.launcher.backends import Artifacts, StepStatus, atomic_write
+from mtk.launcher.backends import Artifacts, Backend, StepStatus
 from mtk.launcher.runs import Run
+
+from mtk.files import atomic_write
 
 from . import logfiles
 from .commands import JobInfo, Slurm
 from .render import job_base, plan, render, submit_argv
 
 if TYPE_CHECKING:
+    from mtk.launcher.rendezvous import Rendezvous
     from mtk.launcher.spec import Job
+    from mtk.launcher.spec.errors import Problem
 
 # Slurm job state -> mtk's neutral state. Anything else is UNKNOWN.
 STATES: dict[str, str] = {
@@ -48,8 +52,26 @@ def neutral(slurm_state: str) -> str:
     return STATES.get(slurm_state.split()[0].rstrip("+") if slurm_state else "", "UNKNOWN")
 
 
-class SlurmBackend:
+class SlurmBackend(Backend):
     name = "slurm"
+    title = "Slurm"
+    excludes_nodes = True
+    runs_nsys = True
+    render_marker = "train.sbatch"
+    environment_hint = "Slurm (SLURM_JOB_ID, SLURM_JOB_NODELIST)"
+    rendezvous_precedence = 1
+
+    @classmethod
+    def validate(cls, job: Job) -> list[Problem]:
+        from .rules import problems
+
+        return problems(job)
+
+    @classmethod
+    def rendezvous(cls, job: Job, env: Mapping[str, str]) -> Rendezvous | None:
+        from .environment import rendezvous
+
+        return rendezvous(job, env)
 
     def __init__(self, slurm: Slurm | None = None):
         self._slurm = slurm

@@ -33,7 +33,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from mtk.launcher.backends import atomic_write
+from mtk.files import atomic_write
 
 from . import lease
 

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from mtk.launcher import exitcodes
-from mtk.launcher.backends import atomic_write
+
+from mtk.files import atomic_write
 
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
 LAST_EXIT = "last_exit.json"

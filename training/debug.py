@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from mtk.launcher import exitcodes
-from mtk.launcher.backends import atomic_write
 from mtk.launcher.secrets import redact_env
+
+from mtk.files import atomic_write
 
 
 def _secret_names(run_dir: str | Path | None) -> list[str]:

@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import IO
 
 from mtk.launcher import exitcodes
-from mtk.launcher.backends import atomic_write
+
+from mtk.files import atomic_write
 
 DUMP_SIGNAL = signal.SIGUSR1
 # How long the monitor waits for stacks and flight-recorder dumps before killing the ranks.

@@ -7,12 +7,34 @@ import sys
 
 import click
 
-BACKENDS = ("local", "slurm", "eks")
+
+class BackendChoice(click.Choice):
+    """``--backend``: the registered backends, read when the option is used (not at start-up, where scanning the
+    installed distributions' entry points would slow every ``mtk`` command)."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+
+    @property
+    def choices(self):
+        from ..backends import backend_names
+
+        return tuple(backend_names())
+
+    @choices.setter
+    def choices(self, value) -> None:
+        pass
+
+
+def default_backend() -> str:
+    from ..backends import REGISTRY
+
+    return next(iter(REGISTRY))
 
 job_argument = click.argument("job_file", metavar="[JOB.yaml]", default="mtk.yaml", required=False)
 set_option = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
                           help="Override a spec field, e.g. --set train.iterations=50 (repeatable).")
-backend_option = click.option("--backend", "-b", type=click.Choice(BACKENDS), default="local", show_default=True,
+backend_option = click.option("--backend", "-b", type=BackendChoice(), default=default_backend(), show_default=True,
                               help="Where to run.")
 runs_dir_option = click.option("--runs-dir", default="runs", show_default=True,
                                help="Where run names are looked up when RUN is not a path.")

@@ -14,7 +14,7 @@ from .common import pick_run, run_argument, runs_dir_option
 
 
 def _drop(run_ref: str, runs_dir: str, trigger: str) -> str:
-    from ..backends import atomic_write
+    from mtk.files import atomic_write
 
     run = pick_run(run_ref, runs_dir)
     _refuse_if_ended(run, trigger)

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtk.launcher import exitcodes
-from mtk.launcher.backends import atomic_write
+
+from mtk.files import atomic_write
 
 from .gpus import detect_gpu
 from .records import Metrics, read_metrics

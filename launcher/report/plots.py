@@ -12,7 +12,7 @@ import statistics
 from collections.abc import Callable
 from pathlib import Path
 
-from mtk.launcher.backends import atomic_write
+from mtk.files import atomic_write
 
 from .records import Metrics, Record
 

@@ -94,12 +94,10 @@ def spare_nodes_keep_the_batch(job: Job, backend) -> list[Problem]:
     if c.min_nodes > c.nodes:
         return [Problem("cluster.nodes", f"the spare-node range MIN:MAX has MAX below MIN; write {c.nodes}:"
                         f"{c.min_nodes}", shown)]
-    if backend in ("eks", "local"):
-        why = ("on EKS a smaller world would crash-loop on the world-size check (the PyTorchJob keeps exactly "
-               "cluster.nodes pods; a lost pod is replaced)" if backend == "eks" else
-               "the local backend runs on this machine only")
-        return [Problem("cluster.nodes", f"a MIN:MAX range (spare nodes) is for Slurm only: {why}; set a single "
-                        f"count, e.g. {c.nodes}", shown)]
+    why = _backend(backend).spare_nodes_refused if backend else ""
+    if why:
+        return [Problem("cluster.nodes", f"a MIN:MAX range (spare nodes) is {why}; set a single count, e.g. "
+                        f"{c.nodes}", shown)]
     mp, mb = p.tp * p.pp * p.cp, t.micro_batch_size
     bad = []
     for n in c.node_counts:
@@ -211,11 +209,14 @@ def corpus_beside_a_mixture_has_a_weight(job: Job, backend) -> list[Problem]:
 
 @check
 def profiler_is_wired_for_backend(job: Job, backend) -> list[Problem]:
-    """Nsight Systems wraps the node agent in the Slurm script only; elsewhere it would be silently ignored."""
-    if job.debug.nsys.enabled and backend in ("local", "eks"):
-        return [Problem("debug.nsys.enabled", f"Nsight Systems capture is wired into the slurm backend only, not "
-                        f"{backend}; use debug.torch_profiler (every backend) or --backend slurm", True)]
-    return []
+    """Nsight Systems wraps the node agent where a backend renders it so; elsewhere it would be silently ignored."""
+    if not job.debug.nsys.enabled or backend is None or _backend(backend).runs_nsys:
+        return []
+    from mtk.launcher.backends import backend_classes
+
+    wired = "/".join(cls.name for cls in backend_classes() if cls.runs_nsys)
+    return [Problem("debug.nsys.enabled", f"Nsight Systems capture is wired into the {wired} backend only, not "
+                    f"{backend}; use debug.torch_profiler (every backend) or --backend {wired}", True)]
 
 
 @check
@@ -235,43 +236,15 @@ def tokenizer_has_files(job: Job, backend) -> list[Problem]:
 
 
 @check
-def backend_required_fields(job: Job, backend) -> list[Problem]:
-    c, out = job.cluster, []
-    if backend == "local" and c.nodes != 1:
-        out.append(Problem("cluster.nodes", "the local backend runs on this machine only; set nodes: 1 "
-                           "(or use --backend slurm/eks)", c.nodes))
-    if backend == "slurm":
-        s = c.slurm
-        if s.runtime == "pyxis" and not (s.container_image or job.image.sqsh):
-            out.append(Problem("cluster.slurm.container_image", "the pyxis runtime needs an image: set "
-                               "image.sqsh (from `mtk build-image --sqsh`) or cluster.slurm.container_image"))
-        if s.runtime == "bare" and s.venv and s.conda_env:
-            out.append(Problem("cluster.slurm.conda_env", "set either cluster.slurm.venv or conda_env, not both"))
-    if backend == "eks":
-        if not job.image.registry:
-            out.append(Problem("image.registry", "EKS pods pull the image from a registry: set image.registry "
-                               "(e.g. <account>.dkr.ecr.<region>.amazonaws.com) and run `mtk build-image --push`"))
-        e = c.eks
-        if e.fsx_claim:
-            for field, path in (("cluster.runs_dir", c.runs_dir), ("data.dir", job.data.dir)):
-                if not path.startswith(e.fsx_mount.rstrip("/") + "/") and path != e.fsx_mount:
-                    out.append(Problem(field, f"must be under cluster.eks.fsx_mount ({e.fsx_mount}) so every "
-                                       "pod sees it", path))
-        if not e.fsx_claim and (job.data.fetch or job.data.corpus):
-            # Each data Job would write into its own pod's disk, and the steps after it wait for files that never
-            # appear on a volume they share.
-            out.append(Problem("cluster.eks.fsx_claim", "the getdata/preprocess steps hand their files to training "
-                               "through shared storage: set cluster.eks.fsx_claim to the shared filesystem's "
-                               "PersistentVolumeClaim, or prepare the data beforehand and drop data.fetch/"
-                               "data.corpus"))
-        if e.min_nodes is not None and e.min_nodes != c.nodes:
-            # A smaller world would start (torchrun --nnodes=min:max) and crash-loop in the engine's world-size
-            # check: the parallel layout, batch split and exact resume are all fixed by nodes × procs_per_node.
-            out.append(Problem("cluster.eks.min_nodes", f"elastic ranges are not supported: training needs exactly "
-                               f"cluster.nodes ({c.nodes}) pods, and fewer would crash-loop on the world-size check; "
-                               f"remove min_nodes or set it to {c.nodes} (a lost pod is replaced and the run "
-                               "resumes from the last checkpoint)", e.min_nodes))
-    return out
+def backend_rules(job: Job, backend) -> list[Problem]:
+    """What the chosen backend needs of a job: each backend states its own rules (``Backend.validate``)."""
+    return _backend(backend).validate(job) if backend else []
+
+
+def _backend(name: str):
+    from mtk.launcher.backends import backend_class
+
+    return backend_class(name)
 
 
 @check

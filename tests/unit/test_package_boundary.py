@@ -142,3 +142,42 @@ CORE = {"mtk", "mtk.files"}
 def test_the_core_imports_only_the_core():
     graph = _import_graph()
     assert {m: graph[m] - CORE for m in CORE if graph[m] - CORE} == {}
+
+
+# ---- backends own their knowledge: outside a backend's own modules nothing compares against a backend's name ----
+BACKEND_HOMES = ("slurm/", "k8s/", "launcher/local.py")
+
+
+def _backend_name_comparisons(source: str, names: set[str]) -> list[int]:
+    """Lines where a backend name is compared (``==``, ``!=``, ``in``, ``not in``) or matched (``case "eks":``)."""
+    def names_in(node: ast.AST) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in names
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(names_in(e) for e in node.elts)
+        return False
+
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and any(names_in(n) for n in (node.left, *node.comparators)):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.MatchValue) and names_in(node.value):
+            lines.append(node.value.lineno)
+    return lines
+
+
+def test_no_backend_name_comparisons_outside_the_backends():
+    from mtk.launcher.backends import backend_names
+
+    names = set(backend_names())
+    found = [f"{path.relative_to(ROOT)}:{line}" for path in _package_files()
+             if not str(path.relative_to(ROOT)).startswith(BACKEND_HOMES)
+             for line in _backend_name_comparisons(path.read_text(), names)]
+    assert found == []
+
+
+def test_the_comparison_check_sees_each_form():
+    names = {"local", "slurm", "eks"}
+    code = ('if backend == "eks": pass\nif b != "slurm": pass\nif x in ("local", "slurm"): pass\n'
+            'match b:\n    case "eks":\n        pass\nif layer == "transformer_engine": pass\n')
+    assert _backend_name_comparisons(code, names) == [1, 2, 3, 5]

@@ -130,7 +130,7 @@ def test_env_dump_redacts_secrets_by_value_and_in_urls(tmp_path):
 
 def test_run_files_follow_the_umask(tmp_path):
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
-    code = ("import os; os.umask(0o077); from pathlib import Path; from mtk.launcher.backends import atomic_write;"
+    code = ("import os; os.umask(0o077); from pathlib import Path; from mtk.files import atomic_write;"
             f"atomic_write(Path({a!r}), 'x', 0o755); atomic_write(Path({b!r}), 'y')")
     subprocess.run([sys.executable, "-c", code], check=True)
     assert (tmp_path / "a").stat().st_mode & 0o777 == 0o700
