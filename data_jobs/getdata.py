@@ -287,7 +287,8 @@ def _download(url: str, part: str, progress_live: bool | None, auth: tuple[str, 
 
 
 def _open_decompressed(path: str, kind: str) -> IO[bytes]:
-    from .jsonl import InputError, open_binary
+    from .corpus import InputError
+    from .jsonl import open_binary
 
     try:
         return open_binary(path, kind)

@@ -1,9 +1,7 @@
-"""Corpus input: finding the files, cutting them into shards, and reading JSONL with exact file:line errors.
+"""Reading JSONL shards with exact file:line errors (compressed or not, local or ``s3://``).
 
-A plain JSONL file is cut into byte ranges of about ``shard_bytes``; a shard owns every line that *starts*
-inside its range, so shards never overlap or miss a line. A compressed file (.gz/.xz/.zst) cannot be seeked
-into and is one shard. A Parquet file is cut at row-group boundaries (``start``/``end`` count row groups).
-Line numbers are counted only when an error has to name one. Files may be local or ``s3://`` objects.
+A shard (``corpus.Shard``) owns every line that *starts* inside its byte range, so shards never overlap or miss a
+line. Line numbers are counted only when an error has to name one.
 """
 
 from __future__ import annotations
@@ -12,35 +10,12 @@ import gzip
 import io
 import json
 import lzma
-import os
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import IO
 
 from . import sources
-
-COMPRESSED = (".gz", ".xz", ".zst")
-JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
-PARQUET_SUFFIXES = (".parquet",)
-
-
-class InputError(ValueError):
-    """Bad input that stops preprocessing; names the file (and line) and what to do."""
-
-
-@dataclass(frozen=True)
-class Shard:
-    """Lines of ``path`` that start in byte ``[start, end)`` (``end`` -1: to the end of the file); for Parquet,
-    row groups ``[start, end)``."""
-
-    index: int
-    path: str
-    start: int
-    end: int
-    nbytes: int = 0  # stored bytes it covers (Parquet: its row groups' data); for progress and task balance
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+from .corpus import InputError, Shard, compression
 
 
 @dataclass
@@ -57,65 +32,9 @@ class BadLine:
         return f"{self.path}{where}: {self.reason}"
 
 
-def is_parquet(path: str) -> bool:
-    return path.endswith(PARQUET_SUFFIXES)
-
-
-def _is_corpus_file(name: str) -> bool:
-    return name.removesuffix(_compression(name)).endswith(JSONL_SUFFIXES) or is_parquet(name)
-
-
-def input_files(path: str) -> list[str]:
-    """The file itself, or every JSONL/Parquet file under a directory or S3 prefix (sorted by name)."""
-    if sources.is_s3(path):
-        try:
-            found = sources.list_s3(path)
-        except sources.SourceError as exc:
-            raise InputError(str(exc)) from None
-        names = [u for u, n in found if _is_corpus_file(u)]
-        for url, size in found:
-            sources.remember_size(url, size)
-        if not names:
-            raise InputError(f"{path}: no .jsonl/.json (optionally .gz/.xz/.zst) or .parquet objects under it")
-        return names
-    if os.path.isdir(path):
-        names = sorted(
-            os.path.join(root, f) for root, _, files in os.walk(path) for f in files if _is_corpus_file(f))
-        if not names:
-            raise InputError(f"{path}: no .jsonl/.json (optionally .gz/.xz/.zst) or .parquet files in this directory")
-        return names
-    if not os.path.isfile(path):
-        raise InputError(f"{path}: input not found; run the getdata step or fix data.corpus.input")
-    return [path]
-
-
-def _compression(name: str) -> str:
-    return next((s for s in COMPRESSED if name.endswith(s)), "")
-
-
-def plan_shards(files: list[str], shard_bytes: int) -> list[Shard]:
-    """Deterministic shards for ``files``: the same inputs always give the same plan."""
-    shards: list[Shard] = []
-    for path in files:
-        if is_parquet(path):
-            from .parquet import row_group_bytes, row_group_ranges
-
-            for a, b in row_group_ranges(path, shard_bytes):
-                shards.append(Shard(len(shards), path, a, b, row_group_bytes(path, a, b)))
-            continue
-        size = sources.size(path)
-        if _compression(path) or size <= shard_bytes:
-            shards.append(Shard(len(shards), path, 0, -1, size))
-            continue
-        for start in range(0, size, shard_bytes):
-            end = start + shard_bytes
-            shards.append(Shard(len(shards), path, start, -1 if end >= size else end, min(end, size) - start))
-    return shards
-
-
 def open_binary(path: str, kind: str | None = None) -> IO[bytes]:
     """Open a possibly compressed file for streamed binary reading (``kind`` overrides the file's suffix)."""
-    kind = _compression(path) if kind is None else kind
+    kind = compression(path) if kind is None else kind
     raw = sources.open_raw(path)
     if kind == ".gz":
         return _OwnsGzip(raw)  # type: ignore[return-value]
@@ -217,7 +136,7 @@ def zlib_error() -> type[BaseException]:
 
 def damaged(path: str, exc: BaseException) -> InputError:
     """The named error for a compressed file that cannot be decoded to its end."""
-    kind = _compression(path) or "plain"
+    kind = compression(path) or "plain"
     what = "ends early (truncated)" if isinstance(exc, EOFError) else f"cannot be decoded as {kind} ({exc})"
     return InputError(f"{path}: this {kind} file {what}; re-download it (getdata with sha256 catches this), "
                       "or rename it if its suffix does not match its real format")

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import sources
-from .jsonl import InputError, Shard
+from .corpus import InputError, Shard
 
 BATCH_ROWS = 1024
 

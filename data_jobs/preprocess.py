@@ -40,17 +40,9 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import sources
-from .jsonl import (
-    BadLine,
-    InputError,
-    Shard,
-    input_files,
-    is_parquet,
-    line_number,
-    parse_document,
-    plan_shards,
-    read_lines,
-)
+from .corpus import InputError, Shard, input_files, is_parquet
+from .jsonl import BadLine, line_number, parse_document, read_lines
+from .sharding import plan_shards
 
 if TYPE_CHECKING:
     from mtk.launcher.spec.data import TokenizerSpec

@@ -1,4 +1,5 @@
-"""Which shards an array task owns: contiguous runs of the plan, balanced by bytes, fixed by the plan alone.
+"""The shard plan of a corpus, and which shards an array task owns: contiguous runs of the plan, balanced by
+bytes, fixed by the plan alone.
 
 Task ``i`` of ``n`` (a Slurm array index, an EKS Indexed Job's completion index) owns the shards whose byte
 midpoint falls in the i-th n-th of the corpus. Contiguous slices keep each task's reads sequential, and since
@@ -9,10 +10,30 @@ from __future__ import annotations
 
 import os
 
-from .jsonl import Shard
+from . import sources
+from .corpus import Shard, compression, is_parquet
+from .parquet import row_group_bytes, row_group_ranges
 
 # Environment variables that carry a task's index, in the order they are consulted.
 INDEX_VARIABLES = ("SLURM_ARRAY_TASK_ID", "JOB_COMPLETION_INDEX")
+
+
+def plan_shards(files: list[str], shard_bytes: int) -> list[Shard]:
+    """Deterministic shards for ``files``: the same inputs always give the same plan."""
+    shards: list[Shard] = []
+    for path in files:
+        if is_parquet(path):
+            for a, b in row_group_ranges(path, shard_bytes):
+                shards.append(Shard(len(shards), path, a, b, row_group_bytes(path, a, b)))
+            continue
+        size = sources.size(path)
+        if compression(path) or size <= shard_bytes:
+            shards.append(Shard(len(shards), path, 0, -1, size))
+            continue
+        for start in range(0, size, shard_bytes):
+            end = start + shard_bytes
+            shards.append(Shard(len(shards), path, start, -1 if end >= size else end, min(end, size) - start))
+    return shards
 
 
 def owner(shards: list[Shard], tasks: int) -> dict[int, int]:

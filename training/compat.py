@@ -36,13 +36,12 @@ import importlib.util
 import sys
 from typing import Any
 
+from .strict_device import CURRENT_DEVICE, is_cuda_device
+
 MEGATRON_CORE_VERSION = "0.19.2"
 PAGED_STASH_MODULE = "megatron.core.transformer.moe.ops.paged_stash"
 
 _state: dict[str, Any] = {"installed": False, "mode": None}
-# The CPU device object ``torch.cuda.current_device()`` returns once patched: passing *this* object as
-# ``device=`` means "the accelerator", unlike ``torch.device('cpu')`` or ``tensor.device``.
-_CURRENT_DEVICE: list[Any] = [None]
 
 
 class MegatronVersionError(RuntimeError):
@@ -114,18 +113,6 @@ def install_import_stubs() -> bool:
 # --------------------------------------------------------------------------- device mapping
 
 
-def _is_cuda_device(dev: Any) -> bool:
-    import torch
-
-    if dev is _CURRENT_DEVICE[0] and dev is not None:
-        return True  # the object torch.cuda.current_device() returns here: "the current CUDA device"
-    if isinstance(dev, str):
-        return dev.startswith("cuda")
-    if isinstance(dev, torch.device):
-        return dev.type == "cuda"
-    return isinstance(dev, int) and not isinstance(dev, bool)
-
-
 def _device_mode_class():
     import torch
     from torch.overrides import TorchFunctionMode
@@ -145,13 +132,13 @@ def _device_mode_class():
         def __torch_function__(self, func, types_, args=(), kwargs=None):
             kwargs = kwargs or {}
             to_device = False
-            if "device" in kwargs and _is_cuda_device(kwargs["device"]):
+            if "device" in kwargs and is_cuda_device(kwargs["device"]):
                 kwargs = {**kwargs, "device": cpu}
                 to_device = True
             if func is tensor_cuda:
                 return track.moved(args[0])
             if func is tensor_to:
-                moved = tuple(cpu if _is_cuda_device(a) else a for a in args[1:])
+                moved = tuple(cpu if is_cuda_device(a) else a for a in args[1:])
                 to_device = to_device or any(a is cpu for a in moved)
                 args = args[:1] + moved
             result = func(*args, **kwargs)
@@ -234,7 +221,7 @@ def _patch_cuda_module() -> None:
     # A device object rather than 0: megatron passes it as ``device=`` in code the function mode cannot
     # see (e.g. autograd backward of recomputed blocks runs inside the mode's own handler, mode disabled).
     cpu = torch.device("cpu")
-    _CURRENT_DEVICE[0] = cpu
+    CURRENT_DEVICE[0] = cpu
     torch.cuda.current_device = lambda: cpu  # type: ignore[assignment,return-value]
     torch.cuda.set_device = lambda *_a, **_k: None
     torch.cuda.synchronize = lambda *_a, **_k: None

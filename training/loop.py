@@ -115,7 +115,7 @@ class Trainer:
         from megatron.core import parallel_state as ps
         from megatron.core.distributed import finalize_model_grads
 
-        from . import checkpoint, data, debug, device_plan, distributed, metrics, model, optim
+        from . import checkpoint, data, debug, device_plan, distributed, init_from, metrics, model, optim
 
         job = self.job
         if job.cluster.device == "cpu":
@@ -178,7 +178,7 @@ class Trainer:
                                 f"consumed samples {self.consumed}")
 
         if job.train.init_from and self.last_saved is None:  # a new run (nothing resumed): copy the weights
-            checkpoint.initialize_from(job.train.init_from, self.model, self.optimizer, job, self.padded_vocab,
+            init_from.initialize_from(job.train.init_from, self.model, self.optimizer, job, self.padded_vocab,
                                        log=lambda m: _log(self.rank, m))
         self.tokenizer_record = self._tokenizer_record(state["path"] if state else None)
 

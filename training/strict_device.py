@@ -32,6 +32,23 @@ import traceback
 import weakref
 from typing import Any
 
+# The CPU device object ``torch.cuda.current_device()`` returns once patched: passing *this* object as
+# ``device=`` means "the accelerator", unlike ``torch.device('cpu')`` or ``tensor.device``.
+CURRENT_DEVICE: list[Any] = [None]
+
+
+def is_cuda_device(dev: Any) -> bool:
+    """``dev`` names the accelerator (a CUDA device, an ordinal, or the patched current device)."""
+    import torch
+
+    if dev is CURRENT_DEVICE[0] and dev is not None:
+        return True  # the object torch.cuda.current_device() returns here: "the current CUDA device"
+    if isinstance(dev, str):
+        return dev.startswith("cuda")
+    if isinstance(dev, torch.device):
+        return dev.type == "cuda"
+    return isinstance(dev, int) and not isinstance(dev, bool)
+
 
 class StrictDeviceError(RuntimeError):
     """Code that runs on CPU would fail on a GPU; the message names the call site and the fix."""
@@ -231,8 +248,6 @@ def _wrap_new_group(dist: Any) -> None:
 
 
 def _wrap_module_moves(nn: Any) -> None:
-    from .compat import _is_cuda_device
-
     original_cuda, original_to = nn.Module.cuda, nn.Module.to
 
     def mark(module):
@@ -246,7 +261,7 @@ def _wrap_module_moves(nn: Any) -> None:
 
     def to(self, *args, **kwargs):
         result = original_to(self, *args, **kwargs)
-        if any(_is_cuda_device(a) for a in (*args, kwargs.get("device"))):
+        if any(is_cuda_device(a) for a in (*args, kwargs.get("device"))):
             mark(self)
         return result
 

@@ -240,7 +240,7 @@ def export_hf(checkpoint: str | Path, out: str | Path, *, dtype: str | None = No
     import torch
     from megatron.core import dist_checkpointing
 
-    from ..checkpoint import resolve_checkpoint_dir
+    from ..checkpoint_layout import resolve_checkpoint_dir
 
     path, iteration, _release = resolve_checkpoint_dir(checkpoint)
     out = Path(out)
@@ -419,16 +419,16 @@ def import_hf(hf_dir: str | Path, out_root: str | Path, *, make_vocab_size_divis
     from megatron.core import dist_checkpointing
     from megatron.core.dist_checkpointing.mapping import ShardedTensor
 
-    from .. import checkpoint
+    from .. import checkpoint_layout
     from . import megatron_lm
 
     out_root = Path(out_root)
     if out_root.exists() and any(out_root.iterdir()):
         raise ConversionError(f"{out_root} exists and is not empty; choose a new output directory")
-    release = out_root / checkpoint.RELEASE
+    release = out_root / checkpoint_layout.RELEASE
     tmp = out_root.with_name(out_root.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / checkpoint.RELEASE).mkdir(parents=True)
+    (tmp / checkpoint_layout.RELEASE).mkdir(parents=True)
     with single_process_group():
         model: dict[str, Any] = {}
         shape = None
@@ -443,8 +443,8 @@ def import_hf(hf_dir: str | Path, out_root: str | Path, *, make_vocab_size_divis
         sd = {"model": model, "args": megatron_args_for(shape), "checkpoint_version": megatron_lm.CHECKPOINT_VERSION,
               "iteration": 0, "num_floating_point_operations_so_far": 0.0, megatron_lm.MTK_KEY: extras}
         meta = megatron_lm.content_metadata(False)
-        dist_checkpointing.save(sd, str(tmp / checkpoint.RELEASE), content_metadata=meta)
-    (tmp / checkpoint.TRACKER).write_text(checkpoint.RELEASE + "\n")
+        dist_checkpointing.save(sd, str(tmp / checkpoint_layout.RELEASE), content_metadata=meta)
+    (tmp / checkpoint_layout.TRACKER).write_text(checkpoint_layout.RELEASE + "\n")
     if out_root.exists():
         out_root.rmdir()
     os.replace(tmp, out_root)

@@ -78,7 +78,7 @@ def _token_name(value: Any) -> str | None:
 
 def of_checkpoint(common: dict[str, Any]) -> dict[str, Any] | None:
     """The tokenizer record of a checkpoint's common state (None: mock data, or written before mtk recorded it)."""
-    from .megatron_lm import MTK_KEY
+    from ..checkpoint_layout import MTK_KEY
 
     return (common.get(MTK_KEY) or {}).get(KEY)
 
@@ -197,7 +197,7 @@ def inherited(source: str | Path) -> dict[str, Any] | None:
         return from_hf_dir(source)
     from megatron.core import dist_checkpointing
 
-    from ..checkpoint import resolve_checkpoint_dir
+    from ..checkpoint_layout import resolve_checkpoint_dir
 
     path, _iteration, _release = resolve_checkpoint_dir(source)
     return of_checkpoint(dist_checkpointing.load_common_state_dict(str(path)))

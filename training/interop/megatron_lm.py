@@ -21,11 +21,12 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..checkpoint_layout import MTK_KEY
+
 if TYPE_CHECKING:
     from mtk.launcher.spec import Job
 
 CHECKPOINT_VERSION = 3.0
-MTK_KEY = "mtk"
 # Megatron-LM's default (``_build_sharded_state_dict_metadata`` without --dist-ckpt-optim-fully-reshardable).
 DISTOPT_SHARDING = "dp_reshardable"
 # With --dist-ckpt-optim-fully-reshardable: model-space tensors, loadable at any tp/pp/dp.

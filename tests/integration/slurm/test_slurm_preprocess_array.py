@@ -90,7 +90,7 @@ def test_killed_array_task_is_redone_alone_on_relaunch(harness, mtk_venv, datase
     parts = data / "killed" / "c.mtk-parts"
     manifest = parts / "manifest.json"
     harness.wait("the plan", manifest.exists, timeout=300, every=0.05)
-    from mtk.data_jobs.jsonl import Shard
+    from mtk.data_jobs.corpus import Shard
     from mtk.data_jobs.sharding import owner
 
     shards = [Shard(**s) for s in json.loads(manifest.read_text())["plan"]["shards"]]

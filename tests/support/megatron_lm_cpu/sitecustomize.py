@@ -25,7 +25,7 @@ No Apex / Transformer Engine (true here, and on any machine without them)
   (``distrib_optimizer.py`` ``state_dict``: ``assert len(steps) == 1`` on empty Adam state, for Megatron-LM's
   own checkpoints too), and after loading it gives all parameters ONE shared ``step`` tensor that torch's Adam
   increments once per parameter. The wrapper applies the two work-arounds mtk's own loader applies in that
-  case (``mtk.training.checkpoint._prefill_adam_state`` before, ``_restore_adam_steps`` after). With Apex
+  case (``mtk.training.optimizer_state.prefill_adam_state`` before, ``restore_adam_steps`` after). With Apex
   or TE (FusedAdam, every GPU image) neither happens and the wrapper is not installed.
 
 Observation
@@ -67,7 +67,7 @@ def _cuda_to_cpu() -> None:
 def _distopt_without_fused_adam_load() -> None:
     from megatron.core.optimizer import distrib_optimizer
     from megatron.training import training
-    from mtk.training import checkpoint
+    from mtk.training import optimizer_state
 
     if distrib_optimizer.HAVE_APEX_OR_TE:
         return
@@ -77,10 +77,10 @@ def _distopt_without_fused_adam_load() -> None:
         inner = getattr(optimizer, "chained_optimizers", [optimizer]) if optimizer is not None else []
         distributed = any(isinstance(o, distrib_optimizer.DistributedOptimizer) for o in inner)
         if distributed:
-            checkpoint._prefill_adam_state(optimizer)
+            optimizer_state.prefill_adam_state(optimizer)
         result = original(ddp_model, optimizer, *args, **kwargs)
         if distributed:
-            checkpoint._restore_adam_steps(optimizer)
+            optimizer_state.restore_adam_steps(optimizer)
         return result
 
     training.load_checkpoint = load_checkpoint

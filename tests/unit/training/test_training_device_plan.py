@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 from mtk.launcher.spec import Job
-from mtk.training import checkpoint, device_plan, model
+from mtk.training import device_plan, model, optimizer_state
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -105,17 +105,17 @@ class _Wrapper:
 def test_prefill_adds_step_only_where_the_optimizer_keeps_it_per_param():
     p = torch.nn.Parameter(torch.zeros(3))
     fused = _Wrapper(FusedAdamLike([p]))
-    checkpoint._prefill_adam_state(fused)
+    optimizer_state.prefill_adam_state(fused)
     fused.optimizer.param_groups[0]["step"] = 7
-    checkpoint._restore_adam_steps(fused)
+    optimizer_state.restore_adam_steps(fused)
     assert set(fused.optimizer.state[p]) == {"exp_avg", "exp_avg_sq"}
     fused.optimizer.state_dict()  # KeyError 'step' before the fix
 
     q = torch.nn.Parameter(torch.zeros(3))
     plain = _Wrapper(torch.optim.Adam([q]))
-    checkpoint._prefill_adam_state(plain)
+    optimizer_state.prefill_adam_state(plain)
     plain.optimizer.param_groups[0]["step"] = 7
-    checkpoint._restore_adam_steps(plain)
+    optimizer_state.restore_adam_steps(plain)
     assert float(plain.optimizer.state[q]["step"]) == 7.0
 
 

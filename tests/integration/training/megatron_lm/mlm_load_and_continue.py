@@ -26,7 +26,7 @@ if not hasattr(typing, "override"):  # Megatron-LM's training package uses Pytho
 def main() -> None:
     import torch
     from mtk.launcher.spec import load_job_json
-    from mtk.training import checkpoint, compat, data
+    from mtk.training import checkpoint, compat, data, optimizer_state
     from mtk.training.interop import megatron_lm
     from mtk.training.loop import Trainer
 
@@ -69,10 +69,10 @@ def main() -> None:
         # megatron-core's distributed optimizer without Apex/TE (this CPU machine) cannot build its load
         # template from empty Adam state and afterwards shares one `step` tensor across params - for
         # Megatron-LM's own checkpoints too. The same two work-arounds mtk's loader applies:
-        checkpoint._prefill_adam_state(trainer.optimizer)
+        optimizer_state.prefill_adam_state(trainer.optimizer)
     iteration, flops = load_checkpoint(trainer.model, trainer.optimizer, trainer.scheduler)
     if no_apex_te_distopt:
-        checkpoint._restore_adam_steps(trainer.optimizer)
+        optimizer_state.restore_adam_steps(trainer.optimizer)
     trainer.iteration, trainer.consumed = iteration, args.consumed_train_samples
     train_ds, _ = data.build_datasets(job, trainer.tok, log=lambda m: None)
     trainer.train_sampler = data.ResumableSampler(len(train_ds), trainer.consumed, job.train.micro_batch_size,
