@@ -30,21 +30,18 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
+
+from . import sources
+from .sources import FetchError
 
 if TYPE_CHECKING:
     from mtk.launcher.spec.data import FetchItem
 
-CHUNK = 1 << 20
 RETRIES = 5
-TIMEOUT = 60.0
 DECOMPRESSORS = (".xz", ".gz", ".zst")
-
-
-class FetchError(RuntimeError):
-    """A file that could not be fetched or verified; the message names the URL and what to do."""
 
 
 class FetchInputError(FetchError):
@@ -72,26 +69,6 @@ def _open_append(path: str) -> IO[bytes]:
             raise FetchInputError(f"{path} is a symlink; getdata never writes through one — remove it") from None
         raise exc
     return os.fdopen(fd, "ab")
-
-
-def _host(url: str) -> tuple[str, str, int | None]:
-    u = urllib.parse.urlparse(url)
-    return u.scheme, (u.hostname or "").lower(), u.port
-
-
-class _SameHostAuth(urllib.request.HTTPRedirectHandler):
-    """Carry the bearer token across a redirect only to the same scheme, host and port."""
-
-    def __init__(self, origin: str, header: str):
-        self.origin, self.header = _host(origin), header
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if new is not None:
-            new.remove_header("Authorization")
-            if _host(new.full_url) == self.origin:
-                new.add_unredirected_header("Authorization", self.header)
-        return new
 
 
 @dataclass
@@ -151,101 +128,15 @@ def _compression(item: FetchItem) -> str:
     return next((s for s in DECOMPRESSORS if path.endswith(s)), "") if item.decompress else ""
 
 
-# ---------------------------------------------------------------- sources: yield chunks from an offset
-
-def _http_chunks(url: str, offset: int, on_total: Callable[[int | None], None],
-                 token: str | None = None, auth_name: str | None = None) -> Iterator[bytes]:
-    headers = {"User-Agent": "mtk-getdata", "Accept-Encoding": "identity"}
-    if offset:
-        headers["Range"] = f"bytes={offset}-"
-    req = urllib.request.Request(url, headers=headers)
-    handlers = []
-    if token:
-        bearer = f"Bearer {token}"
-        # Unredirected: urllib itself never forwards it; _SameHostAuth re-adds it for same-host hops only.
-        req.add_unredirected_header("Authorization", bearer)
-        handlers.append(_SameHostAuth(url, bearer))
-    try:
-        resp = urllib.request.build_opener(*handlers).open(req, timeout=TIMEOUT)
-    except urllib.error.HTTPError as exc:
-        if exc.code == 416 and offset:  # nothing left to fetch
-            on_total(offset)
-            return
-        hint = ""
-        if exc.code in (401, 403):
-            hint = (f"; the token in {auth_name} (data.fetch[].auth) was refused — check that it grants access"
-                    if token else "; the server wants credentials: add auth: HF_TOKEN (or another name listed in "
-                    "cluster.secrets) to this data.fetch item")
-        raise FetchError(f"{url}: HTTP {exc.code} {exc.reason}{hint}") from None
-    with resp:
-        length = resp.headers.get("Content-Length")
-        if offset and resp.status == 206:
-            start = int((resp.headers.get("Content-Range") or "bytes 0-").split()[1].split("-")[0])
-            if start != offset:
-                raise _Restart
-            on_total(offset + int(length) if length else None)
-        elif offset:
-            raise _Restart  # server ignored Range: start over
-        else:
-            on_total(int(length) if length else None)
-        while chunk := resp.read(CHUNK):
-            yield chunk
-
-
-def _s3_chunks(url: str, offset: int, on_total: Callable[[int | None], None]) -> Iterator[bytes]:
-    import boto3  # only S3 users pay for it
-
-    parsed = urllib.parse.urlparse(url)
-    bucket, key = parsed.netloc, parsed.path.lstrip("/")
-    kwargs = {"Bucket": bucket, "Key": key}
-    if offset:
-        kwargs["Range"] = f"bytes={offset}-"
-    client = boto3.client("s3", endpoint_url=os.environ.get("AWS_ENDPOINT_URL_S3") or None)
-    try:
-        obj = client.get_object(**kwargs)
-    except client.exceptions.NoSuchKey:
-        raise FetchError(f"{url}: no such S3 object") from None
-    on_total(offset + obj["ContentLength"])
-    body = obj["Body"]
-    while chunk := body.read(CHUNK):
-        yield chunk
-
-
-def _file_chunks(url: str, offset: int, on_total: Callable[[int | None], None]) -> Iterator[bytes]:
-    path = urllib.request.url2pathname(urllib.parse.urlparse(url).path) if url.startswith("file://") else url
-    if not os.path.isfile(path):
-        raise FetchError(f"{url}: file not found")
-    on_total(os.path.getsize(path))
-    with open(path, "rb") as fh:
-        fh.seek(offset)
-        while chunk := fh.read(CHUNK):
-            yield chunk
-
-
-class _Restart(Exception):
-    """The server cannot resume at our offset: discard the part file and start again."""
-
-
-def _source(url: str):
-    scheme = urllib.parse.urlparse(url).scheme
-    if scheme in ("http", "https"):
-        return _http_chunks
-    if scheme == "s3":
-        return _s3_chunks
-    if scheme in ("file", ""):
-        return _file_chunks
-    raise FetchError(f"{url}: unsupported scheme '{scheme}'; use http(s)://, s3://, file:// or a local path")
-
-
 # ---------------------------------------------------------------- download, decompress, verify
 
 def _attempt(url: str, part: str, name: str, live: bool | None, auth: tuple[str, str] | None = None) -> None:
     """One pass: append to ``part`` from its current size; raises ConnectionError on a short read."""
-    chunks = _source(url)
+    chunks = sources.chunks_from(url)
     if auth is not None:
         import functools
 
-        chunks = functools.partial(_http_chunks, auth_name=auth[0], token=auth[1])
+        chunks = functools.partial(sources.http_chunks, auth_name=auth[0], token=auth[1])
     done = os.path.getsize(part) if os.path.exists(part) else 0
     state: dict = {"total": None, "progress": None}
 
@@ -271,7 +162,7 @@ def _download(url: str, part: str, progress_live: bool | None, auth: tuple[str, 
         try:
             _attempt(url, part, name, progress_live, auth)
             return
-        except _Restart:
+        except sources.Restart:
             os.unlink(part)
         except FetchError:
             raise
@@ -301,7 +192,7 @@ def _finalize(part: str, tmp: str, kind: str, url: str) -> str:
     digest = hashlib.sha256()
     try:
         with _open_decompressed(part, kind) as src, _create_excl(tmp) as out:
-            while block := src.read(CHUNK):
+            while block := src.read(sources.CHUNK):
                 digest.update(block)
                 out.write(block)
     except (OSError, EOFError, ValueError) as exc:
@@ -315,7 +206,7 @@ def _finalize(part: str, tmp: str, kind: str, url: str) -> str:
 def _sha256(path: str) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
-        while block := fh.read(CHUNK):
+        while block := fh.read(sources.CHUNK):
             digest.update(block)
     return digest.hexdigest()
 

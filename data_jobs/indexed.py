@@ -1,10 +1,7 @@
 """Megatron's ``.bin``/``.idx`` format, written by streaming so memory does not grow with the corpus.
 
 The bytes equal what ``megatron.core.datasets.indexed_dataset.IndexedDatasetBuilder`` writes for the same
-ids (little-endian, no padding)::
-
-    magic "MMIDIDX\\0\\0" | u64 version=1 | u8 dtype code | u64 S sequences | u64 D = documents + 1
-    int32[S] sequence lengths | int64[S] byte offsets into .bin | int64[D] document indices
+ids; the ``.idx`` layout and its header are :mod:`mtk.megatron_index`'s.
 
 The ``.idx`` is assembled from per-shard parts in three streamed passes (lengths, offsets, document
 indices), one shard's arrays in memory at a time.
@@ -14,15 +11,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-MAGIC = b"MMIDIDX\x00\x00"
-DTYPE_CODES = {"uint8": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "float64": 6, "float32": 7,
-               "uint16": 8}
+from mtk import megatron_index
 
 
 @dataclass(frozen=True)
@@ -58,8 +52,7 @@ def merge_parts(parts: Sequence[PartFiles], dtype: str, bin_path: str, idx_path:
     n_seq = sum(os.path.getsize(p.lengths) // 4 for p in parts)
     n_doc = sum(os.path.getsize(p.doc_seqs) // 8 for p in parts)
     with open(idx_tmp, "wb") as out:
-        out.write(MAGIC + struct.pack("<Q", 1) + struct.pack("<B", DTYPE_CODES[dtype]))
-        out.write(struct.pack("<Q", n_seq) + struct.pack("<Q", n_doc + 1))
+        out.write(megatron_index.header_bytes(dtype, n_seq, n_doc))
         for part in parts:
             out.write(np.fromfile(part.lengths, dtype=np.int32).tobytes())
         offset = 0

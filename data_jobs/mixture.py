@@ -15,16 +15,15 @@ token total matches the ``.bin`` size, no prefix is empty, and every prefix of e
 from __future__ import annotations
 
 import os
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from mtk import megatron_index
+
 if TYPE_CHECKING:
     from mtk.launcher.spec.data import DataSpec
 
-_MAGIC = b"MMIDIDX\x00\x00"
-_DTYPES = {1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "float64", 7: "float32", 8: "uint16"}
 
 
 class MixtureError(ValueError):
@@ -47,21 +46,19 @@ class MixtureRow:
 
 def read_index_header(idx_path: str) -> tuple[str, int, int]:
     """(dtype, sequences, documents) from a Megatron ``.idx``; raises MixtureError naming the file."""
-    with open(idx_path, "rb") as fh:
-        head = fh.read(34)
-    if len(head) < 34 or head[:9] != _MAGIC:
+    head = megatron_index.read_header(idx_path)
+    if head is None:
         raise MixtureError(f"{idx_path}: not a Megatron .idx file (bad magic); re-run preprocess for this prefix")
-    code = head[17]
-    if code not in _DTYPES:
-        raise MixtureError(f"{idx_path}: unknown dtype code {code}")
-    seqs, docs = struct.unpack("<QQ", head[18:34])
-    return _DTYPES[code], seqs, docs - 1
+    if head.code not in megatron_index.DTYPES:
+        raise MixtureError(f"{idx_path}: unknown dtype code {head.code}")
+    return megatron_index.DTYPES[head.code], head.sequences, head.doc_entries - 1
 
 
 def _tokens(idx_path: str, seqs: int) -> int:
     import numpy as np
 
-    lengths: Any = np.memmap(idx_path, dtype=np.int32, mode="r", offset=34, shape=(seqs,)) if seqs else []
+    offset = megatron_index.HEADER_SIZE
+    lengths: Any = np.memmap(idx_path, dtype=np.int32, mode="r", offset=offset, shape=(seqs,)) if seqs else []
     return int(np.sum(lengths, dtype=np.int64))
 
 

@@ -1,14 +1,22 @@
-"""Where corpus files live: a local/shared path or ``s3://bucket/prefix``. Listing, sizes and streamed opening.
+"""Where data lives and how its bytes are read: local/shared paths, ``s3://`` objects and, for getdata, http(s).
+
+Corpus files: listing, sizes and streamed opening. Downloads (``chunks_from``): one transport per scheme yields an
+object's bytes from an offset, so getdata resumes a dropped transfer where it stopped.
 
 S3 objects are read through ranged GETs (boto3), so a byte-range shard of a large JSONL object or a Parquet
 row group is fetched on its own and memory does not grow with the object. Credentials and the endpoint come
-from boto3's usual chain (``AWS_*`` variables, profiles, instance roles); none of them is written anywhere.
+from boto3's usual chain (``AWS_*`` variables such as ``AWS_ENDPOINT_URL_S3``, profiles, instance roles); none of
+them is written anywhere. One S3 client serves listing, ranged reads and downloads.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 from typing import IO, Any
 
@@ -24,11 +32,16 @@ def split_s3(url: str) -> tuple[str, str]:
     return bucket, key
 
 
-@lru_cache(maxsize=1)
 def _client() -> Any:
+    """The S3 client (boto3 loads only for S3 users), one per endpoint the environment names."""
+    return _client_for(os.environ.get("AWS_ENDPOINT_URL_S3") or None)
+
+
+@lru_cache(maxsize=4)
+def _client_for(endpoint: str | None) -> Any:
     import boto3
 
-    return boto3.client("s3")
+    return boto3.client("s3", endpoint_url=endpoint)
 
 
 class SourceError(ValueError):
@@ -117,3 +130,116 @@ def open_raw(path: str) -> IO[bytes]:
     if is_s3(path):
         return io.BufferedReader(_S3Range(path), buffer_size=8 << 20)
     return open(path, "rb")
+
+
+# ---------------------------------------------------------------- downloads: yield chunks from an offset
+CHUNK = 1 << 20
+TIMEOUT = 60.0
+
+
+class FetchError(RuntimeError):
+    """A file that could not be fetched or verified; the message names the URL and what to do."""
+
+
+
+def _host(url: str) -> tuple[str, str, int | None]:
+    u = urllib.parse.urlparse(url)
+    return u.scheme, (u.hostname or "").lower(), u.port
+
+
+class _SameHostAuth(urllib.request.HTTPRedirectHandler):
+    """Carry the bearer token across a redirect only to the same scheme, host and port."""
+
+    def __init__(self, origin: str, header: str):
+        self.origin, self.header = _host(origin), header
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None:
+            new.remove_header("Authorization")
+            if _host(new.full_url) == self.origin:
+                new.add_unredirected_header("Authorization", self.header)
+        return new
+
+
+def http_chunks(url: str, offset: int, on_total: Callable[[int | None], None],
+                 token: str | None = None, auth_name: str | None = None) -> Iterator[bytes]:
+    headers = {"User-Agent": "mtk-getdata", "Accept-Encoding": "identity"}
+    if offset:
+        headers["Range"] = f"bytes={offset}-"
+    req = urllib.request.Request(url, headers=headers)
+    handlers = []
+    if token:
+        bearer = f"Bearer {token}"
+        # Unredirected: urllib itself never forwards it; _SameHostAuth re-adds it for same-host hops only.
+        req.add_unredirected_header("Authorization", bearer)
+        handlers.append(_SameHostAuth(url, bearer))
+    try:
+        resp = urllib.request.build_opener(*handlers).open(req, timeout=TIMEOUT)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 416 and offset:  # nothing left to fetch
+            on_total(offset)
+            return
+        hint = ""
+        if exc.code in (401, 403):
+            hint = (f"; the token in {auth_name} (data.fetch[].auth) was refused — check that it grants access"
+                    if token else "; the server wants credentials: add auth: HF_TOKEN (or another name listed in "
+                    "cluster.secrets) to this data.fetch item")
+        raise FetchError(f"{url}: HTTP {exc.code} {exc.reason}{hint}") from None
+    with resp:
+        length = resp.headers.get("Content-Length")
+        if offset and resp.status == 206:
+            start = int((resp.headers.get("Content-Range") or "bytes 0-").split()[1].split("-")[0])
+            if start != offset:
+                raise Restart
+            on_total(offset + int(length) if length else None)
+        elif offset:
+            raise Restart  # server ignored Range: start over
+        else:
+            on_total(int(length) if length else None)
+        while chunk := resp.read(CHUNK):
+            yield chunk
+
+
+def _s3_chunks(url: str, offset: int, on_total: Callable[[int | None], None]) -> Iterator[bytes]:
+    parsed = urllib.parse.urlparse(url)
+    bucket, key = parsed.netloc, parsed.path.lstrip("/")
+    kwargs = {"Bucket": bucket, "Key": key}
+    if offset:
+        kwargs["Range"] = f"bytes={offset}-"
+    client = _client()
+    try:
+        obj = client.get_object(**kwargs)
+    except client.exceptions.NoSuchKey:
+        raise FetchError(f"{url}: no such S3 object") from None
+    on_total(offset + obj["ContentLength"])
+    body = obj["Body"]
+    while chunk := body.read(CHUNK):
+        yield chunk
+
+
+def _file_chunks(url: str, offset: int, on_total: Callable[[int | None], None]) -> Iterator[bytes]:
+    path = urllib.request.url2pathname(urllib.parse.urlparse(url).path) if url.startswith("file://") else url
+    if not os.path.isfile(path):
+        raise FetchError(f"{url}: file not found")
+    on_total(os.path.getsize(path))
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        while chunk := fh.read(CHUNK):
+            yield chunk
+
+
+class Restart(Exception):
+    """The server cannot resume at our offset: discard the part file and start again."""
+
+
+def chunks_from(url: str) -> Callable[[str, int, Callable[[int | None], None]], Iterator[bytes]]:
+    """The transport for ``url``: a function yielding its bytes from an offset, telling the total first."""
+    scheme = urllib.parse.urlparse(url).scheme
+    if scheme in ("http", "https"):
+        return http_chunks
+    if scheme == "s3":
+        return _s3_chunks
+    if scheme in ("file", ""):
+        return _file_chunks
+    raise FetchError(f"{url}: unsupported scheme '{scheme}'; use http(s)://, s3://, file:// or a local path")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from .spec.checks import data_parallel_size
+from .spec.parallel_checks import data_parallel_size
 
 if TYPE_CHECKING:
     from .spec import Job

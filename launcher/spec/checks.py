@@ -10,162 +10,34 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from mtk.megatron_index import pair_problem
+
 from .errors import Problem
+from .parallel_checks import (
+    global_batch_divisible,
+    gpus_divisible_by_model_parallel,
+    heads_divisible_by_tp,
+    layers_divisible_by_pp,
+    moe_sizes,
+    seq_fits_positions,
+    sequence_parallel_needs_tp,
+    spare_nodes_keep_the_batch,
+)
+from .safety_checks import credentials_by_reference, fetch_is_pinned, fetch_items_are_safe
 
 if TYPE_CHECKING:
     from .job import Job
 
 Check = Callable[["Job", "str | None"], list[Problem]]
-CHECKS: list[Check] = []
+# In the order problems are reported: the parallel arithmetic first.
+CHECKS: list[Check] = [gpus_divisible_by_model_parallel, heads_divisible_by_tp, layers_divisible_by_pp,
+                       global_batch_divisible, spare_nodes_keep_the_batch, seq_fits_positions,
+                       sequence_parallel_needs_tp, moe_sizes]
 
 
 def check(fn: Check) -> Check:
     CHECKS.append(fn)
     return fn
-
-
-def data_parallel_size(job: Job) -> int:
-    """DP = GPUs / (TP × PP × CP), as Megatron-Core derives it."""
-    p = job.parallel
-    return job.cluster.world_size // (p.tp * p.pp * p.cp)
-
-
-@check
-def gpus_divisible_by_model_parallel(job: Job, backend) -> list[Problem]:
-    p, c = job.parallel, job.cluster
-    mp = p.tp * p.pp * p.cp
-    if c.world_size % mp and c.min_nodes is None:  # a spare-node range: spare_nodes_keep_the_batch checks each count
-        return [Problem("cluster.procs_per_node", f"nodes × procs_per_node = {c.nodes} × {c.procs_per_node} = "
-                        f"{c.world_size} GPUs is not divisible by parallel.tp × pp × cp = {p.tp} × {p.pp} × {p.cp}"
-                        f" = {mp}; change the node count or the parallel sizes", c.world_size)]
-    return []
-
-
-@check
-def heads_divisible_by_tp(job: Job, backend) -> list[Problem]:
-    m, tp = job.model, job.parallel.tp
-    out = []
-    if m.num_attention_heads % tp:
-        out.append(Problem("model.num_attention_heads", f"{m.num_attention_heads} heads must be a multiple of "
-                           f"parallel.tp ({tp}); pick a tp that divides it", m.num_attention_heads))
-    if m.num_query_groups is not None and m.num_attention_heads % m.num_query_groups:
-        out.append(Problem("model.num_query_groups", f"must divide num_attention_heads "
-                           f"({m.num_attention_heads})", m.num_query_groups))
-    elif m.query_groups % tp and m.num_attention_heads % tp == 0:
-        out.append(Problem("model.num_query_groups", f"{m.query_groups} query groups must be a multiple of "
-                           f"parallel.tp ({tp})", m.query_groups))
-    if m.hidden_size % m.num_attention_heads:
-        out.append(Problem("model.hidden_size", f"must be a multiple of num_attention_heads "
-                           f"({m.num_attention_heads})", m.hidden_size))
-    return out
-
-
-@check
-def layers_divisible_by_pp(job: Job, backend) -> list[Problem]:
-    m, p = job.model, job.parallel
-    stages = p.pp * (p.virtual_pp or 1)
-    if m.num_layers % stages:
-        what = f"parallel.pp × virtual_pp ({p.pp} × {p.virtual_pp})" if p.virtual_pp else f"parallel.pp ({p.pp})"
-        return [Problem("model.num_layers", f"{m.num_layers} layers must be a multiple of {what}", m.num_layers)]
-    if p.virtual_pp and p.pp == 1:
-        return [Problem("parallel.virtual_pp", "interleaved stages need parallel.pp > 1", p.virtual_pp)]
-    return []
-
-
-@check
-def global_batch_divisible(job: Job, backend) -> list[Problem]:
-    t = job.train
-    dp = data_parallel_size(job)
-    if dp and t.global_batch_size % (t.micro_batch_size * dp):
-        return [Problem("train.global_batch_size", f"{t.global_batch_size} is not divisible by "
-                        f"train.micro_batch_size × data-parallel size = {t.micro_batch_size} × {dp} = "
-                        f"{t.micro_batch_size * dp}; use a multiple of it", t.global_batch_size)]
-    return []
-
-
-@check
-def spare_nodes_keep_the_batch(job: Job, backend) -> list[Problem]:
-    """With ``nodes: MIN:MAX`` every node count in the range must fit the parallel layout and the global batch
-    (DP and gradient accumulation are derived from the healthy nodes, the global batch is kept)."""
-    c, p, t = job.cluster, job.parallel, job.train
-    if c.min_nodes is None:
-        return []
-    shown = f"{c.min_nodes}:{c.nodes}"
-    if c.min_nodes > c.nodes:
-        return [Problem("cluster.nodes", f"the spare-node range MIN:MAX has MAX below MIN; write {c.nodes}:"
-                        f"{c.min_nodes}", shown)]
-    why = _backend(backend).spare_nodes_refused if backend else ""
-    if why:
-        return [Problem("cluster.nodes", f"a MIN:MAX range (spare nodes) is {why}; set a single count, e.g. "
-                        f"{c.nodes}", shown)]
-    mp, mb = p.tp * p.pp * p.cp, t.micro_batch_size
-    bad = []
-    for n in c.node_counts:
-        world = n * c.procs_per_node
-        if world % mp:
-            bad.append(f"{n} nodes: {world} processes not divisible by tp × pp × cp = {mp}")
-        elif t.global_batch_size % (mb * (world // mp)):
-            bad.append(f"{n} nodes: train.global_batch_size {t.global_batch_size} not divisible by micro_batch_size "
-                       f"× DP = {mb} × {world // mp}")
-    if bad:
-        return [Problem("cluster.nodes", "every node count in the spare-node range must keep the global batch ("
-                        + "; ".join(bad) + "); narrow the range or pick a global batch that all of them divide",
-                        shown)]
-    return []
-
-
-@check
-def seq_fits_positions(job: Job, backend) -> list[Problem]:
-    m = job.model
-    out = []
-    if m.max_position_embeddings is not None and m.seq_length > m.max_position_embeddings:
-        out.append(Problem("model.seq_length", f"exceeds model.max_position_embeddings "
-                           f"({m.max_position_embeddings}); lower it or raise max_position_embeddings",
-                           m.seq_length))
-    cp = job.parallel.cp
-    if cp > 1 and m.seq_length % (2 * cp):
-        out.append(Problem("model.seq_length", f"must be a multiple of 2 × parallel.cp ({2 * cp}) for context "
-                           "parallelism", m.seq_length))
-    return out
-
-
-@check
-def sequence_parallel_needs_tp(job: Job, backend) -> list[Problem]:
-    p = job.parallel
-    if p.sequence_parallel and p.tp == 1:
-        return [Problem("parallel.sequence_parallel", "needs parallel.tp > 1 (it shards activations over "
-                        "tensor-parallel ranks); set tp ≥ 2 or turn it off", True)]
-    return []
-
-
-@check
-def moe_sizes(job: Job, backend) -> list[Problem]:
-    moe, p = job.model.moe, job.parallel
-    out = []
-    if moe.num_experts == 0:
-        if p.ep > 1:
-            out.append(Problem("parallel.ep", "expert parallelism needs model.moe.num_experts > 0", p.ep))
-        return out
-    if moe.num_experts % p.ep:
-        out.append(Problem("model.moe.num_experts", f"{moe.num_experts} experts must be divisible by "
-                           f"parallel.ep ({p.ep})", moe.num_experts))
-    if moe.router_topk > moe.num_experts:
-        out.append(Problem("model.moe.router_topk", f"cannot exceed model.moe.num_experts ({moe.num_experts})",
-                           moe.router_topk))
-    world = job.cluster.world_size
-    if world % (p.tp * p.pp * p.ep):
-        out.append(Problem("parallel.ep", f"parallel.tp × pp × ep = {p.tp} × {p.pp} × {p.ep} must divide the "
-                           f"{world} GPUs (experts are sharded across data-parallel ranks)", p.ep))
-    if p.ep > 1 and p.cp > 1:
-        out.append(Problem("parallel.ep", "expert parallel together with context parallel is not supported "
-                           "by mtk yet; use one of them", p.ep))
-    if job.model.add_bias_linear and p.ep == 1 and p.tp == 1:
-        # megatron-core 0.19's expert MLP adds its bias in place onto the output of the (identity) TP reduce, which
-        # autograd forbids: the first training step dies ("... is a view and is being modified inplace").
-        out.append(Problem("model.add_bias_linear", "MoE experts with biases crash at the first training step (the "
-                           "local expert MLP adds its bias in place) when parallel.ep = 1 and parallel.tp = 1: "
-                           "set model.add_bias_linear: false, or parallel.ep > 1", True))
-    return out
 
 
 @check
@@ -247,134 +119,7 @@ def _backend(name: str):
     return backend_class(name)
 
 
-@check
-def credentials_by_reference(job: Job, backend) -> list[Problem]:
-    """A credential in ``cluster.env`` would be written in clear into job.json, scripts and manifests."""
-    from mtk.launcher.secrets import looks_secret
-
-    c, out = job.cluster, []
-    for name in c.env:
-        if looks_secret(name):
-            out.append(Problem(f"cluster.env.{name}", "looks like a credential: its value would be written in "
-                               "clear into job.json, the run scripts and the manifests. Remove it from cluster.env, "
-                               f"list it under cluster.secrets (cluster.secrets: [{name}]) and export {name} in the "
-                               "shell that launches (EKS: store it in a Kubernetes Secret)"))
-    seen: set[str] = set()
-    for i, ref in enumerate(c.secrets):
-        if ref.name in seen:
-            out.append(Problem(f"cluster.secrets.{i}.name", "listed twice; keep one entry", ref.name))
-        if ref.name in c.env:
-            out.append(Problem(f"cluster.secrets.{i}.name", f"also set in cluster.env.{ref.name}; a secret comes "
-                               "only from the environment (or Secret) it references", ref.name))
-        seen.add(ref.name)
-    return out
-
-
-@check
-def fetch_items_are_safe(job: Job, backend) -> list[Problem]:
-    """Fetch destinations stay inside data.dir; auth names a declared secret and never rides plain HTTP."""
-    import posixpath
-
-    out, secrets = [], set(job.cluster.secret_names)
-    for i, item in enumerate(job.data.fetch):
-        if item.path is not None:
-            norm = posixpath.normpath(item.path)
-            if posixpath.isabs(item.path) or norm == ".." or norm.startswith("../") or norm in (".", ""):
-                out.append(Problem(f"data.fetch.{i}.path", "must be a file path relative to data.dir that stays "
-                                   "inside it (no leading '/', no '..')", item.path))
-        if _url_carries_credentials(item.url):
-            out.append(Problem(f"data.fetch.{i}.url", "carries a credential (user:password@ or a token/signature "
-                               "parameter), which would be written into job.json and the manifests; put the token "
-                               "in a secret and reference it: auth: HF_TOKEN (listed in cluster.secrets)"))
-        if item.auth is not None:
-            if item.auth not in secrets:
-                out.append(Problem(f"data.fetch.{i}.auth", f"names no secret: add it to cluster.secrets "
-                                   f"(cluster.secrets: [{item.auth}]) so the value reaches the getdata step",
-                                   item.auth))
-            if not (item.url.startswith("https://") or _loopback(item.url)):
-                out.append(Problem(f"data.fetch.{i}.auth", "a token is only sent over https:// (or to this "
-                                   "machine's loopback address); fix the URL", item.url))
-    return out
-
-
-@check
-def fetch_is_pinned(job: Job, backend) -> list[Problem]:
-    """A fetch from a moving revision (a branch, ``latest``) without sha256 changes every later run's data
-    silently when upstream pushes; it must be pinned, or say that it trusts its first download."""
-    from .fetch_pins import moving_ref
-
-    out = []
-    for i, item in enumerate(job.data.fetch):
-        ref = moving_ref(item.url)
-        if ref and not item.sha256 and not item.trust_first_fetch:
-            out.append(Problem(f"data.fetch.{i}.url", f"names the moving revision {ref!r} and has no sha256: what "
-                               "it downloads changes whenever upstream pushes. Put a commit id in the URL and set "
-                               "sha256 (of the final, decompressed file), or set trust_first_fetch: true to have "
-                               "getdata record the first download's SHA-256 and refuse a later one that differs",
-                               item.url))
-    return out
-
-
-def _url_carries_credentials(url: str) -> bool:
-    import urllib.parse
-
-    parsed = urllib.parse.urlsplit(url)
-    if parsed.password or (parsed.username and parsed.scheme in ("http", "https")):
-        return True
-    from mtk.launcher.secrets import looks_secret
-
-    names = [k for k, _ in urllib.parse.parse_qsl(parsed.query, keep_blank_values=True)]
-    return any(looks_secret(k.replace("-", "_")) or "signature" in k.lower() for k in names)
-
-
-def _loopback(url: str) -> bool:
-    import ipaddress
-    import urllib.parse
-
-    host = urllib.parse.urlparse(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-_IDX_MAGIC = b"MMIDIDX\x00\x00"
-_ITEM_SIZES = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 8, 7: 4, 8: 2}  # Megatron's dtype codes -> bytes per token
-
-
-def indexed_pair_problem(prefix: str) -> str | None:
-    """What is wrong with a Megatron ``.idx``/``.bin`` pair, read from the headers and the last entry only:
-    a garbage index, an index of the wrong size, or a ``.bin`` shorter than the index says."""
-    import struct
-
-    idx, binf = prefix + ".idx", prefix + ".bin"
-    try:
-        with open(idx, "rb") as fh:
-            head = fh.read(34)
-            if len(head) < 34 or head[:9] != _IDX_MAGIC:
-                return f"{idx} is not a Megatron index file (bad header)"
-            version, code, n_seq, n_doc = struct.unpack("<QBQQ", head[9:34])
-            if version != 1 or code not in _ITEM_SIZES:
-                return f"{idx}: unknown index version {version} or dtype code {code}"
-            expected = 34 + 12 * n_seq + 8 * n_doc
-            actual = os.path.getsize(idx)
-            if actual != expected:
-                return f"{idx} is {actual} bytes but its header describes {expected} (truncated or damaged)"
-            if n_seq == 0:
-                return None
-            fh.seek(34 + 4 * (n_seq - 1))
-            (last_size,) = struct.unpack("<i", fh.read(4))
-            fh.seek(34 + 4 * n_seq + 8 * (n_seq - 1))
-            (last_ptr,) = struct.unpack("<q", fh.read(8))
-    except OSError as exc:
-        return f"{idx}: {exc.strerror}"
-    need = last_ptr + last_size * _ITEM_SIZES[code]
-    have = os.path.getsize(binf)
-    if last_size < 0 or last_ptr < 0 or have < need:
-        return f"{binf} is {have} bytes but {idx} needs {need} (truncated, or not the index's data file)"
-    return None
+CHECKS.extend([credentials_by_reference, fetch_items_are_safe, fetch_is_pinned])
 
 
 def _file_problems(job: Job) -> list[Problem]:
@@ -394,7 +139,7 @@ def _file_problems(job: Job) -> list[Problem]:
                 missing = True
                 out.append(Problem(f"data.blend.{i}.prefix", f"{prefix}{ext} does not exist; run preprocess "
                                    "first or fix the prefix (without .bin/.idx)", item.prefix))
-        damage = None if missing else indexed_pair_problem(prefix)
+        damage = None if missing else pair_problem(prefix)
         if damage:
             out.append(Problem(f"data.blend.{i}.prefix", f"{damage}; run preprocess again for this prefix",
                                item.prefix))

@@ -2,7 +2,7 @@
 
 A file fetched from ``…/resolve/main/…`` is whatever that branch holds on the day the data step runs: a push
 upstream changes the corpus or the tokenizer of every later run without a word. Such a URL needs a
-``sha256`` (or an explicit ``trust_first_fetch``), which ``checks.fetch_is_pinned`` enforces at validate.
+``sha256`` (or an explicit ``trust_first_fetch``), which ``safety_checks.fetch_is_pinned`` enforces at validate.
 """
 
 from __future__ import annotations
