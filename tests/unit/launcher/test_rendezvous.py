@@ -191,3 +191,11 @@ def test_signals_reach_only_training_workers():
         subprocess.run(["pkill", "-P", str(agent.pid)])
         agent.kill()
         agent.wait()
+
+
+def test_each_backend_parses_its_own_environment_in_precedence_order():
+    """Kubeflow's variables win over Slurm's, Slurm's over this machine alone; the generic layer only asks each
+    backend in turn."""
+    assert from_environment(job(2, 1), {**SLURM, **PET}).kind == "kubeflow-elastic"
+    assert from_environment(job(2, 1), SLURM).kind == "slurm"
+    assert from_environment(job(1, 2), {}).kind == "local"

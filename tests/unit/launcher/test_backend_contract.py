@@ -1,0 +1,45 @@
+"""The backend contract: one list of names, each backend's facts and rules behind it, refusals named."""
+
+from __future__ import annotations
+
+import pytest
+from mtk.launcher.backends import Backend, backend_class, backend_names, get_backend
+from mtk.launcher.spec import SpecError, validate
+
+TINY = {"name": "c", "model": {"preset": "tiny"}, "cluster": {"nodes": 1, "procs_per_node": 1, "device": "cpu"}}
+
+
+def test_one_list_of_names_the_default_first():
+    assert backend_names()[:3] == ["local", "slurm", "eks"]
+    assert all(issubclass(backend_class(n), Backend) and backend_class(n).name == n for n in backend_names())
+    with pytest.raises(KeyError, match="choose one of: local, slurm, eks"):
+        backend_class("nope")
+
+
+@pytest.mark.parametrize(("backend", "sets", "field"), [
+    ("local", {"nodes": 2}, "cluster.nodes"),
+    ("slurm", {"slurm": {"runtime": "bare", "venv": "/v", "conda_env": "c"}}, "cluster.slurm.conda_env"),
+    ("eks", {}, "image.registry"),
+])
+def test_each_backend_validates_its_own_rules(backend, sets, field):
+    data = {**TINY, "cluster": {**TINY["cluster"], **sets}}
+    assert field in [p.path for p in backend_class(backend).validate(validate(data))]
+    with pytest.raises(SpecError) as err:
+        validate(data, backend=backend)
+    assert field in [p.path for p in err.value.problems]
+
+
+def test_launch_options_are_refused_by_a_backend_without_steps_to_follow():
+    with pytest.raises(ValueError, match="follow the steps of an EKS launch; --backend slurm has no such steps"):
+        get_backend("slurm").launch_options(wait=True, timeout=None)
+    assert get_backend("local").launch_options(wait=None, timeout=None) == {}
+    assert get_backend("eks").launch_options(wait=None, timeout="30m") == {"wait": True, "timeout": 1800.0}
+    with pytest.raises(ValueError, match="--timeout bounds --wait"):
+        get_backend("eks").launch_options(wait=False, timeout="30m")
+
+
+def test_nsys_is_refused_where_no_backend_wires_it():
+    data = {**TINY, "debug": {"nsys": {"enabled": True}}}
+    with pytest.raises(SpecError, match=r"wired into the slurm backend only, not eks"):
+        validate({**data, "image": {"registry": "r.example"}}, backend="eks")
+    assert validate({**data, "cluster": {**TINY["cluster"], "slurm": {"runtime": "bare"}}}, backend="slurm")
