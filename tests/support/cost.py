@@ -31,7 +31,8 @@ COSTS: dict[str, tuple[str, frozenset[str]]] = {
 }
 HEAVY = (*COSTS, "integration")
 
-_MEGATRON = re.compile(r"^\s*(?:import|from)\s+megatron\b", re.M)
+# an import of megatron in the test, or in the code a test hands to a child Python (``"...\\nfrom megatron.core ..."``)
+_MEGATRON = re.compile(r"""(?:^\s*|\\n|["'])(?:import|from)\s+megatron\b""", re.M)
 _MEGATRON_TOP = re.compile(r"^(?:import|from)\s+megatron\b", re.M)
 # starting torchrun (not rendering its argv): the Megatron-LM runner, or ``-m torch.distributed.run`` in argv
 _TORCHRUN = re.compile(r"""\bmegatron_lm_run\b|["']-m["']\s*,\s*["']torch\.distributed\.run["']""")
