@@ -18,7 +18,7 @@ test: deps-test  ## the whole test suite: unit + integration (real Slurm, etcd, 
 	$(PYTHON) -m pytest tests --durations=25 $(PYTEST_ARGS)
 
 # Tests by cost: tests/support/cost.py marks every test from the fixtures and imports it uses
-# (slurm, docker, etcd, torchrun, fuzz, megatron, integration); `fast` = none of them: pure logic, no daemons.
+# (slurm, docker, etcd, torchrun, fuzz, megatron, workers, integration); `fast` = none of them: pure logic, no daemons.
 test-fast: deps-test  ## pure logic only (no daemons, no torchrun, no fuzzing, no megatron import)
 	$(PYTHON) -m pytest tests -m fast --durations=25 $(PYTEST_ARGS)
 

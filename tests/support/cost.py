@@ -28,6 +28,7 @@ COSTS: dict[str, tuple[str, frozenset[str]]] = {
     "torchrun": ("starts torchrun / multi-process training", frozenset({"tr", "indexed_corpus", "engine_root"})),
     "fuzz": ("property-based fuzzing with hypothesis (minutes)", frozenset()),
     "megatron": ("imports megatron-core (seconds of import, torch)", frozenset({"megatron_indexed", "megatron_write"})),
+    "workers": ("starts several worker processes at once (multi-process preprocess)", frozenset()),
 }
 HEAVY = (*COSTS, "integration")
 

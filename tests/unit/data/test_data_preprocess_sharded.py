@@ -59,6 +59,7 @@ def _reference(tmp: Path, bpe_dir: Path, docs: list[str], formats) -> dict:
     return preprocess(cfg, log=lambda _m: None)
 
 
+@pytest.mark.workers  # several preprocess processes at once
 def test_four_concurrent_tasks_over_jsonl_zst_parquet_merge_byte_identical(tmp_path, bpe_dir, docs, corpus_formats):
     ref = _reference(tmp_path, bpe_dir, docs, corpus_formats)
     job = _job(tmp_path, bpe_dir, "corpus", shards=4)
@@ -79,6 +80,7 @@ def test_four_concurrent_tasks_over_jsonl_zst_parquet_merge_byte_identical(tmp_p
     assert "nothing to do" in again.communicate(timeout=120)[0] and again.returncode == 0
 
 
+@pytest.mark.workers  # several preprocess processes at once
 def test_killed_task_redoes_only_its_unfinished_shards_and_merge_waits_for_it(tmp_path, bpe_dir, docs,
                                                                             corpus_formats):
     import signal
@@ -205,6 +207,7 @@ def test_empty_corpus_is_an_error_unless_allowed(tmp_path, bpe_dir, content):
     assert summary["docs"] == 0 and Path(summary["outputs"]["text"]["idx"]).stat().st_size == 34 + 8
 
 
+@pytest.mark.workers  # several preprocess processes at once
 def test_rendered_indexed_job_command_with_job_completion_index_builds_the_dataset(tmp_path, bpe_dir, docs,
                                                                                    corpus_formats):
     """The EKS Indexed Job, exercised for real: its pod command, run as local processes with the environment
@@ -254,6 +257,7 @@ def test_rendered_indexed_job_command_with_job_completion_index_builds_the_datas
                                                       for e in (".bin", ".idx")]
 
 
+@pytest.mark.workers  # several preprocess processes at once
 def test_s3_prefix_of_jsonl_zst_parquet_streams_to_the_same_bytes(tmp_path, bpe_dir, docs, corpus_formats,
                                                                   local_s3):
     """s3:// input through boto3 against moto's S3 server on 127.0.0.1 (ranged reads, byte-range shards)."""

@@ -32,6 +32,7 @@ def test_elastic_range_is_refused_with_the_fix():
     assert validate(eks("cluster.eks.min_nodes=2"), backend="eks").cluster.eks.min_nodes == 2
 
 
+@pytest.mark.megatron  # starts the training worker (torch + megatron-core)
 def test_a_smaller_world_is_what_the_refusal_prevents(tmp_path):
     """The hole itself: a rank started in a world smaller than the spec's stops at the world-size check."""
     job = validate(eks())

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import kubernetes_validate
+import pytest
 import yaml
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -22,6 +23,7 @@ def mtk(*args: str, env: dict | None = None, cwd=None) -> subprocess.CompletedPr
                           env={**os.environ, **(env or {})}, cwd=cwd)
 
 
+@pytest.mark.megatron  # mtk validate on a valid spec builds the model with megatron-core (child)
 def test_validate_refuses_a_credential_in_cluster_env_without_printing_it():
     out = mtk("validate", str(EXAMPLES / "tiny.yaml"), "--set", f"cluster.env.HF_TOKEN={TOKEN}")
     assert out.returncode == 2
@@ -35,6 +37,7 @@ def test_validate_refuses_a_credential_in_cluster_env_without_printing_it():
     assert out.returncode == 2 and "123456789" not in out.stderr
 
 
+@pytest.mark.megatron  # mtk validate on a valid spec builds the model with megatron-core (child)
 def test_secrets_by_reference_validate_and_print_names_only():
     out = mtk("validate", str(EXAMPLES / "tiny.yaml"), "--set", "cluster.secrets=[HF_TOKEN, WANDB_API_KEY]",
               env={"HF_TOKEN": TOKEN})

@@ -65,6 +65,7 @@ def parsed(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.megatron  # Megatron-LM's own parser in a child (the module fixture)
 def test_args_file_passes_megatron_lm_parser_and_checkpoint_checks(parsed, name):
     out, files, tmp = parsed
     r = out[name]

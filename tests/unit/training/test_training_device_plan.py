@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from mtk.launcher.spec import Job
 from mtk.training import device_plan, model, optimizer_state
@@ -64,6 +65,7 @@ def _validate(*args: str) -> str:
     return proc.stdout
 
 
+@pytest.mark.megatron  # mtk validate builds the model with megatron-core (child process)
 def test_validate_prints_what_a_gpu_run_will_use():
     out = _validate("examples/gpt-7.5b-p5-slurm.yaml", "--backend", "slurm")
     line = next(ln for ln in out.splitlines() if ln.startswith("device plan"))
@@ -72,6 +74,7 @@ def test_validate_prints_what_a_gpu_run_will_use():
     assert "if the image is without Transformer Engine: local layer spec" in out
 
 
+@pytest.mark.megatron  # mtk validate builds the model with megatron-core (child process)
 def test_validate_prints_the_cpu_plan_for_cpu_jobs():
     out = _validate("examples/tiny.yaml")
     assert "device plan (cpu/gloo):  local layer spec; fused: none; overlap: off" in out
