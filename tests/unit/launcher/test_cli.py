@@ -30,7 +30,9 @@ def test_help_imports_nothing_heavy():
     assert not {m for m in mods if m.split(".")[0] in HEAVY}
 
 
-@pytest.mark.parametrize("backend", ["local", "slurm", "eks"])
+# slurm and eks launches have megatron-core build the model first (a child process), local ones do not
+@pytest.mark.parametrize("backend", ["local", pytest.param("slurm", marks=pytest.mark.megatron),
+                                     pytest.param("eks", marks=pytest.mark.megatron)])
 def test_dry_run_imports_no_sdk(backend, tmp_path):
     spec = {"local": EXAMPLES / "tiny.yaml"}.get(backend, EXAMPLES / "tiny.yaml")
     sets = []
@@ -53,6 +55,7 @@ def test_dry_run_imports_no_sdk(backend, tmp_path):
     assert not {m for m in mods if m.split(".")[0] in ("torch", "megatron", "docker", "kubernetes", "boto3")}
 
 
+@pytest.mark.megatron  # mtk validate builds the model with megatron-core (child)
 def test_validate_prints_figures():
     out = subprocess.run(
         [sys.executable, "-m", "mtk", "validate", str(EXAMPLES / "tiny.yaml"), "-q"], capture_output=True, text=True
@@ -92,6 +95,7 @@ def test_render_is_deterministic(tmp_path):
     assert outs[0] == outs[1] and outs[0]
 
 
+@pytest.mark.megatron  # mtk validate builds the model with megatron-core (child)
 def test_job_file_defaults_to_mtk_yaml(tmp_path):
     (tmp_path / "mtk.yaml").write_text((EXAMPLES / "tiny.yaml").read_text())
     out = subprocess.run([sys.executable, "-m", "mtk", "validate", "-q"], capture_output=True, text=True, cwd=tmp_path)

@@ -193,6 +193,7 @@ def _write_pair(prefix: Path, lengths: list[int], bin_bytes: int | None = None) 
     prefix.with_suffix(".bin").write_bytes(b"\0" * (pos if bin_bytes is None else bin_bytes))
 
 
+@pytest.mark.megatron  # the valid spec goes on to megatron-core's model build (child)
 def test_garbage_idx_and_truncated_bin_are_caught_by_the_file_check(tmp_path):
     sets = ["--set", f"data.dir={tmp_path}", "--set", "data.blend=[{prefix: c}]", "--check-files", "-q"]
     _write_pair(tmp_path / "c", [5, 7, 3])

@@ -76,6 +76,7 @@ def test_args_file_passes_megatron_lm_parser_and_checkpoint_checks(parsed, name)
                 "--use-checkpoint-args"} & set(megatron_lm.read_args_file(files[name]))
 
 
+@pytest.mark.megatron  # the module fixture runs Megatron-LM's parser in a child
 def test_rope_runs_carry_no_position_embedding_and_learned_ones_do_not(parsed):
     out, files, _tmp = parsed
     llama = out["llama_hf_blend_distopt_bf16"]["parsed"]
@@ -87,6 +88,7 @@ def test_rope_runs_carry_no_position_embedding_and_learned_ones_do_not(parsed):
     assert "--no-position-embedding" not in files["gpt_tp2"]
 
 
+@pytest.mark.megatron  # the module fixture runs Megatron-LM's parser in a child
 def test_data_and_tokenizer_come_from_the_job(parsed):
     out, _files, tmp = parsed
     gpt, llama = out["gpt_tp2"]["parsed"], out["llama_hf_blend_distopt_bf16"]["parsed"]
