@@ -105,7 +105,7 @@ class Backend:
     answer by comparing backend names."""
 
     name: ClassVar[str]
-    title: ClassVar[str] = ""  # how messages name it ("" : its name)
+    title: ClassVar[str] = ""  # how messages name it (default: its name)
     # The spec's paths (runs, data, checkpoints) are the cluster's and not visible from the launching machine: kept
     # as written, not checked for existence or writability here, and the run record is kept under ./runs/.
     remote_paths: ClassVar[bool] = False
