@@ -97,6 +97,7 @@ def test_megatron_flags_compressed_shards_and_shard_invariance(tmp_path, bpe_dir
     assert not list(tmp_path.glob("*.mtk-parts")), "parts are removed after success"
 
 
+@pytest.mark.megatron  # after the merge, --job builds the training index cache with megatron-core
 def test_job_spec_output_is_what_training_reads(tmp_path, bpe_dir, write_jsonl, capsys):
     import shutil
 
