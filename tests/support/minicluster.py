@@ -5,7 +5,8 @@ a private ``/etc/hosts`` can name the nodes and one ``kill -KILL`` of the namesp
 and every job step. Each slurmd gets its own UTS namespace (its own hostname), which torchrun's c10d
 rendezvous needs to decide which node hosts the store. Accounting is real too: a private MariaDB and
 ``slurmdbd`` in the same namespace, so ``sacct`` answers. Needs root, Debian's ``slurm-wlm`` (built with
-multiple-slurmd support), ``munge``, ``slurmdbd`` and ``mariadb-server``. Clients only need ``SLURM_CONF`` (see :meth:`MiniCluster.env`).
+multiple-slurmd support), ``munge``, ``slurmdbd`` and ``mariadb-server``. Clients only need ``SLURM_CONF``
+(see :meth:`MiniCluster.env`).
 
     PYTHONPATH=tests python -m support.minicluster DIR     # start, print the SLURM_CONF line, run until Ctrl-C
 """
