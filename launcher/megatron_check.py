@@ -204,10 +204,11 @@ def _scheduler_problems(job: Job) -> list[tuple[str, str]]:
 def _init_fake_world(job: Job) -> None:
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
-    from torch.testing._internal.distributed.fake_pg import FakeStore
 
     p = job.parallel
-    dist.init_process_group("fake", rank=0, world_size=job.cluster.world_size, store=FakeStore())
+    # torch's "fake" backend (no communication, one process plays rank 0 of the world): without a store,
+    # init_process_group sets up the backend and its store itself.
+    dist.init_process_group("fake", rank=0, world_size=job.cluster.world_size)
     ps.initialize_model_parallel(
         tensor_model_parallel_size=p.tp, pipeline_model_parallel_size=p.pp,
         virtual_pipeline_model_parallel_size=p.virtual_pp, context_parallel_size=p.cp,

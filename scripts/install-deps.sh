@@ -25,10 +25,10 @@ say() { echo "install-deps: $*" >&2; }
 
 install_debian_packages() {
   if [[ "$(id -u)" != 0 ]]; then
-    say "not root: skipping apt-get; integration tests need slurm-wlm munge etcd-server docker.io ..."
+    say "not root: skipping apt-get; integration tests need slurm-wlm munge slurmdbd mariadb-server etcd-server docker.io ..."
     return
   fi
-  local packages=(slurm-wlm munge etcd-server docker.io shellcheck squashfs-tools docker-registry
+  local packages=(slurm-wlm munge slurmdbd mariadb-server etcd-server docker.io shellcheck squashfs-tools docker-registry
                   apache2-utils debootstrap iproute2 procps util-linux)
   local missing=() p
   for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

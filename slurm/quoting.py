@@ -55,23 +55,3 @@ def directive_value(value: str, field: str) -> str:
         return value
     escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("#", "\\#")
     return f'"{escaped}"'
-
-
-def parse_directive_value(text: str) -> str:
-    """sbatch's reading of one ``#SBATCH`` value (mirrors ``_get_argument`` in sbatch/opt.c), for tests."""
-    out, quoted, escaped = [], False, False
-    for ch in text:
-        if ch in " \t\n\v\f\r" and not quoted:
-            break
-        if escaped:
-            out.append(ch)
-            escaped = False
-        elif ch == "\\":
-            escaped = True
-        elif ch == '"':
-            quoted = not quoted
-        elif ch == "#":
-            break
-        else:
-            out.append(ch)
-    return "".join(out)

@@ -97,7 +97,6 @@ class _PagedStashStub(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.paged_stash_copy_kernel = _gpu_only
         module.paged_stash_pop_kernel = _gpu_only
         module.__all__ = ["GLOBAL_BLOCK_SIZE", "paged_stash_copy_kernel", "paged_stash_pop_kernel"]
-        module.MTK_STUB = True
 
 
 def install_import_stubs() -> bool:

@@ -46,9 +46,11 @@ def _build_args(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--push", is_flag=True, help="Push to image.registry (ECR: repository created, token via boto3).")
 @click.option("--registry", default=None, help="Push to this registry instead of image.registry.")
 @click.option("--registry-host", default=None, metavar="HOST[:PORT]",
-              help="Send the push to this host (a mirror or test registry) while authenticating for --registry.")
+              help="Send the push to this host (a private registry or mirror reached under another name) while "
+                   "the image keeps image.registry's name and credentials.")
 @click.option("--ecr-endpoint", default=None, metavar="URL",
-              help="ECR API endpoint (e.g. a moto server); also MTK_ECR_ENDPOINT or AWS_ENDPOINT_URL_ECR.")
+              help="ECR API endpoint (e.g. an ECR interface VPC endpoint); also MTK_ECR_ENDPOINT or "
+                   "AWS_ENDPOINT_URL_ECR.")
 @click.option("--username", default=None, help="Registry user for a non-ECR registry.")
 @click.option("--password-stdin", is_flag=True,
               help=f"Read the registry password from stdin (or set {PASSWORD_ENV}); never pass it as an argument.")

@@ -13,15 +13,24 @@ from pathlib import Path
 from mtk.launcher import exitcodes
 
 # (substring of the upper-cased device name, canonical name, dense bf16 TFLOP/s); first match wins, so the
-# more specific names come first.
+# more specific names come first. Each figure is NVIDIA's published BF16 tensor-core peak WITHOUT sparsity (the
+# datasheets print the 2:4-sparsity figure, twice the dense one, with a footnote):
 PEAKS: tuple[tuple[str, str, float], ...] = (
+    # GB200 NVL72 datasheet: FP16/BF16 360 PFLOPS with sparsity for 72 GPUs -> 5 PF sparse, 2.5 PF dense per GPU
     ("GB200", "GB200", 2500.0),
+    # HGX B200 datasheet: FP16/BF16 36 PFLOPS with sparsity for 8 GPUs -> 4.5 PF sparse, 2.25 PF dense per GPU
     ("B200", "B200", 2250.0),
-    ("GH200", "GH200", 989.0),
-    ("H200", "H200", 989.0),
+    # GH200 Grace Hopper datasheet: the H100 SXM tensor cores and clocks (BF16 1,979 TFLOPS with sparsity)
+    ("GH200", "GH200", 989.4),
+    # H200 datasheet (SXM): BF16 1,979 TFLOPS with sparsity, the GH100 tensor cores of the H100 SXM -> 989.4
+    ("H200", "H200", 989.4),
+    # NVIDIA H100 Tensor Core GPU Architecture whitepaper, H100 PCIe: peak BF16 756 / 1,513 (sparse) TFLOPS
     ("H100 PCIE", "H100 PCIe", 756.0),
-    ("H100 NVL", "H100 NVL", 835.0),
-    ("H100", "H100 SXM", 989.0),
+    # H100 datasheet, H100 NVL column: BF16 1,671 TFLOPS with sparsity -> 835.5 dense
+    ("H100 NVL", "H100 NVL", 835.5),
+    # H100 whitepaper, H100 SXM5: peak BF16 989.4 / 1,978.9 (sparse) TFLOPS (datasheet: 1,979 with sparsity)
+    ("H100", "H100 SXM", 989.4),
+    # A100 datasheet: BFLOAT16 Tensor Core 312 TFLOPS (624 with sparsity)
     ("A100", "A100", 312.0),
 )
 

@@ -3,8 +3,10 @@
 munged, slurmctld and three slurmd (``node1``..``node3``) run inside one private pid + mount namespace so that
 a private ``/etc/hosts`` can name the nodes and one ``kill -KILL`` of the namespace holder ends every daemon
 and every job step. Each slurmd gets its own UTS namespace (its own hostname), which torchrun's c10d
-rendezvous needs to decide which node hosts the store. Needs root, Debian's ``slurm-wlm`` (built with
-multiple-slurmd support) and ``munge``. Clients only need ``SLURM_CONF`` (see :meth:`MiniCluster.env`).
+rendezvous needs to decide which node hosts the store. Accounting is real too: a private MariaDB and
+``slurmdbd`` in the same namespace, so ``sacct`` answers. Needs root, Debian's ``slurm-wlm`` (built with
+multiple-slurmd support), ``munge``, ``slurmdbd`` and ``mariadb-server``. Clients only need ``SLURM_CONF``
+(see :meth:`MiniCluster.env`).
 
     PYTHONPATH=tests python -m support.minicluster DIR     # start, print the SLURM_CONF line, run until Ctrl-C
 """
@@ -23,7 +25,8 @@ from pathlib import Path
 
 # Three nodes: a two-node job can lose one (hang, failed health check) and restart on the other two.
 NODES = {"node1": "127.0.1.1", "node2": "127.0.1.2", "node3": "127.0.1.3"}
-REQUIRED = ("munged", "slurmctld", "slurmd", "unshare", "setsid", "sinfo", "scontrol")
+REQUIRED = ("munged", "slurmctld", "slurmd", "slurmdbd", "mariadbd", "mariadb-install-db", "sacctmgr", "unshare",
+            "setsid", "sinfo", "scontrol")
 
 _SUPERVISOR = """\
 #!/bin/bash
@@ -34,6 +37,19 @@ mount --bind "$MINI_DIR/hosts" /etc/hosts
 munged --force --socket="$MINI_DIR/munge/munged.sock" --key-file="$MINI_DIR/munge/munge.key" \\
   --pid-file="$MINI_DIR/munge/munged.pid" --log-file="$MINI_DIR/log/munged.log" \\
   --seed-file="$MINI_DIR/munge/munged.seed"
+# Accounting: MariaDB (own datadir, loopback port, no grant tables: nothing but slurmdbd can reach it) and
+# slurmdbd, which finds slurmdbd.conf beside $SLURM_CONF; the cluster is registered before slurmctld starts.
+wait_port() {  # wait_port PORT WHAT: up to 60 s for a listener, else fail with the daemon's log
+  for _ in $(seq 600); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done
+  echo "$2 did not listen on $1" >&2; return 1
+}
+mariadbd --no-defaults --datadir="$MINI_DIR/db" --socket="$MINI_DIR/run/mysqld.sock" \
+  --pid-file="$MINI_DIR/run/mysqld.pid" --bind-address=127.0.0.1 --port="$MINI_DB_PORT" --user=root \
+  --skip-grant-tables --log-error="$MINI_DIR/log/mariadb.log" &
+wait_port "$MINI_DB_PORT" mariadbd
+SLURM_CONF="$MINI_DIR/slurm.conf" slurmdbd -D >>"$MINI_DIR/log/slurmdbd.out" 2>&1 &
+wait_port "$MINI_DBD_PORT" slurmdbd
+SLURM_CONF="$MINI_DIR/slurm.conf" sacctmgr -i add cluster "$MINI_CLUSTER" >>"$MINI_DIR/log/sacctmgr.out" 2>&1
 slurmctld -D -f "$MINI_DIR/slurm.conf" >>"$MINI_DIR/log/slurmctld.out" 2>&1 &
 for node in $MINI_NODES; do
   unshare --uts bash -c 'hostname "$1" && exec slurmd -D -N "$1" -f "$2"' slurmd-"$node" "$node" \\
@@ -63,10 +79,33 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def slurm_conf(root: Path, ctld_port: int, node_ports: dict[str, int], cpus: int = 2) -> str:
-    """A slurm.conf for the namespaced cluster: no accounting, no cgroups, fast scheduling for tests."""
+CLUSTER = "mtkmini"
+
+
+def slurmdbd_conf(root: Path, dbd_port: int, db_port: int) -> str:
+    """slurmdbd.conf: the accounting daemon on loopback, storing into the cluster's own MariaDB."""
+    return "\n".join([
+        "AuthType=auth/munge",
+        f"AuthInfo=socket={root}/munge/munged.sock",
+        "DbdHost=localhost",
+        "DbdAddr=127.0.0.1",
+        f"DbdPort={dbd_port}",
+        "SlurmUser=root",
+        f"PidFile={root}/run/slurmdbd.pid",
+        f"LogFile={root}/log/slurmdbd.log",
+        "StorageType=accounting_storage/mysql",
+        "StorageHost=127.0.0.1",
+        f"StoragePort={db_port}",
+        "StorageUser=root",
+        "StorageLoc=slurm_acct_db",
+    ]) + "\n"
+
+
+def slurm_conf(root: Path, ctld_port: int, node_ports: dict[str, int], cpus: int = 2, dbd_port: int = 0) -> str:
+    """A slurm.conf for the namespaced cluster: accounting through slurmdbd (so ``sacct`` works), no cgroups,
+    fast scheduling for tests."""
     lines = [
-        "ClusterName=mtkmini",
+        f"ClusterName={CLUSTER}",
         "SlurmctldHost=localhost(127.0.0.1)",
         f"SlurmctldPort={ctld_port}",
         "SlurmUser=root",
@@ -83,7 +122,10 @@ def slurm_conf(root: Path, ctld_port: int, node_ports: dict[str, int], cpus: int
         "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none",
         "JobAcctGatherType=jobacct_gather/none",
-        "AccountingStorageType=accounting_storage/none",
+        "AccountingStorageType=accounting_storage/slurmdbd",
+        "AccountingStorageHost=127.0.0.1",
+        f"AccountingStoragePort={dbd_port}",
+        f"AccountingStoragePass={root}/munge/munged.sock",
         "JobCompType=jobcomp/none",
         "SchedulerParameters=sched_interval=1,bf_interval=1",
         "SelectType=select/cons_tres",
@@ -124,7 +166,7 @@ class MiniCluster:
         missing = [tool for tool in REQUIRED if shutil.which(tool) is None]
         if missing:
             raise RuntimeError(f"cannot start the Slurm test cluster: {', '.join(missing)} not found; "
-                               "install the Debian packages slurm-wlm and munge")
+                               "install the Debian packages slurm-wlm, munge, slurmdbd and mariadb-server")
         if os.geteuid() != 0:
             raise RuntimeError("the Slurm test cluster needs root (namespaces, bind-mounted /etc/hosts)")
         root = self.root = Path(self.root).absolute()
@@ -139,12 +181,22 @@ class MiniCluster:
         if not key.exists():
             key.write_bytes(os.urandom(1024))
             key.chmod(0o400)
-        ctld, *ports = free_ports(1 + len(NODES))
-        self.conf.write_text(slurm_conf(root, ctld, dict(zip(NODES, ports, strict=True)), self.cpus_per_node))
+        ctld, dbd, db, *ports = free_ports(3 + len(NODES))
+        self.conf.write_text(slurm_conf(root, ctld, dict(zip(NODES, ports, strict=True)), self.cpus_per_node, dbd))
+        dbd_conf = root / "slurmdbd.conf"
+        dbd_conf.write_text(slurmdbd_conf(root, dbd, db))
+        dbd_conf.chmod(0o600)  # slurmdbd refuses a config others can read
+        if not (root / "db" / "mysql").is_dir():
+            out = subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={root / 'db'}", "--user=root",
+                                  "--auth-root-authentication-method=normal", "--skip-test-db"],
+                                 capture_output=True, text=True, timeout=300)
+            if out.returncode != 0:
+                raise RuntimeError(f"mariadb-install-db failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
         hosts = Path("/etc/hosts").read_text()
         (root / "hosts").write_text(hosts.rstrip("\n") + "\n" + "".join(f"{a} {n}\n" for n, a in NODES.items()))
         (root / "supervisor.sh").write_text(_SUPERVISOR)
-        env = {**os.environ, "MINI_DIR": str(root), "MINI_NODES": " ".join(NODES)}
+        env = {**os.environ, "MINI_DIR": str(root), "MINI_NODES": " ".join(NODES), "MINI_DB_PORT": str(db),
+               "MINI_DBD_PORT": str(dbd), "MINI_CLUSTER": CLUSTER}
         env.pop("SLURM_CONF", None)
         log = open(root / "log" / "supervisor.out", "ab")  # noqa: SIM115 - lives as long as the cluster
         self.proc = subprocess.Popen(

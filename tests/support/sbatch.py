@@ -2,7 +2,26 @@
 
 from __future__ import annotations
 
-from mtk.slurm.quoting import parse_directive_value
+
+def parse_directive_value(text: str) -> str:
+    """sbatch's reading of one ``#SBATCH`` value (the rules of ``_get_argument`` in
+    sbatch/opt.c), to check what a rendered directive means to sbatch."""
+    out, quoted, escaped = [], False, False
+    for ch in text:
+        if ch in " \t\n\v\f\r" and not quoted:
+            break
+        if escaped:
+            out.append(ch)
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == '"':
+            quoted = not quoted
+        elif ch == "#":
+            break
+        else:
+            out.append(ch)
+    return "".join(out)
 
 
 def directives(script: str) -> dict[str, list[str]]:

@@ -3,7 +3,9 @@ plain and an htpasswd registry on loopback, and moto's ECR server. Each starts h
 
 Nothing is pulled from the internet at build time: the base image is a debootstrap ``minbase`` rootfs plus
 Debian's python3/pip and mtk's core dependencies, imported with ``docker import``. It is cached as a tarball
-under ``$MTK_TEST_CACHE`` (default ``~/.cache/mtk-tests``) so only the first run pays for debootstrap.
+under ``$MTK_TEST_CACHE`` (default ``~/.cache/mtk-tests``) so only the first run pays for debootstrap;
+``$MTK_TEST_STORAGE_DRIVER`` (default ``overlay2``) picks the test dockerd's storage driver. Both are read here
+only: the package never reads a test-only setting (tests/unit/test_package_boundary.py).
 """
 
 from __future__ import annotations

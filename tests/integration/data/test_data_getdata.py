@@ -122,6 +122,10 @@ def test_server_ignoring_range_restarts_cleanly(tmp_path, server):
     handler.drop.add("/blob")
     fetch_all([FetchItem(url=f"{base}/blob")], str(tmp_path), progress=False, log=lambda _m: None)
     assert (tmp_path / "blob").read_bytes() == body
+    sent = int(len(body) * handler.drop_at)
+    # Dropped after `sent` bytes; the resume asked for the rest, got the whole body (Range ignored) and started
+    # over with a plain request instead of appending the whole body to the part.
+    assert handler.log == [("/blob", None), ("/blob", f"bytes={sent}-"), ("/blob", None)], handler.log
 
 
 def test_local_sources_gz_zst_and_the_entrypoint(tmp_path, server, capsys):
@@ -161,7 +165,20 @@ def test_s3_object_resumes_from_a_partial_download(tmp_path, local_s3):
     (tmp_path / "a.bin.part").write_bytes(body[:300_000])  # what a killed earlier run left
     (tmp_path / "a.bin.part.url").write_text("s3://corpus/shards/a.bin")
     item = FetchItem(url="s3://corpus/shards/a.bin", sha256=hashlib.sha256(body).hexdigest())
-    [res] = fetch_all([item], str(tmp_path), progress=False, log=lambda _m: None)
+    import boto3
+
+    answers = []  # what the S3 server answered each GetObject of the fetch (getdata uses boto3's default session)
+
+    def record(parsed, **_kw):
+        answers.append((parsed["ResponseMetadata"]["HTTPStatusCode"], parsed.get("ContentRange")))
+
+    events = boto3._get_default_session().events
+    events.register("after-call.s3.GetObject", record)
+    try:
+        [res] = fetch_all([item], str(tmp_path), progress=False, log=lambda _m: None)
+    finally:
+        events.unregister("after-call.s3.GetObject", record)
     assert res.status == "fetched" and (tmp_path / "a.bin").read_bytes() == body
+    assert answers == [(206, f"bytes 300000-{len(body) - 1}/{len(body)}")], "one ranged GET for the rest only"
     with pytest.raises(FetchError, match="no such S3 object"):
         fetch_all([FetchItem(url="s3://corpus/nope")], str(tmp_path), progress=False, log=lambda _m: None)

@@ -111,4 +111,9 @@ def test_side_files_never_follow_a_planted_symlink(tmp_path, http_servers):
     assert out.returncode == 0, out.stderr
     assert victim.read_text() == "mine\n" and (data / "g").read_bytes() == body and not (data / "g").is_symlink()
     assert "plain HTTP without a sha256" in out.stdout
-    json.loads((data / "f.txt.mtk-fetch.json").read_text())
+    # The record went to a fresh file where its planted .tmp link was: a real record of this fetch, not the victim.
+    record_file = data / "f.txt.mtk-fetch.json"
+    assert not record_file.is_symlink()
+    record = json.loads(record_file.read_text())
+    assert record["url"] == f"{plain.base}/f.txt" and record["sha256"] == hashlib.sha256(body).hexdigest()
+    assert record["size"] == len(body)

@@ -21,18 +21,21 @@ TINY = str(ROOT / "examples" / "tiny.yaml")
 pytestmark = pytest.mark.integration
 
 
-def mtk(*args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
-    out = subprocess.run([sys.executable, "-m", "mtk", *args], capture_output=True, text=True, timeout=timeout)
+def mtk(*args: str, check: bool = True, timeout: float = 600, env: dict[str, str] | None = None
+        ) -> subprocess.CompletedProcess:
+    out = subprocess.run([sys.executable, "-m", "mtk", *args], capture_output=True, text=True, timeout=timeout,
+                         env=env)
     if check and out.returncode != 0:
         raise AssertionError(f"mtk {' '.join(args)} exited {out.returncode}\n{out.stdout}\n{out.stderr}")
     return out
 
 
-def launch(runs: Path, name: str, *sets: str, follow: bool = True) -> tuple[subprocess.CompletedProcess, Path]:
+def launch(runs: Path, name: str, *sets: str, follow: bool = True,
+           env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, Path]:
     args = ["launch", TINY, "--backend", "local", "--set", f"name={name}", "--set", f"cluster.runs_dir={runs}"]
     for s in sets:
         args += ["--set", s]
-    out = mtk(*args, "--follow" if follow else "--no-follow")
+    out = mtk(*args, "--follow" if follow else "--no-follow", env=env)
     run_line = [line for line in out.stdout.splitlines() if line.startswith("run: ")][-1]
     return out, Path(run_line.removeprefix("run: "))
 
@@ -69,17 +72,47 @@ def test_launch_trains_and_reports(uninterrupted):
     assert run["backend"] == "local" and run["name"] == "straight"
 
 
+BLOCK_HOOK = """\
+# Test-only, written by tests/integration/launcher/test_local_backend.py: rank 0 stops making progress at
+# iteration 6 (after the checkpoint at 4), so the cancel always lands mid-run on any machine speed.
+import os
+
+if os.environ.get("RANK") == "0" and os.environ.get("MTK_TEST_BLOCK_MARK"):
+    import time
+
+    import mtk.training.loop as _loop
+
+    _original = _loop.Trainer.train_step
+
+    def _train_step(self):
+        if self.iteration == 6:
+            open(os.environ["MTK_TEST_BLOCK_MARK"], "w").close()
+            while True:
+                time.sleep(1)
+        return _original(self)
+
+    _loop.Trainer.train_step = _train_step
+"""
+
+
 def test_kill_and_relaunch_resumes_exactly(uninterrupted, tmp_path):
     _, straight_dir, _ = uninterrupted
     runs = tmp_path / "runs"
-    _, first = launch(runs, "resumed", "train.iterations=12", "train.checkpoint.save_interval=4", follow=False)
-    deadline = time.time() + 300
-    while tracker(runs, "resumed") < 4 and time.time() < deadline:
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(BLOCK_HOOK)
+    mark = tmp_path / "blocked.mark"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])),
+           "MTK_TEST_BLOCK_MARK": str(mark)}
+    _, first = launch(runs, "resumed", "train.iterations=12", "train.checkpoint.save_interval=4", follow=False,
+                      env=env)
+    deadline = time.time() + 600  # only fails a hung test
+    while not mark.exists() and time.time() < deadline:
         time.sleep(0.5)
-    assert tracker(runs, "resumed") >= 4, mtk("logs", str(first)).stdout[-3000:]
+    assert mark.exists(), mtk("logs", str(first)).stdout[-3000:]
     mtk("cancel", str(first))
     saved = tracker(runs, "resumed")
-    assert saved < 12, "the run finished before it could be killed; nothing to resume"
+    assert saved == 4, "rank 0 blocked at iteration 6: the checkpoint at 4 is the latest"
     states = json.loads(mtk("status", str(first), "--json").stdout)
     assert states[0]["state"] in ("CANCELLED", "FAILED")
 
@@ -94,9 +127,11 @@ def test_kill_and_relaunch_resumes_exactly(uninterrupted, tmp_path):
 def test_cancel_leaves_nothing_running(tmp_path):
     runs = tmp_path / "runs"
     _, run_dir = launch(runs, "cancelled", "train.iterations=500", follow=False)
-    deadline = time.time() + 120
+    deadline = time.time() + 600  # only fails a hung test
     while "iteration        1/" not in (run_dir / "logs" / "train.log").read_text() and time.time() < deadline:
         time.sleep(0.5)
+    assert "iteration        1/" in (run_dir / "logs" / "train.log").read_text(), "never trained: nothing to cancel"
+    assert [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p).count(str(run_dir))], "no process to end"
     runner = int(json.loads((run_dir / "run.json").read_text())["ids"]["runner"])
     mtk("cancel", str(run_dir))
     mtk("cancel", str(run_dir))  # safe to repeat

@@ -1,8 +1,8 @@
 """Hang and straggler detection for real: `mtk launch --backend local`, torchrun + gloo, two ranks.
 
 * A SIGSTOPped rank: the node's ``mtk-entrypoint train`` sees its heartbeat go quiet, writes state/hang.json
-  naming it, collects every rank's Python stacks into debug/ and exits with ``exitcodes.HANG`` long before
-  gloo's own timeout (600 s).
+  naming it, collects every rank's Python stacks into debug/ and exits with ``exitcodes.HANG`` (gloo's own
+  timeout, 600 s, would write no verdict and exit with another code).
 * A rank slowed by a sleep injected from outside the package (a ``sitecustomize`` on PYTHONPATH that this test
   writes; nothing in mtk knows about it) is named in metrics.jsonl, on the iteration line and by `mtk report`.
 """
@@ -24,7 +24,7 @@ from mtk.launcher import exitcodes
 
 ROOT = Path(__file__).resolve().parents[3]
 TINY = str(ROOT / "examples" / "tiny.yaml")
-GLOO_TIMEOUT_S = 600  # training/distributed.py: what a hang would cost without the watchdog
+GLOO_TIMEOUT_S = 600  # training/distributed.py: what ends a hang without the watchdog (no verdict file)
 
 pytestmark = pytest.mark.integration
 
@@ -84,19 +84,19 @@ def _sigstop_one_rank_and_check(run_dir: Path, timeout: float) -> None:
     assert beat.get("phase") == "step" and beat["deadline"] - beat["progress"] == pytest.approx(timeout), beat
 
     os.kill(beat["pid"], signal.SIGSTOP)
-    stopped = time.monotonic()
+    # A generous deadline that only fails a hung test. Which of the two ended the run is told by events, not by a
+    # stopwatch: the watchdog writes its verdict file and exits HANG; gloo's timeout writes none and exits otherwise.
+    deadline = time.time() + 2 * GLOO_TIMEOUT_S
     try:
-        while train_state(run_dir)["state"] == "RUNNING" and time.monotonic() - stopped < GLOO_TIMEOUT_S / 2:
+        while train_state(run_dir)["state"] == "RUNNING" and time.time() < deadline:
             time.sleep(0.5)
-        took = time.monotonic() - stopped
     finally:
         if Path(f"/proc/{beat['pid']}").exists():
             os.kill(beat["pid"], signal.SIGKILL)
     state = train_state(run_dir)
     log = (run_dir / "logs" / "train.log").read_text()
-    print(f"hang: SIGSTOP → exit {state['exit_code']} in {took:.1f}s (step timeout {timeout}s)")
     assert state["exit_code"] == exitcodes.HANG, log[-3000:]
-    assert took < GLOO_TIMEOUT_S / 4, f"took {took:.0f}s: that is gloo's timeout, not the watchdog"
+    assert (run_dir / exitcodes.HANG_FILE).exists(), "exit code without the watchdog's verdict"
 
     hang = json.loads((run_dir / exitcodes.HANG_FILE).read_text())
     host = socket.gethostname()
@@ -130,12 +130,19 @@ if os.environ.get("RANK") is not None and os.environ.get("RANK") == os.environ.g
 """
 
 
+# Two ranks: the median is their mean, so a rank's ratio is 2·t/(t + t_other) < 2. The injected 1 s dwarfs a tiny
+# model's forward even on a loaded machine (ratio ≥ 1.3, the default threshold, while the other rank's forward
+# stays under ~1.1 s); without the hook a ratio ≥ 1.9 needs one rank 19× slower than the other.
+SLOW_S = 1.0
+EVEN_THRESHOLD = 1.9
+
+
 def test_injected_sleep_names_the_straggler(tmp_path):
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(textwrap.dedent(SLOW_RANK_HOOK))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])),
-           "MTK_TEST_SLOW_RANK": "1", "MTK_TEST_SLOW_S": "0.25"}
+           "MTK_TEST_SLOW_RANK": "1", "MTK_TEST_SLOW_S": str(SLOW_S)}
     runs = tmp_path / "runs"
     # tp=1: two data-parallel ranks, so the forward section is local compute on each.
     out, run_dir = launch(runs, "slow", "parallel.tp=1", "train.iterations=8", "resilience.stragglers.interval=4",
@@ -157,7 +164,8 @@ def test_injected_sleep_names_the_straggler(tmp_path):
 def test_no_straggler_without_the_hook(tmp_path):
     runs = tmp_path / "runs"
     out, run_dir = launch(runs, "even", "parallel.tp=1", "train.iterations=4", "resilience.stragglers.interval=2",
-                          "resilience.stragglers.threshold=3", "train.checkpoint.save_interval=null", follow=True)
+                          f"resilience.stragglers.threshold={EVEN_THRESHOLD}", "train.checkpoint.save_interval=null",
+                          follow=True)
     gathers = [r for r in train_records(run_dir) if r["kind"] == "stragglers"]
     assert [g["iteration"] for g in gathers] == [2, 4]
     assert all(g["stragglers"] == [] for g in gathers), gathers

@@ -63,7 +63,8 @@ def test_wheel_imports_in_fresh_venv(wheel, tmp_path):
         for t in source_templates()
         if t.split("/")[1] in ("slurm", "k8s", "containers") and "/templates/" in t
     )
-    assert out.stdout.strip().split(",") == expected or (not expected and out.stdout.strip() == "")
+    assert expected, "the source tree has Jinja templates under slurm/, k8s/ and containers/: none found"
+    assert out.stdout.strip().split(",") == expected
     help_out = subprocess.run([env_dir / "bin" / "mtk", "--help"], capture_output=True, text=True)
     assert help_out.returncode == 0 and "launch" in help_out.stdout
     ep = subprocess.run([env_dir / "bin" / "mtk-entrypoint", "--help"], capture_output=True, text=True)

@@ -4,7 +4,6 @@ failures, sbatch rejections, the Pyxis preflight, hostile paths, requeue on USR2
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -187,8 +186,6 @@ def test_singleton_successor_resumes_after_a_crash(harness, stub_venv):
 
 
 def test_status_reports_restart_count_and_job_ids(harness, stub_venv):
-    out = subprocess.run(["scontrol", "show", "config"], env=harness.env, capture_output=True, text=True)
-    assert "accounting_storage/none" in out.stdout  # status works without sacct
     run = harness.launch(harness.spec("plain"), *stub_sets(stub_venv), env={"MTK_STUB": "exit:0"})
     row = harness.wait_state(run, {"COMPLETED"}, timeout=60)
     assert row["id"] == harness.run_record(run)["ids"]["train"] and row["exit_code"] == 0

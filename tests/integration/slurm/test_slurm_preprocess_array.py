@@ -5,8 +5,8 @@ an array task killed mid-shard is redone alone (its finished shards kept) when t
 from __future__ import annotations
 
 import json
+import subprocess
 import sysconfig
-import time
 from pathlib import Path
 
 import pytest
@@ -103,7 +103,13 @@ def test_killed_array_task_is_redone_alone_on_relaunch(harness, mtk_venv, datase
 
     harness.wait("task 1 to finish a shard", lambda: task1_done() >= 1, timeout=300, every=0.02)
     harness.slurm("scancel", "--signal=KILL", f"{array_id}_1")
-    time.sleep(1)
+
+    def task1_ended() -> bool:  # the event the count waits for: the task is no longer pending, running or ending
+        out = subprocess.run(["squeue", "-h", "-t", "all", "-j", f"{array_id}_1", "-o", "%T"], capture_output=True,
+                             text=True, env=harness.env, timeout=60)
+        return out.returncode != 0 or out.stdout.strip() not in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING")
+
+    harness.wait("task 1 to end", task1_ended, timeout=300)
     kept = task1_done()
     assert 1 <= kept < len(of_1), "killed mid-way through its slice"
     harness.wait_state(run, {"CANCELLED"}, timeout=300)  # train: its dependency can no longer be met

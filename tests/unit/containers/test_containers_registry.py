@@ -1,4 +1,5 @@
-"""Registry helpers: ECR host parsing, idempotent repository creation (moto), secrets kept out of text."""
+"""Registry helpers: ECR host parsing, idempotent repository creation and login (moto's server), secrets kept
+out of text."""
 
 from __future__ import annotations
 
@@ -26,18 +27,32 @@ def test_secrets_never_render():
 
 @pytest.fixture
 def ecr(monkeypatch):
-    import moto
+    """moto's server (a real HTTP ECR API on 127.0.0.1, as elsewhere in the suite); yields (client, endpoint).
+    mtk reaches it the way a user reaches an ECR VPC endpoint: through the endpoint URL."""
+    import socket
+    import urllib.request
+
+    import boto3
+    from moto.server import ThreadedMotoServer
 
     for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
         monkeypatch.setenv(key, value)
-    with moto.mock_aws():
-        import boto3
-
-        yield boto3.client("ecr", region_name="us-east-1")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=30)
+        yield boto3.client("ecr", region_name="us-east-1", endpoint_url=endpoint), endpoint
+    finally:
+        server.stop()
 
 
 def test_repository_is_created_once(ecr):
+    ecr, _endpoint = ecr
     lines: list[str] = []
     assert ensure_ecr_repository(ecr, "mtk-megatron", "123456789012", lines.append) is True
     assert ensure_ecr_repository(ecr, "mtk-megatron", "123456789012", lines.append) is False
@@ -46,8 +61,10 @@ def test_repository_is_created_once(ecr):
 
 
 def test_ecr_login_returns_the_token_password_without_printing_it(ecr):
+    ecr, endpoint = ecr
     lines: list[str] = []
-    creds = ecr_login("123456789012.dkr.ecr.us-east-1.amazonaws.com", "mtk", None, None, lines.append)
+    creds = ecr_login("123456789012.dkr.ecr.us-east-1.amazonaws.com", "mtk", None, endpoint, lines.append)
+    assert [r["repositoryName"] for r in ecr.describe_repositories()["repositories"]] == ["mtk"]  # on that server
     token = ecr.get_authorization_token()["authorizationData"][0]["authorizationToken"]
     assert f"{creds.username}:{creds.password}" == base64.b64decode(token).decode()
     assert creds.username == "AWS" and not any(creds.password in line for line in lines)

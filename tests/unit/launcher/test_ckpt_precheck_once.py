@@ -3,6 +3,8 @@ one (its rank is known only after the rendezvous, and each pod has its own log);
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -38,7 +40,25 @@ def test_only_the_reporting_node_names_the_file(damaged, env, names_file):
     assert err.value.exit_code == 2
 
 
-def test_an_intact_or_absent_checkpoint_passes_on_every_node(tmp_path):
+NODES = ({}, {"SLURM_JOB_ID": "7", "SLURM_NODEID": "1"})
+INTACT = Path(__file__).resolve().parents[2] / "fixtures" / "megatron_lm" / "plain_tp2"  # written by Megatron-LM
+
+
+def test_an_absent_checkpoint_passes_on_every_node(tmp_path):
     job = load_job(TINY, [f"train.checkpoint.dir={tmp_path / 'none'}"])
-    for env in ({}, {"SLURM_JOB_ID": "7", "SLURM_NODEID": "1"}):
+    for env in NODES:
         check_resume_checkpoint_once(job, str(tmp_path), env)
+
+
+def test_an_intact_checkpoint_passes_on_every_node_and_the_same_one_truncated_does_not(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(INTACT / "checkpoints", ckpt)
+    overrides = json.loads((INTACT / "fixture.json").read_text())["mtk_overrides"]
+    job = load_job(TINY, [*overrides, f"train.checkpoint.dir={ckpt}"])
+    for env in NODES:
+        check_resume_checkpoint_once(job, str(tmp_path), env)
+    # The same checkpoint with one shard cut short: the pass above was a real check, not a skipped one.
+    shard = next((ckpt / "iter_0000004").glob("*.distcp"))
+    shard.write_bytes(shard.read_bytes()[:100])
+    with pytest.raises(CheckpointDamaged, match=shard.name):
+        check_resume_checkpoint_once(job, str(tmp_path), {})

@@ -167,28 +167,34 @@ def test_kubeflow_stop_exits_zero_so_onfailure_does_not_restart():
 
 def test_signals_reach_only_training_workers():
     """A fake agent with one 'rank' (LOCAL_RANK set) and one helper process: only the rank is selected."""
+    import os
+    import signal
     import subprocess
     import sys
-    import time
 
     from mtk.launcher.train_step import training_workers
 
+    # Each child says it is up (its interpreter runs, its environment is final) before the agent names them.
+    child = "print('up', flush=True); import time; time.sleep(60)"
     code = (
         "import os, subprocess, sys, time\n"
         "env = dict(os.environ, LOCAL_RANK='0')\n"
-        "a = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], env=env)\n"
-        "b = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"a = subprocess.Popen([sys.executable, '-c', {child!r}], env=env, stdout=subprocess.PIPE, text=True)\n"
+        f"b = subprocess.Popen([sys.executable, '-c', {child!r}], stdout=subprocess.PIPE, text=True)\n"
+        "assert a.stdout.readline() == b.stdout.readline() == 'up\\n'\n"
         "print(a.pid, b.pid, flush=True)\n"
         "time.sleep(60)\n"
     )
     agent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    rank = helper = 0
     try:
         rank, helper = map(int, agent.stdout.readline().split())
-        time.sleep(0.2)
         assert training_workers(agent.pid) == [rank]
         assert helper not in training_workers(agent.pid)
     finally:
-        subprocess.run(["pkill", "-P", str(agent.pid)])
+        for pid in (rank, helper):
+            if pid:
+                os.kill(pid, signal.SIGKILL)
         agent.kill()
         agent.wait()
 

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import kubernetes_validate
@@ -144,12 +143,24 @@ def test_local_cancel_leaves_a_reused_pid_alone(tmp_path):
     from mtk.launcher.local import LocalBackend
     from mtk.launcher.runs import Run
 
-    other = subprocess.Popen(["sleep", "60"], start_new_session=True)  # the "reused" pid: an unrelated group
+    # The "reused" pid: an unrelated group that reports every catchable signal and answers a ping. cancel()
+    # signals synchronously, so a signal it sent is handled before the ping written after it returns is read;
+    # a SIGKILL ends the process (no answer).
+    code = ("import signal, sys\n"
+            "for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):\n"
+            "    signal.signal(s, lambda n, f: print('signal', n, flush=True))\n"
+            "print('ready', flush=True)\n"
+            "for line in sys.stdin:\n"
+            "    print('pong', flush=True)\n")
+    other = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                             start_new_session=True)
     try:
+        assert other.stdout.readline() == "ready\n"
         run = Run(backend="local", run_dir=str(tmp_path), name="x", ids={"runner": str(other.pid)})
         LocalBackend().cancel(run)
-        time.sleep(0.3)
-        assert other.poll() is None, "cancel signalled a process that is not this run's runner"
+        other.stdin.write("ping\n")
+        other.stdin.flush()
+        assert other.stdout.readline() == "pong\n", "cancel signalled a process that is not this run's runner"
     finally:
         other.kill()
         other.wait()

@@ -17,8 +17,9 @@ import yaml
 from hypothesis import HealthCheck, Phase, assume, example, given, settings
 from hypothesis import strategies as st
 from mtk.launcher.spec import Job
-from mtk.slurm.quoting import directive_value, parse_directive_value, sh
+from mtk.slurm.quoting import directive_value, sh
 from mtk.slurm.render import render
+from support.sbatch import parse_directive_value
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 CANARY = "/tmp/mtk-slurm-quoting-canary"

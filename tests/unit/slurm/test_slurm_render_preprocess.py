@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 from mtk.launcher.paths import resolve_paths
 from mtk.launcher.spec import load_job
-from mtk.slurm.quoting import parse_directive_value
 from mtk.slurm.render import render
-from support.sbatch import directives
+from support.sbatch import directives, parse_directive_value
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 RUN = "/shared/runs/r1"

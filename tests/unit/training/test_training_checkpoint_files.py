@@ -80,11 +80,15 @@ def _job(**parallel_train):
                                "cluster": {"procs_per_node": 2}})
 
 
-def test_compatible_resumes_pass(tmp_path):
+def test_compatible_resumes_pass_with_the_plan_they_get(tmp_path):
     saved = {"topology": ck.topology(_job(tp=2, precision="fp32")), "precision": "fp32"}
-    ck.check_compatible(tmp_path, saved, _job(tp=1, pp=2, precision="fp32"))  # plain optimizer reshards
+    plan = ck.check_compatible(tmp_path, saved, _job(tp=1, pp=2, precision="fp32"))  # plain optimizer reshards
+    assert (plan.saved.tp, plan.saved.pp, plan.now.tp, plan.now.pp) == (2, 1, 1, 2)
+    assert plan.changed == {"parallel.tp": (2, 1), "parallel.pp": (1, 2)} and plan.distopt_sharding is None
+    assert not plan.restore_rng, "per-rank RNG states do not map onto another layout"
     saved = {"topology": ck.topology(_job(distributed_optimizer=True)), "precision": "bf16"}
-    ck.check_compatible(tmp_path, saved, _job(distributed_optimizer=True, precision="fp16"))
+    plan = ck.check_compatible(tmp_path, saved, _job(distributed_optimizer=True, precision="fp16"))
+    assert plan.changed == {} and plan.restore_rng and plan.distopt_sharding == "dp_zero_gather_scatter"
 
 
 @pytest.mark.parametrize(("saved_kw", "now_kw", "msg"), [

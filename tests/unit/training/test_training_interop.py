@@ -105,7 +105,10 @@ def test_init_from_ignores_megatron_lms_query_groups_without_gqa():
     args = megatron_lm.megatron_args(job, data_parallel_size=1, vocab_size=job.model.vocab_size,
                                      padded_vocab_size=1024, consumed_train_samples=0, iteration=1)
     args.group_query_attention, args.num_query_groups = False, 1  # Megatron-LM's defaults for plain MHA
-    checkpoint.check_same_model("ck", {"args": args}, job, 1024, "train.init_from")
+    checkpoint.check_same_model("ck", {"args": args}, job, 1024, "train.init_from")  # no error
+    args.group_query_attention = True  # the same count with GQA on is another model: refused
+    with pytest.raises(RuntimeError, match=r"train.init_from: .* num_query_groups=1 but this job has model"):
+        checkpoint.check_same_model("ck", {"args": args}, job, 1024, "train.init_from")
 
 
 def test_export_vocabulary_is_the_recorded_tokenizers():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -39,6 +40,8 @@ def test_the_same_run_restarted_elsewhere_takes_its_lease_back(tmp_path):
     root.mkdir()
     (root / lease.LEASE).write_text(json.dumps({"host": "node7", "pid": 1, "job_id": "41", "run_dir": "/runs/r1"}))
     me = lease.acquire(root, "/runs/r1")  # a requeued/successor job of the same run (Slurm runs them one at a time)
+    owner = json.loads((root / lease.LEASE).read_text())
+    assert owner == me and (owner["host"], owner["pid"]) == (socket.gethostname(), os.getpid()), owner
     lease.release(root, me)
 
 

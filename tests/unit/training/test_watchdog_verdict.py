@@ -4,10 +4,12 @@ once it exists (a stopped rank woken to dump its stacks must not look alive and 
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 from mtk.launcher import exitcodes
 from mtk.launcher.spec.resilience import WatchdogSpec
+from mtk.training import watchdog
 from mtk.training.watchdog import HangMonitor, Heartbeat, Verdict, heartbeat_dir, read_verdict
 
 BLAMED = [{"rank": 1, "host": "pod-1", "node": "node-b", "pid": 7, "phase": "step", "iteration": 7,
@@ -44,18 +46,32 @@ def test_a_monitor_adopts_the_verdict_another_node_declared_and_does_not_rewrite
     assert (tmp_path / exitcodes.HANG_FILE).read_text() == before
 
 
-def test_ranks_stop_publishing_once_a_hang_is_declared(tmp_path):
+def _wait(what: str, predicate, timeout: float = 60.0) -> None:
+    """Poll for an event; the deadline only fails a hung test."""
+    deadline = time.time() + timeout
+    while not predicate():
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_ranks_stop_publishing_once_a_hang_is_declared(tmp_path, monkeypatch):
+    """Events, not sleeps: the publisher's verdict checks are counted (each loop turn reads the verdict, then
+    publishes or not), and the flight-recorder dump marks the turn that saw the verdict."""
+    checks = []
+    noticed = threading.Event()
+    monkeypatch.setattr(watchdog, "read_verdict", lambda *a, **k: checks.append(1) or read_verdict(*a, **k))
+    monkeypatch.setattr(watchdog, "dump_flight_recorder", lambda *a: noticed.set())
     beat = Heartbeat(tmp_path, rank=0, spec=WatchdogSpec(interval=0.05))
     beat.start()
     try:
         path = heartbeat_dir(tmp_path) / "rank0.json"
-        time.sleep(0.3)
-        alive = json.loads(path.read_text())["alive"]
-        assert alive > time.time() - 0.3, "publishing while no hang is declared"
+        first = json.loads(path.read_text())["alive"]  # start() publishes once
+        _wait("a second publish", lambda: json.loads(path.read_text())["alive"] != first)
         _write_verdict(tmp_path, at=time.time())
-        time.sleep(0.2)
-        quiet = json.loads(path.read_text())["alive"]
-        time.sleep(0.4)
-        assert json.loads(path.read_text())["alive"] == quiet, "a rank published after the verdict"
+        _wait("the publisher to see the verdict", noticed.is_set)
+        quiet = path.read_text()
+        seen = len(checks)
+        _wait("three more publisher turns", lambda: len(checks) >= seen + 3)
+        assert path.read_text() == quiet, "a rank published after the verdict"
     finally:
         beat.stop()

@@ -1,9 +1,10 @@
 """The tests in this folder run Megatron-LM's own ``pretrain_gpt.py`` and so need a Megatron-LM tree, which a
-clean machine (CI) does not have: they are collected only when this folder or file is named on the command line
+clean machine (CI) does not have: they run only when this folder or file is named on the command line
 
-    .venv/bin/python -m pytest tests/integration/training/megatron_lm -q
+    .venv/bin/python -m pytest tests/integration/training/megatron_lm -q      (or: make test-megatron-lm)
 
-(``make test`` runs ``pytest tests`` and so leaves them out). Once collected they find the tree in
+Otherwise (``make test`` runs ``pytest tests``) they are collected and DESELECTED, which pytest counts in its
+summary line, and the terminal summary says which and why. Once selected they find the tree in
 ``$MEGATRON_LM_TREE`` or extract ``core_r0.19.0`` from the mirror, and fail (never skip) when there is none.
 What the default suite checks instead uses only committed data: ``tests/fixtures/megatron_lm`` (checkpoints and
 losses recorded by pretrain_gpt.py).
@@ -17,6 +18,9 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
+REASON = ("on demand: needs a Megatron-LM tree (MEGATRON_LM_TREE or the mirror); run "
+          "`make test-megatron-lm` or name tests/integration/training/megatron_lm")
+_LEFT_OUT = pytest.StashKey[list[str]]()
 
 
 def _named(config, path: Path) -> bool:
@@ -27,10 +31,22 @@ def _named(config, path: Path) -> bool:
     return False
 
 
-def pytest_ignore_collect(collection_path, config):
-    if collection_path.name.startswith("test_") and collection_path.suffix == ".py":
-        return not _named(config, Path(collection_path).resolve())
-    return None
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect this folder's tests unless the folder or their file was named; remember them for the summary."""
+    out = [i for i in items if HERE in Path(i.path).resolve().parents and not _named(config, Path(i.path).resolve())]
+    if not out:
+        return
+    config.stash[_LEFT_OUT] = [i.nodeid for i in out]
+    items[:] = [i for i in items if i not in out]
+    config.hook.pytest_deselected(items=out)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    left_out = config.stash.get(_LEFT_OUT, [])
+    if left_out:
+        terminalreporter.write_sep("-", f"{len(left_out)} deselected: {REASON}", yellow=True)
+        for nodeid in left_out:
+            terminalreporter.write_line(f"deselected {nodeid}")
 
 
 @pytest.fixture(scope="session")
