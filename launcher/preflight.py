@@ -181,10 +181,12 @@ def allreduce_check(health: NodeHealth, job, rank: int, world: int, host: str, p
             torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
         health.busbw_gbps = round(2 * (world - 1) / world * big.numel() * 4 / seconds / 1e9, 3) if world > 1 else None
-        floor = job.resilience.preflight.min_busbw_gbps
+        from .netenv import min_busbw_gbps
+
+        floor, why = min_busbw_gbps(job)
         if floor is not None and health.busbw_gbps is not None and health.busbw_gbps < floor:
-            health.problems.append(f"all-reduce bus bandwidth {health.busbw_gbps} GB/s is below "
-                                   f"resilience.preflight.min_busbw_gbps ({floor})")
+            health.problems.append(f"all-reduce bus bandwidth {health.busbw_gbps} GB/s is below the floor "
+                                   f"{floor} GB/s ({why}); set resilience.preflight.min_busbw_gbps to change it")
         everyone: list = [None] * world
         dist.all_gather_object(everyone, asdict(health))
         return everyone

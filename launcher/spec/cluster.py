@@ -52,6 +52,14 @@ class SlurmSpec(Section):
         3, ge=1, description="Guardrail: stop requeueing after N failures without checkpoint progress."
     )
     rdzv_port: int | None = Field(None, ge=1024, le=65535, description="c10d port (default: derived from the job id).")
+    gpu_request: Literal["auto", "gres", "none"] = Field(
+        "auto", description="GPU jobs: how training asks Slurm for GPUs. gres: '#SBATCH --gpus-per-node' (clusters "
+        "with GPU GRES, e.g. ParallelCluster); none: never (HyperPod without GRES rejects --gpus; --exclusive whole "
+        "nodes see every GPU); auto: mtk launch asks `sinfo -o %G` and adds --gpus-per-node only where the "
+        "partition's nodes have gpu GRES.")
+    hyperpod_auto_resume: bool = Field(
+        True, description="On a SageMaker HyperPod node (/opt/sagemaker_cluster exists) run training under "
+        "`srun --auto-resume=1`: HyperPod replaces a faulty node and restarts the step in place.")
     extra_sbatch: dict[str, str] = Field(
         default_factory=dict, description="More #SBATCH options, e.g. {constraint: a100}."
     )
