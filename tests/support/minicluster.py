@@ -31,6 +31,13 @@ _SUPERVISOR = """\
 set -eu
 cd "$MINI_DIR"
 mount --bind "$MINI_DIR/hosts" /etc/hosts
+if [ -n "${MINI_HYPERPOD:-}" ]; then
+  # A SageMaker HyperPod-like node: /opt/sagemaker_cluster exists inside this namespace only. /opt is replaced by a
+  # directory of links to the real /opt's entries plus the marker; the real /opt is never touched.
+  mkdir -p "$MINI_DIR/opt/sagemaker_cluster"
+  for entry in /opt/*; do [ -e "$entry" ] && ln -sfn "$entry" "$MINI_DIR/opt/${entry##*/}"; done
+  mount --bind "$MINI_DIR/opt" /opt
+fi
 munged --force --socket="$MINI_DIR/munge/munged.sock" --key-file="$MINI_DIR/munge/munge.key" \\
   --pid-file="$MINI_DIR/munge/munged.pid" --log-file="$MINI_DIR/log/munged.log" \\
   --seed-file="$MINI_DIR/munge/munged.seed"
@@ -108,6 +115,7 @@ class MiniCluster:
 
     root: Path
     cpus_per_node: int = 2
+    hyperpod: bool = False  # /opt/sagemaker_cluster exists for the daemons and jobs (the namespace's own /opt)
     proc: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
@@ -144,7 +152,8 @@ class MiniCluster:
         hosts = Path("/etc/hosts").read_text()
         (root / "hosts").write_text(hosts.rstrip("\n") + "\n" + "".join(f"{a} {n}\n" for n, a in NODES.items()))
         (root / "supervisor.sh").write_text(_SUPERVISOR)
-        env = {**os.environ, "MINI_DIR": str(root), "MINI_NODES": " ".join(NODES)}
+        env = {**os.environ, "MINI_DIR": str(root), "MINI_NODES": " ".join(NODES),
+               "MINI_HYPERPOD": "1" if self.hyperpod else ""}
         env.pop("SLURM_CONF", None)
         log = open(root / "log" / "supervisor.out", "ab")  # noqa: SIM115 - lives as long as the cluster
         self.proc = subprocess.Popen(
