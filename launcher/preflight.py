@@ -95,6 +95,21 @@ def parse_dcgm_diag(text: str) -> list[str]:
     return [m.group(1).strip() for m in re.finditer(r"\|\s*([^|]+?)\s*\|\s*Fail", text)]
 
 
+def _dcgm_diag(dcgmi: str) -> tuple[subprocess.CompletedProcess, bool]:
+    """``dcgmi diag -r 1``; in a container no DCGM host engine runs, so start one (and stop it after) when the
+    first attempt cannot connect and ``nv-hostengine`` is installed (the image installs both)."""
+    argv = [dcgmi, "diag", "-r", "1"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    engine = shutil.which("nv-hostengine")
+    if out.returncode == 0 or engine is None or "host engine" not in (out.stdout + out.stderr).lower():
+        return out, False
+    subprocess.run([engine], capture_output=True, text=True, timeout=60)
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=600), True
+    finally:
+        subprocess.run([engine, "--term"], capture_output=True, text=True, timeout=60)
+
+
 def tool_problems(job) -> tuple[list[str], list[dict]]:
     """nccl-tests and DCGM, only on GPU nodes where they are installed."""
     problems: list[str] = []
@@ -111,9 +126,10 @@ def tool_problems(job) -> tuple[list[str], list[dict]]:
             problems.append(f"nccl-tests all_reduce_perf: exit {out.returncode}, #wrong {wrong} on this node's GPUs")
     dcgmi = shutil.which("dcgmi")
     if dcgmi:
-        out = subprocess.run([dcgmi, "diag", "-r", "1"], capture_output=True, text=True, timeout=600)
+        out, started = _dcgm_diag(dcgmi)
         failed = parse_dcgm_diag(out.stdout)
-        checks.append({"name": "dcgmi diag -r 1", "rc": out.returncode, "failed": failed})
+        checks.append({"name": "dcgmi diag -r 1", "rc": out.returncode, "failed": failed,
+                       "hostengine": "started by the preflight" if started else "already running"})
         if failed:
             problems.append(f"DCGM diag failed: {', '.join(failed)}")
     return problems, checks
