@@ -326,10 +326,14 @@ def pytorchjob(job: Job, run: str, run_dir: str) -> dict:
     producer = "preprocess" if "preprocess" in job.steps() else "getdata"
     init = [_wait_for_data(job, mounts, waits_for, producer)] if waits_for else []
     if job.resilience.preflight.enabled:
-        # This node's half of the health gate (doctor, storage, GPU/EFA counts) before the trainer starts; the
-        # all-reduce across pods needs the rendezvous and runs on Slurm only.
+        # The health gate (doctor, storage, GPU/EFA counts, nccl-tests, DCGM, one all-reduce across the pods)
+        # before the trainer starts.
+        # The all-reduce across pods: ranks come from the run's etcd (the operator gives init containers none).
+        rdzv = [{"name": "MTK_PREFLIGHT_RDZV", "value": f"{names.etcd(run)}:{names.ETCD_PORT}"},
+                {"name": "MTK_PREFLIGHT_RDZV_ID", "value": f"{run}-preflight"},
+                {"name": "MTK_PREFLIGHT_NODES", "value": str(c.nodes)}]
         init.append({"name": "preflight", "image": job.image.reference,
-                     "command": step_command("preflight", run_dir), "env": container["env"],
+                     "command": step_command("preflight", run_dir), "env": container["env"] + rdzv,
                      "volumeMounts": mounts, **({"resources": resources} if resources else {})})
     for step in init:  # init containers run on the same node with the same image: same restrictions
         step.setdefault("securityContext", container["securityContext"])

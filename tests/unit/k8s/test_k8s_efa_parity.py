@@ -87,3 +87,13 @@ def test_etcd_image_is_pinned_by_digest():
     etcd = next(b for b in objs() if b["kind"] == "Deployment")
     image = etcd["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image.startswith("quay.io/coreos/etcd:v3.5.17@sha256:") and len(image.split("@sha256:")[1]) == 64
+
+
+def test_preflight_init_container_finds_its_peers_through_the_runs_etcd():
+    bodies = objs()
+    run = names.run_id(RUN_DIR)
+    init = {c["name"]: c for c in worker(bodies)["template"]["spec"]["initContainers"]}["preflight"]
+    env = {e["name"]: e.get("value") for e in init["env"]}
+    assert env["MTK_PREFLIGHT_RDZV"] == f"{names.etcd(run)}:{names.ETCD_PORT}"
+    assert env["MTK_PREFLIGHT_RDZV_ID"] == f"{run}-preflight" and env["MTK_PREFLIGHT_NODES"] == "2"
+    assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
