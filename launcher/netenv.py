@@ -42,8 +42,9 @@ class InstanceProfile:
     efa: int
     gpudirect_rdma: bool
     hopper_or_older: bool = True  # CUDA_DEVICE_MAX_CONNECTIONS=1 only helps (and is only required) here
-    # AWS's nccl-tests tuning (buffer size, P2P chunk size, the OFI tuner) is published for its EFA GPU
-    # instances with GPUDirect RDMA (p4d/p4de/p5/p5e/p5en/p6); not for g5/g6e.
+    # AWS's nccl-tests tuning (buffer size, P2P chunk size, the OFI tuner): its sbatch sets it whatever the p4d/p5
+    # instance type; mtk applies it to the EFA GPU instances with GPUDirect RDMA (p4d/p4de/p5/p5e/p5en/p6-b200), not
+    # to g5/g6e, for which AWS publishes no such tuning.
     aws_nccl_tuning: bool = False
     # NVLink SHARP exists on H100/H200 NVSwitch systems only (p5 family); AWS's Megatron-LM H100 sbatch turns it
     # off (NCCL's NVLS buffers cost GPU memory and need the fabric's multicast support).
@@ -106,11 +107,11 @@ def preset(job: Job) -> list[Setting]:
     if c.device != "gpu":
         return []
     out = [Setting("NCCL_SOCKET_IFNAME", SOCKET_IFNAME_EXCLUDE,
-                   "bootstrap/socket traffic never on loopback, docker bridges or veth pairs (AWS's images exclude "
-                   f"the same: {SRC_NCCL_TESTS.rsplit(' ', 1)[0]} nccl-tests.Dockerfile)"),
+                   "bootstrap/socket traffic never on loopback, docker bridges or veth pairs (AWS's image excludes "
+                   f"the same: {AWS} micro-benchmarks/nccl-tests/nccl-tests.Dockerfile)"),
            Setting("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1",
-                   "a failed NCCL collective aborts the process instead of hanging (torch's documented default "
-                   f"since 2.2; set for older images; {SRC_LLAMA2} sets its predecessor)")]
+                   "a failed or timed-out NCCL collective tears the process down instead of hanging, so the "
+                   f"restart logic can act ({SRC_LLAMA2} sets its older name NCCL_ASYNC_ERROR_HANDLING=1)")]
     profile = profile_of(job)
     if efa_count(job) > 0:
         out += [Setting("FI_PROVIDER", "efa", f"libfabric uses EFA, exported ({SRC_NCCL_TESTS}); AWS's Megatron "
