@@ -70,7 +70,7 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def slurm_conf(root: Path, ctld_port: int, node_ports: dict[str, int], cpus: int = 2) -> str:
+def slurm_conf(root: Path, ctld_port: int, node_ports: dict[str, int], cpus: int = 2, gpus: int = 0) -> str:
     """A slurm.conf for the namespaced cluster: no accounting, no cgroups, fast scheduling for tests."""
     lines = [
         "ClusterName=mtkmini",
@@ -102,9 +102,11 @@ def slurm_conf(root: Path, ctld_port: int, node_ports: dict[str, int], cpus: int
         "InactiveLimit=0",
         "SlurmdTimeout=60",
     ]
+    if gpus:  # count-only GPU GRES (gres.conf beside slurm.conf): Slurm schedules them, no device is behind them
+        lines.append("GresTypes=gpu")
     for name, addr in NODES.items():
         lines.append(f"NodeName={name} NodeHostname={name} NodeAddr={addr} Port={node_ports[name]} "
-                     f"CPUs={cpus} RealMemory=2000 State=UNKNOWN")
+                     f"CPUs={cpus} RealMemory=2000 State=UNKNOWN" + (f" Gres=gpu:{gpus}" if gpus else ""))
     lines.append(f"PartitionName=debug Nodes={','.join(NODES)} Default=YES MaxTime=INFINITE State=UP")
     return "\n".join(lines) + "\n"
 
@@ -116,6 +118,7 @@ class MiniCluster:
     root: Path
     cpus_per_node: int = 2
     hyperpod: bool = False  # /opt/sagemaker_cluster exists for the daemons and jobs (the namespace's own /opt)
+    gpus: int = 0  # GPU GRES per node (count only), as on a ParallelCluster GPU partition
     proc: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
@@ -148,7 +151,12 @@ class MiniCluster:
             key.write_bytes(os.urandom(1024))
             key.chmod(0o400)
         ctld, *ports = free_ports(1 + len(NODES))
-        self.conf.write_text(slurm_conf(root, ctld, dict(zip(NODES, ports, strict=True)), self.cpus_per_node))
+        self.conf.write_text(slurm_conf(root, ctld, dict(zip(NODES, ports, strict=True)), self.cpus_per_node,
+                                        self.gpus))
+        if self.gpus:
+            # gres/gpu counts device files: /dev/null stands for each (no cgroup constrains devices here).
+            (root / "gres.conf").write_text("".join(f"NodeName={n} Name=gpu File=/dev/null Count={self.gpus}\n"
+                                                    for n in NODES))
         hosts = Path("/etc/hosts").read_text()
         (root / "hosts").write_text(hosts.rstrip("\n") + "\n" + "".join(f"{a} {n}\n" for n, a in NODES.items()))
         (root / "supervisor.sh").write_text(_SUPERVISOR)

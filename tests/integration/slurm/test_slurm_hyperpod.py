@@ -1,5 +1,6 @@
 """Issue #26 on a real Slurm cluster: a GPU job (cluster.slurm.gpu_request auto, the default) is accepted by a
-cluster with no GRES configured (like HyperPod without GRES), where an explicit GPU request is refused; on a
+cluster with no GRES configured (like HyperPod without GRES), where an explicit GPU request is refused, and asks
+for GPUs on a cluster whose nodes have gpu GRES (count-only, like a ParallelCluster GPU partition); on a
 HyperPod-like node (``/opt/sagemaker_cluster`` present, in the test cluster's own mount namespace) the training srun
 gets ``--auto-resume=1``, on an ordinary node it does not.
 
@@ -83,3 +84,36 @@ def test_an_ordinary_node_gets_no_auto_resume(harness, stub_venv):
     training = [c for c in log.read_text().splitlines() if "mtk-entrypoint train " in c]
     assert len(training) == 1 and "--auto-resume" not in training[0]
     assert "hyperpod" not in (run / "state" / "events.log").read_text()
+
+
+@pytest.fixture(scope="module")
+def gres_cluster(tmp_path_factory):
+    cluster = MiniCluster(tmp_path_factory.mktemp("gres-cluster"), gpus=1)
+    cluster.start()
+    h = Harness(cluster, tmp_path_factory.mktemp("gres"))
+    yield h
+    drained(h)
+    cluster.stop()
+
+
+def test_auto_asks_for_gpus_where_the_partition_has_gpu_gres(gres_cluster, stub_venv):
+    h = gres_cluster
+    spec = h.spec("gres-auto", cluster={"device": "gpu", "procs_per_node": 1}, resilience={"preflight.enabled": False})
+    run = h.launch(spec, f"cluster.slurm.venv={stub_venv}", "cluster.slurm.requeue=false")
+    job_id = h.run_record(run)["ids"]["train"]
+    h.wait("the job to end", lambda: (run / "state" / "final").exists() and not h.active_jobs(), timeout=300)
+    assert (run / "state" / "final").read_text() == "completed\n"
+    assert "gpus-per-node" not in directives((run / "train.sbatch").read_text())  # the file stays the same
+    record = h.slurm("scontrol", "show", "job", "-o", job_id)
+    assert "gres:gpu:1" in record or "gres/gpu=1" in record, record  # asked at submit, as sinfo showed GRES
+
+
+def test_none_never_asks_even_where_gres_exists(gres_cluster, stub_venv):
+    h = gres_cluster
+    spec = h.spec("gres-none", cluster={"device": "gpu", "procs_per_node": 1}, resilience={"preflight.enabled": False})
+    run = h.launch(spec, f"cluster.slurm.venv={stub_venv}", "cluster.slurm.requeue=false",
+                   "cluster.slurm.gpu_request=none")
+    job_id = h.run_record(run)["ids"]["train"]
+    h.wait("the job to end", lambda: (run / "state" / "final").exists() and not h.active_jobs(), timeout=300)
+    record = h.slurm("scontrol", "show", "job", "-o", job_id)
+    assert "gres:gpu" not in record and "gres/gpu" not in record, record
