@@ -124,6 +124,9 @@ def _switches(image: ImageSpec) -> dict[str, str]:
         "gdrcopy_version": image.gdrcopy_version,
         "ofi_nccl": image.ofi_nccl,
         "aws_ofi_nccl_version": image.aws_ofi_nccl_version,
+        "install_nccl_tests": "1" if image.nccl_tests else "0",
+        "nccl_tests_version": image.nccl_tests_version,
+        "install_dcgm": "1" if image.dcgm else "0",
         "nccl_net_plugin": image.nccl_net_plugin or "",
         "megatron_core_version": image.megatron_core_version or "",
     }

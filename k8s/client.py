@@ -43,12 +43,13 @@ KINDS: dict[str, Kind] = {
     "Secret": Kind("CoreV1Api", "namespaced_secret"),
     "Service": Kind("CoreV1Api", "namespaced_service"),
     "Deployment": Kind("AppsV1Api", "namespaced_deployment"),
+    "NetworkPolicy": Kind("NetworkingV1Api", "namespaced_network_policy"),
     "Job": Kind("BatchV1Api", "namespaced_job"),
     "Pod": Kind("CoreV1Api", "namespaced_pod"),
     "PyTorchJob": Kind("CustomObjectsApi", "namespaced_custom_object", "pytorchjobs", "kubeflow.org", "v1"),
 }
 # Delete order for cancel: the training job first (stops the pods), the spec last.
-DELETE_ORDER = ("PyTorchJob", "Job", "Deployment", "Service", "ConfigMap")
+DELETE_ORDER = ("PyTorchJob", "Job", "Deployment", "Service", "NetworkPolicy", "ConfigMap")
 
 
 def load_api_client():

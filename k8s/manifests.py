@@ -122,10 +122,20 @@ def _volumes(job: Job, run: str, shm: bool) -> tuple[list[dict], list[dict]]:
     return volumes, mounts
 
 
+# No mtk pod talks to the Kubernetes API (launch, status and cancel run where `mtk` runs): no pod gets a token.
+# IRSA / EKS Pod Identity credentials come through their own projected volumes and are unaffected.
+NO_API_TOKEN = {"automountServiceAccountToken": False}
+# EFA memory registrations use 2 MiB huge pages; a pod asking for huge pages must also ask for memory (Kubernetes
+# validation). AWS's nccl-tests manifest (aws-samples/awsome-distributed-training micro-benchmarks/nccl-tests/
+# kubernetes/nccl-tests.yaml) asks 5120Mi hugepages-2Mi beside memory: 32000Mi; that is a floor for training, so
+# without cluster.eks.memory it is a request only (no limit: the trainer may use the node's memory).
+EFA_MEMORY_REQUEST = "32000Mi"
+
+
 def _pod_placement(job: Job, with_instance_type: bool) -> dict:
     """nodeSelector / tolerations / service account / pull secrets (secret names only, never values)."""
     e, c = job.cluster.eks, job.cluster
-    spec: dict = {}
+    spec: dict = dict(NO_API_TOKEN)
     selector = {}
     if with_instance_type and c.instance_type:
         selector[INSTANCE_TYPE_LABEL] = c.instance_type
@@ -176,7 +186,7 @@ def etcd_deployment(job: Job, run: str) -> dict:
         "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
         "volumeMounts": [{"name": "etcd-data", "mountPath": ETCD_DATA}],
     }
-    pod: dict = {"containers": [container], "volumes": [{"name": "etcd-data", "emptyDir": {}}]}
+    pod: dict = {"containers": [container], "volumes": [{"name": "etcd-data", "emptyDir": {}}], **NO_API_TOKEN}
     if e.tolerations:
         pod["tolerations"] = [dict(t) for t in e.tolerations]
     if e.image_pull_secrets:
@@ -186,6 +196,16 @@ def etcd_deployment(job: Job, run: str) -> dict:
             "spec": {"replicas": 1, "strategy": {"type": "Recreate"},
                      "selector": {"matchLabels": {names.LABEL_RUN: run, names.LABEL_COMPONENT: "etcd"}},
                      "template": {"metadata": {"labels": pod_labels}, "spec": pod}}}
+
+
+def etcd_network_policy(job: Job, run: str) -> dict:
+    """Only this run's pods reach its etcd (the rendezvous store holds who joins the training job)."""
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": _meta(job, run, names.etcd(run), "etcd"),
+            "spec": {"podSelector": {"matchLabels": {names.LABEL_RUN: run, names.LABEL_COMPONENT: "etcd"}},
+                     "policyTypes": ["Ingress"],
+                     "ingress": [{"from": [{"podSelector": {"matchLabels": {names.LABEL_RUN: run}}}],
+                                  "ports": [{"protocol": "TCP", "port": names.ETCD_PORT}]}]}}
 
 
 def data_job(job: Job, run: str, run_dir: str, step: str) -> dict:
@@ -261,16 +281,23 @@ def _wait_for_data(job: Job, mounts: list[dict], files: list[str], step: str) ->
 def _worker_resources(job: Job) -> dict:
     c, e = job.cluster, job.cluster.eks
     amounts: dict[str, str | int] = {}
-    if c.device == "gpu":  # a CPU job (CI, smoke test) uses neither GPUs nor EFA, like netenv
+    efa = efa_count(job) if c.device == "gpu" else 0  # a CPU job (CI, smoke test) uses neither, like netenv
+    if c.device == "gpu":
         amounts["nvidia.com/gpu"] = c.procs_per_node
-        efa = efa_count(job)
         if efa:
             amounts["vpc.amazonaws.com/efa"] = efa
+    if efa and e.hugepages:
+        amounts["hugepages-2Mi"] = e.hugepages
     if e.cpu:
         amounts["cpu"] = e.cpu
     if e.memory:
         amounts["memory"] = e.memory
-    return {"requests": dict(amounts), "limits": dict(amounts)} if amounts else {}
+    if not amounts:
+        return {}
+    requests = dict(amounts)
+    if "hugepages-2Mi" in amounts and not e.memory:
+        requests["memory"] = EFA_MEMORY_REQUEST
+    return {"requests": requests, "limits": dict(amounts)}
 
 
 def pytorchjob(job: Job, run: str, run_dir: str) -> dict:
@@ -299,10 +326,14 @@ def pytorchjob(job: Job, run: str, run_dir: str) -> dict:
     producer = "preprocess" if "preprocess" in job.steps() else "getdata"
     init = [_wait_for_data(job, mounts, waits_for, producer)] if waits_for else []
     if job.resilience.preflight.enabled:
-        # This node's half of the health gate (doctor, storage, GPU/EFA counts) before the trainer starts; the
-        # all-reduce across pods needs the rendezvous and runs on Slurm only.
+        # The health gate (doctor, storage, GPU/EFA counts, nccl-tests, DCGM, one all-reduce across the pods)
+        # before the trainer starts.
+        # The all-reduce across pods: ranks come from the run's etcd (the operator gives init containers none).
+        rdzv = [{"name": "MTK_PREFLIGHT_RDZV", "value": f"{names.etcd(run)}:{names.ETCD_PORT}"},
+                {"name": "MTK_PREFLIGHT_RDZV_ID", "value": f"{run}-preflight"},
+                {"name": "MTK_PREFLIGHT_NODES", "value": str(c.nodes)}]
         init.append({"name": "preflight", "image": job.image.reference,
-                     "command": step_command("preflight", run_dir), "env": container["env"],
+                     "command": step_command("preflight", run_dir), "env": container["env"] + rdzv,
                      "volumeMounts": mounts, **({"resources": resources} if resources else {})})
     for step in init:  # init containers run on the same node with the same image: same restrictions
         step.setdefault("securityContext", container["securityContext"])
@@ -331,7 +362,7 @@ def pytorchjob(job: Job, run: str, run_dir: str) -> dict:
 def build(job: Job, run_dir: str) -> list[Obj]:
     """Every object of the run, in apply order."""
     run = names.run_id(run_dir)
-    objs = [Obj("spec", spec_configmap(job, run)),
+    objs = [Obj("spec", spec_configmap(job, run)), Obj("etcd", etcd_network_policy(job, run)),
             Obj("etcd", etcd_service(job, run)), Obj("etcd", etcd_deployment(job, run))]
     objs += [Obj(step, data_job(job, run, run_dir, step)) for step in job.steps() if step in DATA_STEPS]
     objs.append(Obj("train", pytorchjob(job, run, run_dir)))

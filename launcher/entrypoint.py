@@ -25,6 +25,10 @@ STEPS: dict[str, tuple[str, str]] = {
 }
 
 
+# Steps that initialise CUDA (or start what does): checked for CUDA forward compatibility first.
+CUDA_STEPS = ("train", "worker", "doctor", "preflight")
+
+
 def usage() -> str:
     width = max(map(len, STEPS))
     lines = ["usage: mtk-entrypoint STEP [ARGS...]", "", "steps:"]
@@ -41,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     if step not in STEPS:
         print(f"mtk-entrypoint: unknown step '{step}'\n\n{usage()}", file=sys.stderr)
         return 2
+    if step in CUDA_STEPS:
+        from .cuda_compat import reexec_if_needed
+
+        reexec_if_needed(argv)
     try:
         module = importlib.import_module(STEPS[step][0])
         return int(module.main(rest) or 0)

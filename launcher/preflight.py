@@ -96,6 +96,21 @@ def parse_dcgm_diag(text: str) -> list[str]:
     return [m.group(1).strip() for m in re.finditer(r"\|\s*([^|]+?)\s*\|\s*Fail", text)]
 
 
+def _dcgm_diag(dcgmi: str) -> tuple[subprocess.CompletedProcess, bool]:
+    """``dcgmi diag -r 1``; in a container no DCGM host engine runs, so start one (and stop it after) when the
+    first attempt cannot connect and ``nv-hostengine`` is installed (the image installs both)."""
+    argv = [dcgmi, "diag", "-r", "1"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    engine = shutil.which("nv-hostengine")
+    if out.returncode == 0 or engine is None or "host engine" not in (out.stdout + out.stderr).lower():
+        return out, False
+    subprocess.run([engine], capture_output=True, text=True, timeout=60)
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=600), True
+    finally:
+        subprocess.run([engine, "--term"], capture_output=True, text=True, timeout=60)
+
+
 def tool_problems(job) -> tuple[list[str], list[dict]]:
     """nccl-tests and DCGM, only on GPU nodes where they are installed."""
     problems: list[str] = []
@@ -112,9 +127,10 @@ def tool_problems(job) -> tuple[list[str], list[dict]]:
             problems.append(f"nccl-tests all_reduce_perf: exit {out.returncode}, #wrong {wrong} on this node's GPUs")
     dcgmi = shutil.which("dcgmi")
     if dcgmi:
-        out = subprocess.run([dcgmi, "diag", "-r", "1"], capture_output=True, text=True, timeout=600)
+        out, started = _dcgm_diag(dcgmi)
         failed = parse_dcgm_diag(out.stdout)
-        checks.append({"name": "dcgmi diag -r 1", "rc": out.returncode, "failed": failed})
+        checks.append({"name": "dcgmi diag -r 1", "rc": out.returncode, "failed": failed,
+                       "hostengine": "started by the preflight" if started else "already running"})
         if failed:
             problems.append(f"DCGM diag failed: {', '.join(failed)}")
     return problems, checks
@@ -152,6 +168,42 @@ def group_from_environment(env: dict[str, str]) -> tuple[int, int, str, int] | N
     return None
 
 
+def rendezvous_from_environment(env: dict[str, str]) -> tuple[str, str, int] | None:
+    """(etcd endpoint, rendezvous id, nodes) for pods that learn their rank from the run's etcd (EKS: the
+    preflight init container gets no rank from the operator)."""
+    if "MTK_PREFLIGHT_RDZV" in env and "MTK_PREFLIGHT_RDZV_ID" in env and "MTK_PREFLIGHT_NODES" in env:
+        return env["MTK_PREFLIGHT_RDZV"], env["MTK_PREFLIGHT_RDZV_ID"], int(env["MTK_PREFLIGHT_NODES"])
+    return None
+
+
+def join_by_rendezvous(endpoint: str, run_id: str, nodes: int):
+    """(rank, world, master host, port) from torch's etcd-v2 rendezvous, or None when the others never come (a pod
+    restarted alone while its peers train): the node's own checks still decide then."""
+    from torch.distributed.elastic.rendezvous import RendezvousParameters, RendezvousTimeoutError
+    from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
+
+    params = RendezvousParameters(backend="etcd-v2", endpoint=endpoint, run_id=run_id, min_nodes=nodes,
+                                  max_nodes=nodes, join_timeout=str(INIT_TIMEOUT_S))
+    handler = get_rendezvous_handler(params)
+    try:
+        info = handler.next_rendezvous()
+    except RendezvousTimeoutError:
+        return None
+    if isinstance(info, tuple):  # torch < 2.4
+        store, rank, world = info
+    else:
+        store, rank, world = info.store, info.rank, info.world_size
+    # The rendezvous' etcd store cannot back a gloo/NCCL group itself: rank 0 publishes a TCP address through it.
+    if rank == 0:
+        host = socket.gethostbyname(socket.gethostname())
+        with socket.socket() as probe:
+            probe.bind((host, 0))
+            port = probe.getsockname()[1]
+        store.set("mtk-preflight-master", f"{host}:{port}")
+    host, _, port_text = store.get("mtk-preflight-master").decode().rpartition(":")
+    return rank, world, host, int(port_text)
+
+
 def allreduce_check(health: NodeHealth, job, rank: int, world: int, host: str, port: int) -> list[dict]:
     """Join the group, check an all-reduce result and time a large one; returns every node's health (on all)."""
     from datetime import timedelta
@@ -182,10 +234,12 @@ def allreduce_check(health: NodeHealth, job, rank: int, world: int, host: str, p
             torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
         health.busbw_gbps = round(2 * (world - 1) / world * big.numel() * 4 / seconds / 1e9, 3) if world > 1 else None
-        floor = job.resilience.preflight.min_busbw_gbps
+        from .netenv import min_busbw_gbps
+
+        floor, why = min_busbw_gbps(job)
         if floor is not None and health.busbw_gbps is not None and health.busbw_gbps < floor:
-            health.problems.append(f"all-reduce bus bandwidth {health.busbw_gbps} GB/s is below "
-                                   f"resilience.preflight.min_busbw_gbps ({floor})")
+            health.problems.append(f"all-reduce bus bandwidth {health.busbw_gbps} GB/s is below the floor "
+                                   f"{floor} GB/s ({why}); set resilience.preflight.min_busbw_gbps to change it")
         everyone: list = [None] * world
         dist.all_gather_object(everyone, asdict(health))
         return everyone
@@ -211,7 +265,15 @@ def main(argv: list[str] | None = None) -> int:
     job = load_job_json(args.job)
     health = node_checks(job, run_dir)
     group = group_from_environment(dict(os.environ))
-    if group is None:
+    rdzv = rendezvous_from_environment(dict(os.environ)) if group is None else None
+    joined = join_by_rendezvous(*rdzv) if rdzv else None
+    if rdzv and joined is None:
+        health.checks.append({"name": "all-reduce across nodes", "skipped": f"no full group of {rdzv[2]} "
+                              f"within {INIT_TIMEOUT_S} s (a pod restarted while its peers train)"})
+    if joined is not None:
+        health.node_rank = joined[0]
+        nodes = allreduce_check(health, job, *joined)
+    elif group is None:
         nodes = [asdict(health)]
     else:
         rank, world, host, port = group

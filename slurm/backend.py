@@ -21,7 +21,7 @@ from mtk.files import atomic_write
 
 from . import logfiles
 from .commands import JobInfo, Slurm
-from .render import job_base, plan, render, submit_argv
+from .render import gpus_requested_at_submit, job_base, plan, render, submit_argv
 
 if TYPE_CHECKING:
     from mtk.launcher.rendezvous import Rendezvous
@@ -102,6 +102,8 @@ class SlurmBackend(Backend):
         try:
             for sub in subs:
                 argv = submit_argv(sub, ids.get(sub.after or ""), bool(job.cluster.secrets))
+                if gpus_requested_at_submit(job, sub.step) and slurm.gpu_gres(s.partition):
+                    argv.insert(-1, f"--gpus-per-node={job.cluster.procs_per_node}")
                 ids[sub.step] = slurm.submit(argv, values)
         except BaseException:
             slurm.cancel(ids.values())

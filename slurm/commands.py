@@ -149,6 +149,12 @@ def parse_sacct(text: str) -> dict[str, JobInfo]:
     return jobs
 
 
+def has_gpu_gres(sinfo_gres: str) -> bool:
+    """``sinfo -h -o %G`` lines, e.g. ``gpu:8``, ``gpu:h100:8(S:0-1)``, ``(null)``: any gpu GRES at all."""
+    return any(re.match(r"^gpu(:|$)", item.strip()) for line in sinfo_gres.splitlines()
+               for item in line.split(","))
+
+
 class Slurm:
     """Slurm client calls for one cluster (``slurm_conf`` is used only when SLURM_CONF is not set)."""
 
@@ -193,6 +199,15 @@ class Slurm:
             return {}
         out = self.run(["sacct", "-n", "-X", "-P", "-o", "JobID,State,ExitCode,NodeList", f"--jobs={','.join(ids)}"])
         return parse_sacct(out.stdout) if out.returncode == 0 else {}
+
+    def gpu_gres(self, partition: str | None) -> bool:
+        """Whether the partition's (or the default partition's) nodes offer gpu GRES (``sinfo -o %G``)."""
+        argv = ["sinfo", "-h", "-o", "%G"] + ([f"--partition={partition}"] if partition else [])
+        out = self.run(argv)
+        if out.returncode != 0:
+            raise SlurmError(f"sinfo failed: {out.stderr.strip() or out.returncode} (cluster.slurm.gpu_request "
+                             "auto asks it whether the nodes have gpu GRES; set gres or none to skip the question)")
+        return has_gpu_gres(out.stdout)
 
     def hostnames(self, nodelist: str) -> list[str]:
         if not nodelist:

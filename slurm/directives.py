@@ -10,8 +10,8 @@ from .quoting import directive_value
 # Options mtk derives from the spec; extra_sbatch may not set them (the field to change instead).
 MANAGED: dict[str, str] = {
     "job-name": "name", "nodes": "cluster.nodes", "ntasks": "cluster.nodes",
-    "ntasks-per-node": "cluster.nodes (mtk runs one task per node)", "gpus-per-node": "cluster.procs_per_node",
-    "gpus": "cluster.procs_per_node", "cpus-per-task": "cluster.slurm.cpus_per_task",
+    "ntasks-per-node": "cluster.nodes (mtk runs one task per node)", "gpus-per-node": "cluster.slurm.gpu_request",
+    "gpus": "cluster.slurm.gpu_request", "cpus-per-task": "cluster.slurm.cpus_per_task",
     "time": "cluster.slurm.time", "partition": "cluster.slurm.partition", "account": "cluster.slurm.account",
     "qos": "cluster.slurm.qos", "exclusive": "cluster.slurm.exclusive", "mem": "cluster.slurm.mem",
     "output": "cluster.runs_dir", "error": "cluster.runs_dir", "open-mode": "cluster.runs_dir",
@@ -19,6 +19,7 @@ MANAGED: dict[str, str] = {
     "no-requeue": "cluster.slurm.requeue", "dependency": "cluster.slurm.singleton",
     "array": "(arrays are not supported)", "wrap": "(mtk writes the script)", "parsable": "(mtk submits)",
     "chdir": "(jobs run in the directory mtk launch ran in)", "export": "cluster.env",
+    "wait-all-nodes": "(mtk sets --wait-all-nodes=1 on training: no step starts before every node has booted)",
 }
 
 # Other sbatch long options (Slurm 22.05) a user may pass through extra_sbatch.
@@ -31,7 +32,7 @@ PASSTHROUGH = frozenset({
     "mem-per-gpu", "mincpus", "network", "nice", "no-kill", "nodefile", "nodelist", "ntasks-per-core",
     "ntasks-per-gpu", "ntasks-per-socket", "overcommit", "oversubscribe", "power", "priority", "profile",
     "propagate", "reboot", "reservation", "sockets-per-node", "spread-job", "switches", "thread-spec",
-    "threads-per-core", "time-min", "tmp", "use-min-nodes", "wait-all-nodes", "wckey",
+    "threads-per-core", "time-min", "tmp", "use-min-nodes", "wckey",
 })
 
 _KEY = re.compile(r"^[a-z][a-z0-9-]*$")

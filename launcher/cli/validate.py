@@ -56,6 +56,10 @@ def command(job_file, overrides, backend, check_files, quiet, by_megatron):
 
     for line in describe_for_validate(job):
         click.echo(line)
+    from ..netenv import describe as describe_network
+
+    for line in describe_network(job):
+        click.echo(line)
     click.echo(f"steps: {' -> '.join(job.steps())}")
     if note:
         click.echo(f"note: {note}")

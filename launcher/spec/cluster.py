@@ -52,6 +52,14 @@ class SlurmSpec(Section):
         3, ge=1, description="Guardrail: stop requeueing after N failures without checkpoint progress."
     )
     rdzv_port: int | None = Field(None, ge=1024, le=65535, description="c10d port (default: derived from the job id).")
+    gpu_request: Literal["auto", "gres", "none"] = Field(
+        "auto", description="GPU jobs: how training asks Slurm for GPUs. gres: '#SBATCH --gpus-per-node' (clusters "
+        "with GPU GRES, e.g. ParallelCluster); none: never (HyperPod without GRES rejects --gpus; --exclusive whole "
+        "nodes see every GPU); auto: mtk launch asks `sinfo -o %G` and adds --gpus-per-node only where the "
+        "partition's nodes have gpu GRES.")
+    hyperpod_auto_resume: bool = Field(
+        True, description="On a SageMaker HyperPod node (/opt/sagemaker_cluster exists) run training under "
+        "`srun --auto-resume=1`: HyperPod replaces a faulty node and restarts the step in place.")
     extra_sbatch: dict[str, str] = Field(
         default_factory=dict, description="More #SBATCH options, e.g. {constraint: a100}."
     )
@@ -104,7 +112,14 @@ class EksSpec(Section):
     tolerations: list[dict] = Field(default_factory=list)
     service_account: str | None = None
     image_pull_secrets: list[str] = Field(default_factory=list, description="Secret names only; never values.")
-    etcd_image: str = "quay.io/coreos/etcd:v3.5.17"
+    # By digest: a tag can be moved under a running fleet. The digest is the one another public deployment pins
+    # for this tag (no registry is reachable where mtk is developed to re-check it); override to re-pin.
+    etcd_image: str = Field(
+        "quay.io/coreos/etcd:v3.5.17@sha256:a055da833a7c013b836ed0822e8ec1f99b059658be255ad8d0fcd31b635ae3d6",
+        description="The rendezvous etcd (v2 API), pinned by digest.")
+    hugepages: str | None = Field(
+        "5120Mi", description="EFA jobs: hugepages-2Mi each worker requests (libfabric's EFA buffers; AWS's "
+        "nccl-tests manifest asks 5120Mi); null leaves them out.")
     max_restarts: int = Field(3, ge=0, description="Elastic restarts before the job fails.")
     min_nodes: int | None = Field(None, ge=1, description="Must equal nodes (default): elastic ranges are refused "
                                                           "because the engine needs the full world size.")
@@ -132,7 +147,7 @@ class EksSpec(Section):
             _k8s_subdomain(name, f"Secret name '{name}'")
         return v
 
-    @field_validator("shm_size", "cpu", "memory")
+    @field_validator("shm_size", "cpu", "memory", "hugepages")
     @classmethod
     def _quantity(cls, v: str | None) -> str | None:
         if v is not None and not _QUANTITY.match(v):

@@ -37,6 +37,11 @@ class ImageSpec(Section):
     ofi_nccl: Literal["auto", "always", "never"] = Field(
         "auto", description="Build aws-ofi-nccl: auto = only when the base has no working plugin (build arg OFI_NCCL).")
     aws_ofi_nccl_version: str = "v1.16.3"
+    nccl_tests: bool = Field(True, description="Build nccl-tests' all_reduce_perf, which the preflight runs on every "
+                             "GPU node (build arg INSTALL_NCCL_TESTS).")
+    nccl_tests_version: str = Field("v2.17.9", description="nccl-tests tag (AWS's nccl-tests image uses v2.17.9).")
+    dcgm: bool = Field(True, description="Install DCGM (dcgmi diag in the preflight) from NVIDIA's CUDA apt "
+                       "repository (build arg INSTALL_DCGM).")
     nccl_net_plugin: str | None = Field(
         "ofi", description="NCCL_NET_PLUGIN baked into the image (libnccl-net-<name>.so); None = the base's default.")
     megatron_core_version: str | None = Field(
@@ -45,7 +50,8 @@ class ImageSpec(Section):
                               "(torch excepted: the base brings its own CUDA build).")
     build_args: dict[str, str] = Field(default_factory=dict, description="Extra docker build args.")
 
-    @field_validator("efa_installer_version", "gdrcopy_version", "aws_ofi_nccl_version", "megatron_core_version")
+    @field_validator("efa_installer_version", "gdrcopy_version", "aws_ofi_nccl_version", "megatron_core_version",
+                     "nccl_tests_version")
     @classmethod
     def _version(cls, v: str | None) -> str | None:
         if v is not None and not _VERSION.match(v):

@@ -39,10 +39,12 @@ class StragglerSpec(Section):
 class PreflightSpec(Section):
     """The health gate (``mtk-entrypoint preflight``) every node passes before a Slurm training job trains."""
 
-    enabled: bool = Field(True, description="Run the gate before training on Slurm (`mtk launch --no-preflight` "
-                                            "turns it off); a failing node is excluded, too few healthy refuse.")
+    enabled: bool = Field(True, description="Run the gate before training on Slurm and EKS (`mtk launch "
+                                            "--no-preflight` turns it off); on Slurm a failing node is excluded, "
+                                            "too few healthy refuse.")
     allreduce_mb: float = Field(64.0, gt=0, le=4096, description="Size of the timed all-reduce (bus bandwidth).")
-    min_busbw_gbps: float | None = Field(None, gt=0, description="Fail nodes below this all-reduce bus bandwidth.")
+    min_busbw_gbps: float | None = Field(None, gt=0, description="Fail nodes below this all-reduce bus bandwidth "
+                                         "(GB/s); default: the instance type's floor (launcher/netenv.py).")
 
 
 class ResilienceSpec(Section):

@@ -34,6 +34,13 @@ _SUPERVISOR = """\
 set -eu
 cd "$MINI_DIR"
 mount --bind "$MINI_DIR/hosts" /etc/hosts
+if [ -n "${MINI_HYPERPOD:-}" ]; then
+  # A SageMaker HyperPod-like node: /opt/sagemaker_cluster exists inside this namespace only. /opt is replaced by a
+  # directory of links to the real /opt's entries plus the marker; the real /opt is never touched.
+  mkdir -p "$MINI_DIR/opt/sagemaker_cluster"
+  for entry in /opt/*; do [ -e "$entry" ] && ln -sfn "$entry" "$MINI_DIR/opt/${entry##*/}"; done
+  mount --bind "$MINI_DIR/opt" /opt
+fi
 munged --force --socket="$MINI_DIR/munge/munged.sock" --key-file="$MINI_DIR/munge/munge.key" \\
   --pid-file="$MINI_DIR/munge/munged.pid" --log-file="$MINI_DIR/log/munged.log" \\
   --seed-file="$MINI_DIR/munge/munged.seed"
@@ -101,7 +108,8 @@ def slurmdbd_conf(root: Path, dbd_port: int, db_port: int) -> str:
     ]) + "\n"
 
 
-def slurm_conf(root: Path, ctld_port: int, node_ports: dict[str, int], cpus: int = 2, dbd_port: int = 0) -> str:
+def slurm_conf(root: Path, ctld_port: int, node_ports: dict[str, int], cpus: int = 2, dbd_port: int = 0,
+               gpus: int = 0) -> str:
     """A slurm.conf for the namespaced cluster: accounting through slurmdbd (so ``sacct`` works), no cgroups,
     fast scheduling for tests."""
     lines = [
@@ -137,9 +145,11 @@ def slurm_conf(root: Path, ctld_port: int, node_ports: dict[str, int], cpus: int
         "InactiveLimit=0",
         "SlurmdTimeout=60",
     ]
+    if gpus:  # count-only GPU GRES (gres.conf beside slurm.conf): Slurm schedules them, no device is behind them
+        lines.append("GresTypes=gpu")
     for name, addr in NODES.items():
         lines.append(f"NodeName={name} NodeHostname={name} NodeAddr={addr} Port={node_ports[name]} "
-                     f"CPUs={cpus} RealMemory=2000 State=UNKNOWN")
+                     f"CPUs={cpus} RealMemory=2000 State=UNKNOWN" + (f" Gres=gpu:{gpus}" if gpus else ""))
     lines.append(f"PartitionName=debug Nodes={','.join(NODES)} Default=YES MaxTime=INFINITE State=UP")
     return "\n".join(lines) + "\n"
 
@@ -150,6 +160,8 @@ class MiniCluster:
 
     root: Path
     cpus_per_node: int = 2
+    hyperpod: bool = False  # /opt/sagemaker_cluster exists for the daemons and jobs (the namespace's own /opt)
+    gpus: int = 0  # GPU GRES per node (count only), as on a ParallelCluster GPU partition
     proc: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
@@ -182,7 +194,12 @@ class MiniCluster:
             key.write_bytes(os.urandom(1024))
             key.chmod(0o400)
         ctld, dbd, db, *ports = free_ports(3 + len(NODES))
-        self.conf.write_text(slurm_conf(root, ctld, dict(zip(NODES, ports, strict=True)), self.cpus_per_node, dbd))
+        self.conf.write_text(slurm_conf(root, ctld, dict(zip(NODES, ports, strict=True)), self.cpus_per_node, dbd,
+                                        self.gpus))
+        if self.gpus:
+            # gres/gpu counts device files: /dev/null stands for each (no cgroup constrains devices here).
+            (root / "gres.conf").write_text("".join(f"NodeName={n} Name=gpu File=/dev/null Count={self.gpus}\n"
+                                                    for n in NODES))
         dbd_conf = root / "slurmdbd.conf"
         dbd_conf.write_text(slurmdbd_conf(root, dbd, db))
         dbd_conf.chmod(0o600)  # slurmdbd refuses a config others can read
@@ -196,7 +213,7 @@ class MiniCluster:
         (root / "hosts").write_text(hosts.rstrip("\n") + "\n" + "".join(f"{a} {n}\n" for n, a in NODES.items()))
         (root / "supervisor.sh").write_text(_SUPERVISOR)
         env = {**os.environ, "MINI_DIR": str(root), "MINI_NODES": " ".join(NODES), "MINI_DB_PORT": str(db),
-               "MINI_DBD_PORT": str(dbd), "MINI_CLUSTER": CLUSTER}
+               "MINI_DBD_PORT": str(dbd), "MINI_CLUSTER": CLUSTER, "MINI_HYPERPOD": "1" if self.hyperpod else ""}
         env.pop("SLURM_CONF", None)
         log = open(root / "log" / "supervisor.out", "ab")  # noqa: SIM115 - lives as long as the cluster
         self.proc = subprocess.Popen(

@@ -1,8 +1,9 @@
 """`mtk build-image` for real: a private dockerd, a locally imported Python base, loopback registries, moto ECR.
 
 The offline build switches off the network-dependent steps with build args (INSTALL_EFA=0, INSTALL_GDRCOPY=0,
-OFI_NCCL=never, MEGATRON_CORE_VERSION=) and the test base already holds mtk's core dependencies, so RUN steps
-need no network (``--network none``). Everything else is the same Dockerfile the NGC build uses.
+INSTALL_NCCL_TESTS=0, INSTALL_DCGM=0, OFI_NCCL=never, MEGATRON_CORE_VERSION=) and the test base already holds
+mtk's core dependencies, so RUN steps need no network (``--network none``). Everything else is the same
+Dockerfile the NGC build uses.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ JOB = REPO / "examples" / "tiny.yaml"
 NAME = "mtk-test"
 OFFLINE = ["--network", "none", "--build-arg", "INSTALL_EFA=0", "--build-arg", "INSTALL_GDRCOPY=0",
            "--build-arg", "OFI_NCCL=never", "--build-arg", "MEGATRON_CORE_VERSION=",
+           "--build-arg", "INSTALL_NCCL_TESTS=0", "--build-arg", "INSTALL_DCGM=0",
            "--set", "image.extras=[]", "--set", f"image.name={NAME}", "--quiet"]
 CLI = "import sys; from mtk.launcher.cli import main; sys.exit(main(sys.argv[1:]))"
 STEP = re.compile(r"^\[\s*(\d+)/(\d+)\] (.*)$")

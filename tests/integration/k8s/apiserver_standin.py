@@ -23,6 +23,7 @@ COLLECTIONS = {
     ("", "v1", "configmaps"): "ConfigMap", ("", "v1", "services"): "Service", ("", "v1", "pods"): "Pod",
     ("", "v1", "secrets"): "Secret",
     ("apps", "v1", "deployments"): "Deployment", ("batch", "v1", "jobs"): "Job",
+    ("networking.k8s.io", "v1", "networkpolicies"): "NetworkPolicy",
     ("kubeflow.org", "v1", "pytorchjobs"): "PyTorchJob",
 }
 PATH = re.compile(r"^/(?:api/(?P<cv>v1)|apis/(?P<group>[^/]+)/(?P<gv>[^/]+))/namespaces/(?P<ns>[^/]+)/"

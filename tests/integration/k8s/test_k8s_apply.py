@@ -40,7 +40,8 @@ def test_submit_applies_in_order_and_waits(standin, k8s_jobs, kube_token, tmp_pa
     run_name = names.run_id(art.run_dir)
     s = standin.state
     patches = [(kind, name) for method, kind, name in _writes(s) if method == "PATCH"]
-    assert patches == [("ConfigMap", f"{run_name}-spec"), ("Service", f"{run_name}-etcd"),
+    assert patches == [("ConfigMap", f"{run_name}-spec"), ("NetworkPolicy", f"{run_name}-etcd"),
+                       ("Service", f"{run_name}-etcd"),
                        ("Deployment", f"{run_name}-etcd"), ("Job", f"{run_name}-getdata"),
                        ("Job", f"{run_name}-preprocess"), ("PyTorchJob", run_name)]
     # Server-side apply with mtk's field manager, authenticated with the kubeconfig's token.
@@ -168,7 +169,7 @@ def test_cancel_deletes_only_this_runs_objects_and_is_safe_to_repeat(standin, k8
     deleted = [(kind, name) for method, kind, name in _writes(s) if method == "DELETE"]
     assert deleted == [("PyTorchJob", run_name), ("Job", f"{run_name}-getdata"), ("Job", f"{run_name}-preprocess"),
                        ("Deployment", f"{run_name}-etcd"), ("Service", f"{run_name}-etcd"),
-                       ("ConfigMap", f"{run_name}-spec")]
+                       ("NetworkPolicy", f"{run_name}-etcd"), ("ConfigMap", f"{run_name}-spec")]
     deletes = [r for r in s.requests if r.method == "DELETE"]
     assert all(r.query.get("propagationPolicy") == "Background" for r in deletes)
     # Every DELETE was preceded by a label-selected list for its kind.

@@ -40,7 +40,7 @@ def test_launch_status_logs_cancel_through_the_cli(standin, kube_token, tmp_path
     record = json.loads((local / "run.json").read_text())
     assert record["backend"] == "eks" and record["extra"]["run_id"] == "tiny-20261122-020304"
     kinds = [r.kind for r in standin.state.requests if r.method == "PATCH"]
-    assert kinds == ["ConfigMap", "Service", "Deployment", "PyTorchJob"]
+    assert kinds == ["ConfigMap", "NetworkPolicy", "Service", "Deployment", "PyTorchJob"]
 
     status = _mtk("status", run_dir.name, "--json", cwd=tmp_path)  # by run name, from ./runs
     assert status.returncode == 0, status.stderr

@@ -54,15 +54,20 @@ def test_switches_become_build_arg_defaults_and_base_can_be_overridden():
     default = make_recipe(job(), REPO)
     assert "ARG BASE_IMAGE=nvcr.io/nvidia/pytorch:25.09-py3\nFROM ${BASE_IMAGE}\n" in default.dockerfile
     assert "ARG INSTALL_EFA=1\n" in default.dockerfile and "ARG MEGATRON_CORE_VERSION=0.19.2\n" in default.dockerfile
-    off = make_recipe(job("image.efa=false", "image.gdrcopy=false", "image.ofi_nccl=never",
+    off = make_recipe(job("image.efa=false", "image.gdrcopy=false", "image.ofi_nccl=never", "image.nccl_tests=false",
+                          "image.dcgm=false",
                           "image.megatron_core_version=null", "image.nccl_net_plugin=null"), REPO, base="local:py")
     text = off.dockerfile
     assert "ARG BASE_IMAGE=local:py\n" in text
-    for line in ("ARG INSTALL_EFA=0", "ARG INSTALL_GDRCOPY=0", "ARG OFI_NCCL=never", "ARG MEGATRON_CORE_VERSION="):
+    for line in ("ARG INSTALL_EFA=0", "ARG INSTALL_GDRCOPY=0", "ARG OFI_NCCL=never", "ARG MEGATRON_CORE_VERSION=",
+                 "ARG INSTALL_NCCL_TESTS=0", "ARG INSTALL_DCGM=0"):
         assert f"\n{line}\n" in text
     assert "NCCL_NET_PLUGIN" not in text and "ENV NCCL_NET_PLUGIN=ofi" in default.dockerfile
     assert "--skip-kmod --skip-limit-conf --no-verify" in text  # the step stays, switched off by its arg
-    assert {"INSTALL_EFA", "INSTALL_GDRCOPY", "OFI_NCCL", "MEGATRON_CORE_VERSION", "BASE_IMAGE"} <= declared_args(text)
+    assert {"INSTALL_EFA", "INSTALL_GDRCOPY", "OFI_NCCL", "MEGATRON_CORE_VERSION", "BASE_IMAGE",
+            "INSTALL_NCCL_TESTS", "INSTALL_DCGM"} <= declared_args(text)
+    for line in ("ARG INSTALL_NCCL_TESTS=1", "ARG NCCL_TESTS_VERSION=v2.17.9", "ARG INSTALL_DCGM=1"):
+        assert f"\n{line}\n" in default.dockerfile
 
 
 def test_layer_order_puts_the_wheel_last():
@@ -113,3 +118,20 @@ def test_bad_inputs_name_the_fix(tmp_path):
         job("image.name=Upper/Case")
     with pytest.raises(SpecError, match=r"image\.efa_installer_version"):
         job("image.efa_installer_version=1.0; rm -rf /")
+
+
+def test_efa_installer_is_verified_against_aws_signing_key_before_it_runs():
+    text = make_recipe(job(), REPO).dockerfile
+    assert "ARG EFA_GPG_FINGERPRINT=4E9091BCBB97A96B26B15E59A05480B1DD2D3CCC\n" in text
+    efa = text[text.index("ARG INSTALL_EFA="):text.index("ARG INSTALL_GDRCOPY=")]
+    verify, run = efa.index("gpg --batch --verify"), efa.index("./efa_installer.sh")
+    assert efa.index('fpr:::::::::${EFA_GPG_FINGERPRINT}:') < verify < efa.index('tar -xf "aws-efa') < run
+
+
+def test_preflight_tools_land_on_path_and_the_tuner_where_netenv_points():
+    from mtk.launcher.netenv import TUNER_PLUGIN
+
+    text = make_recipe(job(), REPO).dockerfile
+    assert "ln -sf /opt/nccl-tests/build/all_reduce_perf /usr/local/bin/all_reduce_perf" in text
+    assert 'datacenter-gpu-manager-4-cuda${cuda_major}' in text and "command -v dcgmi" in text
+    assert f"tuner={TUNER_PLUGIN};" in text

@@ -22,7 +22,7 @@ from mtk.launcher.netenv import efa_count, network_env
 from support import k8s_schema, operator_env
 
 RUN_DIR = "/fsx/runs/tiny-eks-20261122-010203"
-BUILTIN = {"ConfigMap", "Service", "Deployment", "Job"}
+BUILTIN = {"ConfigMap", "Service", "Deployment", "Job", "NetworkPolicy"}
 
 
 def _render(job, run_dir=RUN_DIR):
@@ -57,8 +57,8 @@ def test_files_objects_and_order(tiny_eks):
     art = _render(job)
     objs = _objs(art)
     assert [(o["kind"], o["metadata"]["labels"][names.LABEL_COMPONENT]) for o in objs] == [
-        ("ConfigMap", "spec"), ("Service", "etcd"), ("Deployment", "etcd"), ("Job", "getdata"),
-        ("Job", "preprocess"), ("PyTorchJob", "train")]
+        ("ConfigMap", "spec"), ("NetworkPolicy", "etcd"), ("Service", "etcd"), ("Deployment", "etcd"),
+        ("Job", "getdata"), ("Job", "preprocess"), ("PyTorchJob", "train")]
     # The per-step files hold exactly the same objects as all.yaml.
     per_step = [o for s in ("spec", "etcd", "getdata", "preprocess", "train")
                 for o in yamlio.load_all(art.files[f"manifests/{s}.yaml"])]
@@ -156,7 +156,8 @@ def test_worker_pod_contract_7b(example_7b):
     assert network_env(job, run_dir).items() <= env.items()
     want = {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": efa_count(job)}
     assert efa_count(job) == 32
-    assert c["resources"] == {"requests": want, "limits": want}
+    want["hugepages-2Mi"] = "5120Mi"  # EFA buffers; memory is then requested too (a request only, no limit)
+    assert c["resources"] == {"requests": {**want, "memory": "32000Mi"}, "limits": want}
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
     assert mounts == {"/etc/mtk": "mtk-spec", "/fsx": "fsx", "/dev/shm": "dshm"}
     vols = {v["name"]: v for v in pod["volumes"]}
@@ -197,7 +198,8 @@ def test_optional_placement_and_no_secret_values(tiny_eks):
     # Secrets are referenced by name only: no Secret object, no token-looking values anywhere.
     assert "Secret" not in {o["kind"] for o in objs}
     text = "".join(art.files.values())
-    assert not re.search(r"(?i)(password|token|secret)\s*[:=]\s*\S", text.replace("imagePullSecrets", ""))
+    text = text.replace("imagePullSecrets", "").replace("automountServiceAccountToken: false", "")
+    assert not re.search(r"(?i)(password|token|secret)\s*[:=]\s*\S", text)
 
 
 def test_no_fsx_claim_and_run_dir_outside_mount_are_explained(tiny_eks):

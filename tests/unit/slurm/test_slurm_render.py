@@ -37,6 +37,8 @@ VARIANTS = {
                                               "cluster.slurm.qos=high", "cluster.slurm.mem='200G'",
                                               "cluster.slurm.requeue=false", "cluster.slurm.signal_lead=0"]),
     "tiny-local-as-slurm": ("tiny.yaml", ["cluster.slurm.runtime=bare"]),
+    "gres+no-hyperpod": ("gpt-7.5b-p5-slurm.yaml", ["cluster.slurm.gpu_request=gres",
+                                                    "cluster.slurm.hyperpod_auto_resume=false"]),
     "spare": ("seed-multinode.yaml", ["cluster.nodes=2:3", "train.global_batch_size=12",
                                       "cluster.slurm.singleton=true"]),
     "spare-no-preflight": ("seed-multinode.yaml", ["cluster.nodes=2:3", "train.global_batch_size=12",
@@ -86,7 +88,9 @@ def test_submit_commands_chain_with_afterok():
 
 def test_train_directives(rendered):
     d = directives(rendered["p5-pyxis"]["train.sbatch"])
-    assert d["nodes"] == ["2"] and d["ntasks-per-node"] == ["1"] and d["gpus-per-node"] == ["8"]
+    # gpu_request auto (the default): no GPU directive in the file, mtk launch decides (test_slurm_cluster_parity)
+    assert d["nodes"] == ["2"] and d["ntasks-per-node"] == ["1"] and "gpus-per-node" not in d
+    assert d["wait-all-nodes"] == ["1"]
     assert d["signal"] == ["B:USR2@600"] and "requeue" in d and "exclusive" in d
     assert d["output"] == [f"{RUN}/logs/train-%j.out"] == d["error"]
     assert d["open-mode"] == ["append"]  # a requeued job appends to the same log
