@@ -6,8 +6,8 @@
 
     {"kind": "train", "iteration": int, "consumed_samples": int, "lm_loss": float, "lr": float,
      "grad_norm": float | null, "loss_scale": float, "step_time_ms": float, "tokens_per_s": float,
-     "tflops_per_gpu": float, "skipped": int, "nan": int, "global_batch_size": int,
-     "restart_count": int, "time": float (unix seconds)}
+     "tflops_per_gpu": float, "flops_convention": "megatron-lm", "skipped": int, "nan": int,
+     "global_batch_size": int, "restart_count": int, "time": float (unix seconds)}
 
   ``lm_loss`` and ``step_time_ms`` are averages over the iterations since the previous record;
   ``skipped``/``nan`` count those iterations (skipped = optimizer step not taken, e.g. fp16 overflow).
@@ -29,11 +29,13 @@
 ``restart_count`` is ``SLURM_RESTART_COUNT`` (Slurm requeues) or ``TORCHELASTIC_RESTART_COUNT``
 (torchrun/PyTorchJob elastic restarts), else 0.
 
-Throughput: tokens/s = global batch × seq length / step time. TFLOP/s per GPU uses the standard
-Megatron-LM count (Narayanan et al. 2021, appendix "floating-point operations"): every GEMM runs three
-times (forward, weight-grad, data-grad), at 2 FLOPs per multiply-add, for attention projections (with GQA),
-the attention score/context products, the MLP (×1.5 for SwiGLU's third matrix; for MoE the *routed*
-top-k experts, i.e. active parameters) and the output logits; divided by step time × world size.
+Throughput: tokens/s = global batch × seq length / step time. TFLOP/s per GPU counts FLOPs as megatron-core
+0.19's ``num_floating_point_operations`` (``megatron/training/training.py``) does, so MFU compares with
+Megatron-LM logs (:data:`FLOPS_CONVENTION`, recorded in every train record): every GEMM runs three times
+(forward, weight-grad, data-grad), at 2 FLOPs per multiply-add, for attention projections (with GQA), the
+attention score/context products under the *causal* mask (half of the s × s products: before #26 mtk
+counted all of them, 4-12% more at seq 2048-8192), the MLP (×1.5 for SwiGLU's third matrix; for MoE the
+*routed* top-k experts, i.e. active parameters) and the output logits; divided by step time × world size.
 """
 
 from __future__ import annotations
@@ -61,8 +63,14 @@ def restart_count(env: Mapping[str, str] | None = None) -> int:
     return 0
 
 
+FLOPS_CONVENTION = "megatron-lm"
+"""The ``flops_convention`` of train records: Megatron-LM's count (causal attention). Records without the key
+were written before it and counted full (non-causal) attention."""
+
+
 def flops_per_iteration(job: Job, padded_vocab: int) -> float:
-    """Model FLOPs of one optimizer step (forward + backward) for the whole global batch."""
+    """Model FLOPs of one optimizer step (forward + backward) for the whole global batch, as Megatron-LM
+    counts them (causal attention: the score and context GEMMs cover half of the s × s matrix)."""
     m = job.model
     b, s, layers, h = job.train.global_batch_size, m.seq_length, m.num_layers, m.hidden_size
     kv_channels = h // m.num_attention_heads
@@ -73,7 +81,7 @@ def flops_per_iteration(job: Job, padded_vocab: int) -> float:
     else:
         ffn, routed = m.ffn, 1
     per_token_terms = (
-        (1 + m.query_groups / m.num_attention_heads + s / h) * q_ratio  # qkv+proj GEMMs, scores, context
+        (1 + m.query_groups / m.num_attention_heads + s / (2 * h)) * q_ratio  # qkv+proj, causal scores+context
         + (ffn / h) * routed * gated                                     # MLP (active experts only)
         + padded_vocab / (2 * layers * h)                                # output logits
     )
@@ -165,6 +173,7 @@ class MetricsWriter:
             "step_time_ms": step_s * 1e3,
             "tokens_per_s": self.tokens_per_step / step_s,
             "tflops_per_gpu": self.flops / (step_s * self.world * 1e12),
+            "flops_convention": FLOPS_CONVENTION,
             "skipped": self._skipped,
             "nan": self._nan,
             "global_batch_size": self.job.train.global_batch_size,

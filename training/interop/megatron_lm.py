@@ -313,6 +313,7 @@ def pretrain_gpt_argv(args: argparse.Namespace, job: Job, checkpoint_root: str) 
         argv.append("--bf16")
     elif g("fp16"):
         argv.append("--fp16")
+    argv += _recompute_flags(job)
     argv += _data_flags(job)
     t = job.train
     argv += ["--ckpt-format", "torch_dist", "--load", checkpoint_root, "--save", checkpoint_root,
@@ -335,6 +336,17 @@ def _tokenizer_flags(a: argparse.Namespace, job: Job) -> list[Any]:
     if tok.type == "HuggingFaceTokenizer":  # Megatron-LM loads it with AutoTokenizer: the folder holding it
         model = str(Path(model).parent)
     return ["--tokenizer-type", tok.type, "--tokenizer-model", model]
+
+
+def _recompute_flags(job: Job) -> list[Any]:
+    """Activation recomputation as the run trains (memory only: a checkpoint does not depend on it)."""
+    t = job.train
+    if t.recompute == "selective":
+        return ["--recompute-granularity", "selective"]
+    if t.recompute == "full":
+        return ["--recompute-granularity", "full", "--recompute-method", "uniform",
+                "--recompute-num-layers", t.recompute_num_layers]
+    return []
 
 
 def _data_flags(job: Job) -> list[Any]:
