@@ -150,6 +150,7 @@ def test_report_says_how_the_run_counted_flops(tmp_path):
     """mtk counts as Megatron-LM (causal attention) and says so; records from before that say full attention, and a
     run whose records mix the two gets a note."""
     from mtk.launcher.report.summary import flops_convention, rows
+
     from tests.unit.report.conftest import train_record
 
     new = [train_record(i) for i in range(1, 4)]
