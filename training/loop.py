@@ -370,9 +370,12 @@ class Trainer:
             self.metrics.stragglers(self.stragglers.receive(nxt, red[4 + len(flags):]))
             self.metrics.step(loss, step_s, skipped, red[2] / red[3] if red[3] > 0 else None)
             if log_now:
-                lr = self.optimizer.param_groups[0]["lr"]
+                from .metrics import logged_lrs
+
+                lr, decoupled = logged_lrs(self.optimizer.param_groups)
                 gn = None if grad_norm is None else float(grad_norm)
-                self.metrics.log(nxt, self.consumed, lr, gn, self.optimizer.get_loss_scale().item())
+                self.metrics.log(nxt, self.consumed, lr, gn, self.optimizer.get_loss_scale().item(),
+                                 decoupled_lr=decoupled)
             if self.valid_iter is not None and t.eval_interval and nxt % t.eval_interval == 0:
                 self.metrics.log_eval(nxt, self.evaluate())
             if decision.signal:

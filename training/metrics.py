@@ -11,7 +11,8 @@
 
   ``lm_loss`` and ``step_time_ms`` are averages over the iterations since the previous record;
   ``skipped``/``nan`` count those iterations (skipped = optimizer step not taken, e.g. fp16 overflow).
-  Extra keys may appear (``moe_aux_loss``) — readers must ignore keys they do not know.
+  Extra keys may appear (``moe_aux_loss``; ``decoupled_lr``, the embedding/output layers' LR with
+  ``train.decoupled_lr``) — readers must ignore keys they do not know.
 
 * evaluation record, every ``train.eval_interval``::
 
@@ -88,6 +89,18 @@ def flops_per_iteration(job: Job, padded_vocab: int) -> float:
     return 3 * 2 * 2 * b * s * layers * h * h * per_token_terms
 
 
+def logged_lrs(param_groups: list[dict]) -> tuple[float, float | None]:
+    """(the LR of the groups on the default schedule, the embedding/output layers' decoupled LR or None).
+
+    megatron-core marks groups whose LR an override changed (``train.decoupled_lr``) with ``default_config:
+    False``; the first group may be one of them, so the logged LR is read from a default group, as
+    Megatron-LM's ``get_canonical_lr_for_logging`` does."""
+    default = [g for g in param_groups if g.get("default_config", True)]
+    decoupled = [g for g in param_groups if not g.get("default_config", True)]
+    lr = (default or param_groups)[0]["lr"]
+    return lr, (decoupled[0]["lr"] if decoupled else None)
+
+
 def format_line(rec: dict[str, Any], total_iters: int) -> str:
     """The Megatron-LM iteration line, plus throughput."""
     gn = rec["grad_norm"]
@@ -98,6 +111,7 @@ def format_line(rec: dict[str, Any], total_iters: int) -> str:
         f"throughput per GPU (TFLOP/s/GPU): {rec['tflops_per_gpu']:.3f}",
         f"tokens/s: {rec['tokens_per_s']:.0f}",
         f"learning rate: {rec['lr']:.6E}",
+        *([f"decoupled learning rate: {rec['decoupled_lr']:.6E}"] if rec.get("decoupled_lr") is not None else []),
         f"global batch size: {rec['global_batch_size']:5d}",
         f"lm loss: {rec['lm_loss']:.6E}",
         f"loss scale: {rec['loss_scale']:.1f}",
@@ -106,7 +120,8 @@ def format_line(rec: dict[str, Any], total_iters: int) -> str:
         f"number of nan iterations: {rec['nan']:3d}",
     ]
     if "moe_aux_loss" in rec:
-        parts.insert(8, f"load balancing loss: {rec['moe_aux_loss']:.6E}")
+        after_loss = next(i for i, part in enumerate(parts) if part.startswith("lm loss")) + 1
+        parts.insert(after_loss, f"load balancing loss: {rec['moe_aux_loss']:.6E}")
     if rec.get("straggler"):
         parts.append(f"straggler: {rec['straggler']}")
     return " | ".join(parts) + " |"
@@ -158,7 +173,7 @@ class MetricsWriter:
             self._aux_n += 1
 
     def log(self, iteration: int, consumed: int, lr: float, grad_norm: float | None,
-            loss_scale: float) -> dict[str, Any] | None:
+            loss_scale: float, decoupled_lr: float | None = None) -> dict[str, Any] | None:
         if not self._iters:
             return None
         step_s = self._time_sum / self._iters
@@ -180,6 +195,8 @@ class MetricsWriter:
             "restart_count": self.restarts,
             "time": time.time(),
         }
+        if decoupled_lr is not None:
+            rec["decoupled_lr"] = decoupled_lr
         if self._aux_n:
             rec["moe_aux_loss"] = self._aux / self._aux_n
         if self._straggler_note:
