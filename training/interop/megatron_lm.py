@@ -89,7 +89,10 @@ def megatron_args(job: Job, *, data_parallel_size: int, vocab_size: int, padded_
         seq_length=m.seq_length, max_position_embeddings=m.max_positions,
         position_embedding_type=m.position_embedding, add_position_embedding=not rope,
         use_rotary_position_embeddings=rope, rotary_base=int(m.rotary_base), rotary_percent=1.0,
-        rotary_interleaved=False, normalization=m.normalization, apply_layernorm_1p=m.layernorm_1p,
+        rotary_interleaved=False, normalization=m.normalization,
+        # --apply-layernorm-1p: megatron-core 0.19's parser stores it as layernorm_zero_centered_gamma, older
+        # Megatron-LM as apply_layernorm_1p; both recorded so either reads it
+        apply_layernorm_1p=m.layernorm_1p, layernorm_zero_centered_gamma=m.layernorm_1p,
         swiglu=m.activation == "swiglu", squared_relu=False, add_bias_linear=m.add_bias_linear,
         add_qkv_bias=m.add_bias_linear, untie_embeddings_and_output_weights=m.untie_embeddings,
         apply_query_key_layer_scaling=False, attention_dropout=m.attention_dropout,
@@ -278,7 +281,7 @@ def pretrain_gpt_argv(args: argparse.Namespace, job: Job, checkpoint_root: str) 
         argv += ["--group-query-attention", "--num-query-groups", a.num_query_groups]
     if g("swiglu"):
         argv.append("--swiglu")
-    if g("apply_layernorm_1p"):
+    if g("apply_layernorm_1p") or g("layernorm_zero_centered_gamma"):
         argv.append("--apply-layernorm-1p")
     if not g("add_bias_linear", True):
         argv.append("--disable-bias-linear")
