@@ -114,8 +114,9 @@ def plan(job: Job, gpu: bool, te: bool, apex: bool = False, grad_accum_kernel: b
     low = t.precision in ("bf16", "fp8")
     bf16_reduce = t.grad_reduce_dtype == "bf16" or (t.grad_reduce_dtype == "auto" and gpu and low)
     ce_fusion = gpu if t.cross_entropy_fusion is None else t.cross_entropy_fusion
-    fp8_param = t.precision == "fp8" and (t.fp8.param_gather if t.fp8.param_gather is not None else
-                                          p.distributed_optimizer and t.fp8.recipe == "delayed")
+    f8 = t.fp8_settings
+    fp8_param = t.precision == "fp8" and (f8.param_gather if f8.param_gather is not None else
+                                          p.distributed_optimizer and f8.recipe == "delayed")
     return DevicePlan(
         device="gpu" if gpu else "cpu",
         layer_spec="transformer_engine" if te else "local",
@@ -140,7 +141,7 @@ def recipe_line(job: Job) -> str:
     t, m = job.train, job.model
     parts = []
     if t.precision == "fp8":
-        f = t.fp8
+        f = t.fp8_settings
         amax = f", amax history {f.amax_history_len} ({f.amax_compute_algo})" if f.recipe == "delayed" else ""
         parts.append(f"fp8 {f.format}/{f.recipe}{amax}")
     if t.decoupled_lr is not None:

@@ -77,7 +77,7 @@ def transformer_config_kwargs(job: Job, cpu: bool, plan: DevicePlan | None = Non
         calculate_per_token_loss=t.per_token_loss,
     )
     if t.precision == "fp8":
-        f = t.fp8
+        f = t.fp8_settings
         kw.update(fp8=f.format, fp8_recipe=f.recipe, fp8_param=plan.fp8_param)
         if f.recipe == "delayed":
             kw.update(fp8_amax_history_len=f.amax_history_len, fp8_amax_compute_algo=f.amax_compute_algo)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from .checks import check
 from .errors import Problem
+from .train import Fp8Spec
 
 if TYPE_CHECKING:
     from .job import Job
@@ -14,16 +15,19 @@ if TYPE_CHECKING:
 
 @check
 def fp8_settings_need_fp8(job: Job, backend) -> list[Problem]:
-    t, f = job.train, job.train.fp8
+    t = job.train
+    if t.fp8 is None:
+        return []
+    f = t.fp8
     if t.precision != "fp8":
-        return [Problem(f"train.fp8.{name}", f"only applies with train.precision: fp8 (this job trains in "
-                        f"{t.precision}); remove it or set precision: fp8", getattr(f, name))
-                for name in sorted(f.model_fields_set)]
+        return [Problem("train.fp8", f"only applies with train.precision: fp8 (this job trains in {t.precision}); "
+                        "remove the block or set precision: fp8")]
     out = []
-    if f.recipe != "delayed":
+    if f.recipe != "delayed":  # compared with the defaults: the serialised spec carries every field
+        default = Fp8Spec()
         out += [Problem(f"train.fp8.{name}", f"only applies to the delayed recipe (train.fp8.recipe is {f.recipe})",
-                        getattr(f, name)) for name in sorted(f.model_fields_set & {"amax_history_len",
-                                                                                     "amax_compute_algo"})]
+                        getattr(f, name)) for name in ("amax_history_len", "amax_compute_algo")
+                if getattr(f, name) != getattr(default, name)]
     if f.param_gather and not job.parallel.distributed_optimizer:
         out.append(Problem("train.fp8.param_gather", "FP8 parameter all-gather needs the distributed optimizer; set "
                            "parallel.distributed_optimizer: true or param_gather: false", True))

@@ -55,6 +55,11 @@ class Fp8Spec(Section):
 class TrainSpec(Section):
     """The optimisation loop."""
 
+    @property
+    def fp8_settings(self) -> Fp8Spec:
+        """``fp8`` as given, else the H100-recipe defaults."""
+        return self.fp8 or Fp8Spec()
+
     micro_batch_size: int = Field(1, ge=1, description="Sequences per forward pass per data-parallel rank.")
     global_batch_size: int = Field(8, ge=1, description="Sequences per optimizer step across all ranks.")
     iterations: int = Field(100, ge=1, description="Optimizer steps to train for (train_iters).")
@@ -69,7 +74,8 @@ class TrainSpec(Section):
     adam_eps: float = Field(1e-8, gt=0)
     clip_grad: float = Field(1.0, ge=0, description="Global grad-norm clip; 0 disables.")
     precision: Literal["fp32", "bf16", "fp16", "fp8"] = Field("bf16", description="fp8 needs Transformer Engine.")
-    fp8: Fp8Spec = Field(default_factory=Fp8Spec)
+    fp8: Fp8Spec | None = Field(
+        None, description="FP8 settings (precision fp8 only; unset: NVIDIA's H100 recipe, see Fp8Spec).")
     grad_reduce_dtype: Literal["auto", "fp32", "bf16"] = Field(
         "auto", description="Dtype of the gradient buffers that accumulate micro-batches and are reduced over data "
         "parallel ranks (bf16 = --grad-reduce-in-bf16: half the reduce bytes, as NVIDIA's H100 recipe). Needs "

@@ -85,7 +85,8 @@ def shape_from_args(args: Any, *, tokenizer_recorded: bool = False) -> Shape:
         rope=g("position_embedding_type", "learned_absolute") == "rope", rotary_base=float(g("rotary_base", 10000)),
         rmsnorm=g("normalization", "LayerNorm") == "RMSNorm", swiglu=bool(g("swiglu", False)),
         bias=bool(g("add_bias_linear", True)), untie=bool(g("untie_embeddings_and_output_weights", False)),
-        num_experts=g("num_experts") or 0, layernorm_1p=bool(g("apply_layernorm_1p", False) or g("layernorm_zero_centered_gamma", False)))
+        num_experts=g("num_experts") or 0,
+        layernorm_1p=bool(g("apply_layernorm_1p", False) or g("layernorm_zero_centered_gamma", False)))
 
 
 def hf_architecture(s: Shape) -> str:

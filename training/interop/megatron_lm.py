@@ -362,10 +362,10 @@ def _recipe_flags(job: Job) -> list[Any]:
     t, p = job.train, plan(job, gpu=job.cluster.device == "gpu", te=False)
     out: list[Any] = []
     if t.precision == "fp8":
-        out += ["--fp8-format", t.fp8.format, "--fp8-recipe", t.fp8.recipe]
-        if t.fp8.recipe == "delayed":
-            out += ["--fp8-amax-history-len", t.fp8.amax_history_len,
-                    "--fp8-amax-compute-algo", t.fp8.amax_compute_algo]
+        f = t.fp8_settings
+        out += ["--fp8-format", f.format, "--fp8-recipe", f.recipe]
+        if f.recipe == "delayed":
+            out += ["--fp8-amax-history-len", f.amax_history_len, "--fp8-amax-compute-algo", f.amax_compute_algo]
         if p.fp8_param:
             out.append("--fp8-param-gather")
     if not p.grad_reduce_in_fp32:

@@ -7,6 +7,7 @@ once; no process group)."""
 from __future__ import annotations
 
 import gc
+import json
 
 import pytest
 from mtk.launcher.spec import Job, SpecError
@@ -67,10 +68,15 @@ def test_fp8_param_gather_default_off_without_distributed_optimizer_and_refused_
 
 
 def test_fp8_settings_without_fp8_are_refused_and_fp8_on_cpu_too():
-    with pytest.raises(SpecError, match=r"train.fp8.amax_history_len .*only applies with train.precision: fp8"):
+    with pytest.raises(SpecError, match=r"train.fp8: only applies with train.precision: fp8"):
         _job(train={"fp8": {"amax_history_len": 16}})
     with pytest.raises(SpecError, match=r"train.fp8.amax_compute_algo .*delayed recipe"):
-        _job(train={**FP8, "fp8": {"recipe": "tensorwise", "amax_compute_algo": "max"}})
+        _job(train={**FP8, "fp8": {"recipe": "tensorwise", "amax_compute_algo": "most_recent"}})
+    # the spec that travels with a run (every field written out) validates again
+    job = _job(train={**FP8, "fp8": {"recipe": "tensorwise", "param_gather": False}}, parallel=DIST)
+    assert validate(json.loads(job.to_json())) == job
+    plain = _job()
+    assert validate(json.loads(plain.to_json())).train.fp8 is None
     with pytest.raises(SpecError, match=r"train.precision .*fp8 needs a GPU"):
         _job(cluster=CPU, train=FP8)
 
