@@ -19,6 +19,7 @@ from mtk.training import metrics
 from mtk.training.interop import megatron_lm
 
 SCRIPT = Path(__file__).parent / "megatron_lm" / "reference_figures.py"
+MEGATRON = pytest.mark.megatron  # the reference subprocess imports megatron.training (~15 s)
 MOE = ("model.moe.num_experts=8", "model.moe.router_topk=2", "model.moe.ffn_hidden_size=2048", "parallel.ep=8")
 
 # name: (preset, nodes, overrides). FLOPs cases: GPT, GQA + SwiGLU, MoE, long sequence.
@@ -74,6 +75,7 @@ def reference(tmp_path_factory):
     return jobs, json.loads((tmp / "out.json").read_text())
 
 
+@MEGATRON
 @pytest.mark.parametrize("name", sorted(FLOPS))
 def test_flops_match_megatron_lm_within_half_a_percent(reference, name):
     jobs, out = reference
@@ -83,6 +85,7 @@ def test_flops_match_megatron_lm_within_half_a_percent(reference, name):
     assert abs(ours - theirs) / theirs < 0.005, (ours, theirs)
 
 
+@MEGATRON
 def test_flops_before_the_fix_counted_full_attention(reference):
     """The causal halving is what differed: counting every s × s product again gives ~12.5% more at seq 8192."""
     jobs, out = reference
@@ -93,6 +96,7 @@ def test_flops_before_the_fix_counted_full_attention(reference):
     assert 1.10 < ratio < 1.15
 
 
+@MEGATRON
 @pytest.mark.parametrize("name", sorted(MEMORY))
 def test_activation_memory_matches_megatron_lm_within_five_percent(reference, name):
     jobs, out = reference

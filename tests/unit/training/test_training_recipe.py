@@ -16,6 +16,7 @@ from mtk.training import compat, device_plan, gc_control, loop, metrics, model, 
 from mtk.training.interop import megatron_lm
 
 compat.install_import_stubs()  # megatron-core imports triton for one GPU-only module; absent here
+pytestmark = pytest.mark.megatron  # most tests build megatron-core's real configs
 
 GPU = {"nodes": 1, "procs_per_node": 8, "device": "gpu"}
 CPU = {"nodes": 1, "procs_per_node": 2, "device": "cpu"}
