@@ -149,8 +149,8 @@ def recipe_line(job: Job) -> str:
         parts.append(f"embedding/output LR {t.decoupled_lr:g}{low}")
     parts.append(f"layernorm-1p {'on' if m.layernorm_1p else 'off'}")
     parts.append(f"loss per {'token of the global batch' if t.per_token_loss else 'micro-batch'}")
-    gc = "off" if not t.manual_gc else (f"every {t.manual_gc_interval} iterations and around eval/save"
-                                        if t.manual_gc_interval else "around eval/save")
+    every = f" and every {t.manual_gc_interval} iterations" if t.manual_gc_interval else ""
+    gc = f"at start, around evaluation{every}" if t.manual_gc else "off"
     parts.append(f"manual GC {gc}")
     return "recipe: " + "; ".join(parts)
 

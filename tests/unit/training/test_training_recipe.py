@@ -223,7 +223,8 @@ def test_device_plan_and_validate_lines_print_the_recipe():
     text = "\n".join(device_plan.describe_for_validate(job))
     for expected in ("grad reduce: bf16", "fp8 param gather", "NaN grad check: on", "cross-entropy",
                      "fp8 hybrid/delayed, amax history 1024 (max)", "embedding/output LR 0.0005 -> 4.5e-05",
-                     "layernorm-1p on", "loss per token of the global batch", "manual GC every 100 iterations"):
+                     "layernorm-1p on", "loss per token of the global batch",
+                     "manual GC at start, around evaluation and every 100 iterations"):
         assert expected in text, (expected, text)
     cpu = "\n".join(device_plan.describe_for_validate(_job(cluster=CPU)))
     assert "grad reduce: fp32" in cpu and "layernorm-1p off" in cpu and "loss per micro-batch" in cpu
