@@ -3,7 +3,8 @@
 * ``nan_on`` / ``nan_off``: a run driven to overflow (lr 1e30) — with the NaN check (the default) the first NaN
   gradient stops the run before it is reduced and applied, naming it; without, the run goes on logging NaN steps.
 * ``decoupled``: the embedding/output layers train at ``decoupled_lr`` on the same schedule shape, down to
-  ``decoupled_min_lr``, beside the other layers' ``lr``/``min_lr``.
+  ``decoupled_min_lr``, beside the other layers' ``lr``/``min_lr`` (bf16, with bf16 gradient buffers asked for
+  explicitly: honoured on CPU too).
 * ``plain`` / ``equivalent``: layernorm-1p, per-token loss (every token counts on mock data) and the fused cross
   entropy leave the losses of a run as they were — same numbers from the other weight parametrisation, loss
   normalisation and kernel — while each setting is in force (megatron-core's own torch norm refuses layernorm-1p:
@@ -27,7 +28,8 @@ def runs(tr, engine_root):
         "nan_off": (*BASE, "train.iterations=4", "train.lr=1e30", "train.min_lr=0", "train.lr_warmup_iters=0",
                     "train.check_nan_in_grad=false"),
         "decoupled": (*BASE, "train.iterations=6", "train.lr=1e-3", "train.min_lr=1e-4", "train.lr_warmup_iters=2",
-                      "train.decoupled_lr=5e-3", "train.decoupled_min_lr=2e-4"),
+                      "train.decoupled_lr=5e-3", "train.decoupled_min_lr=2e-4", "train.precision=bf16",
+                      "train.grad_reduce_dtype=bf16"),
         "plain": (*BASE, "train.iterations=6"),
         "equivalent": (*BASE, "train.iterations=6", "model.layernorm_1p=true", "train.per_token_loss=true",
                        "train.cross_entropy_fusion=true"),
@@ -70,7 +72,9 @@ def test_decoupled_lr_gives_embedding_and_output_layers_their_own_schedule(tr, r
             c = (r["lr"] - 1e-4) / (1e-3 - 1e-4)
             assert r["decoupled_lr"] == pytest.approx(2e-4 + (5e-3 - 2e-4) * c)
     assert recs[-1]["lr"] == pytest.approx(1e-4) and recs[-1]["decoupled_lr"] == pytest.approx(2e-4)
-    assert "decoupled learning rate: 5.000000E-03" in (d / "run.log").read_text()
+    log = (d / "run.log").read_text()
+    assert "decoupled learning rate: 5.000000E-03" in log
+    assert "grad reduce: bf16" in log and all(r["lm_loss"] == r["lm_loss"] for r in recs)  # bf16 buffers, no NaN
 
 
 def test_layernorm_1p_per_token_loss_and_fused_ce_keep_the_losses(tr, runs):

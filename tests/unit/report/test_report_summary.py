@@ -146,7 +146,7 @@ def test_eval_before_a_resume_point_is_superseded(resumed_run):
     assert kept[1]["restart_count"] == 1
 
 
-def test_report_says_how_the_run_counted_flops(tmp_path):
+def test_report_says_how_the_run_counted_flops(tmp_path, synth):
     """mtk counts as Megatron-LM (causal attention) and says so; records from before that say full attention, and a
     run whose records mix the two gets a note."""
     from mtk.launcher.report.summary import flops_convention, rows
