@@ -2,7 +2,8 @@
 
 Parameter count follows Megatron-Core's GPTModel layout (QKV with GQA, MLP with GELU or SwiGLU, norms,
 embeddings, untied output layer, MoE experts). The memory estimate is the standard mixed-precision Adam
-accounting (weights + main grads + fp32 master/moments), without activations.
+accounting (weights + main grads + fp32 master/moments); activations per Megatron-LM's theoretical-memory
+formula (:mod:`.activations`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+from .activations import activation_bytes
 from .spec.parallel_checks import data_parallel_size
 
 if TYPE_CHECKING:
@@ -63,6 +65,7 @@ class Figures:
     parameters_per_gpu: int
     gib_per_gpu: float
     gib_per_gpu_distributed_optimizer: float
+    activation_gib_per_gpu: float
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -90,14 +93,17 @@ def compute(job: Job, parameters_per_rank: int | None = None) -> Figures:
     per_gpu = parameters_per_rank if parameters_per_rank is not None else (
         total // (p.tp * p.pp) if not job.model.moe.num_experts else total // (p.tp * p.pp * p.ep))
     gib = 1024**3
+    micro_batches = t.global_batch_size // (t.micro_batch_size * dp) if dp else 0
+    vocab = padded_vocab(job.model.vocab_size, job.model.make_vocab_size_divisible_by, p.tp)
     return Figures(
         world_size=job.cluster.world_size,
         data_parallel=dp,
-        micro_batches_per_step=t.global_batch_size // (t.micro_batch_size * dp) if dp else 0,
+        micro_batches_per_step=micro_batches,
         parameters=total,
         active_parameters=active,
         tokens_per_step=t.global_batch_size * job.model.seq_length,
         parameters_per_gpu=per_gpu,
         gib_per_gpu=round(per_gpu * bytes_per_parameter(t.precision, dp, False) / gib, 2),
         gib_per_gpu_distributed_optimizer=round(per_gpu * bytes_per_parameter(t.precision, dp, True) / gib, 2),
+        activation_gib_per_gpu=round(activation_bytes(job, max(micro_batches, 1), vocab) / gib, 2),
     )

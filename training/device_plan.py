@@ -15,6 +15,11 @@ Rules (megatron-core 0.19.2):
   ``overlap_grad_reduce``) on GPU whenever data parallelism > 1; parameter all-gather overlap with the next
   forward (``overlap_param_gather`` + ``align_param_gather``) only with the distributed optimizer. Both
   need the streams/events of CUDA, so CPU runs reduce synchronously.
+* NVIDIA's H100 recipe (``train_llama3_8b_h100_fp8.sh``) where the spec leaves the choice to the device:
+  gradients accumulated and reduced in bf16 (``train.grad_reduce_dtype: auto``) and the fused cross entropy
+  (``train.cross_entropy_fusion`` unset) on GPU; fp32 buffers and the plain loss on CPU. FP8 parameter
+  all-gather when fp8 runs with the distributed optimizer and the delayed recipe; the NaN/Inf gradient check
+  on except with fp16, whose loss scaler treats an overflow as a skipped step (Megatron-LM's rule).
 """
 
 from __future__ import annotations
@@ -42,6 +47,10 @@ class DevicePlan:
     overlap_grad_reduce: bool
     overlap_param_gather: bool
     align_param_gather: bool
+    grad_reduce_in_fp32: bool = True
+    cross_entropy_loss_fusion: bool = False
+    fp8_param: bool = False
+    check_for_nan_in_grad: bool = True
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -54,9 +63,13 @@ class DevicePlan:
             ("rope", self.apply_rope_fusion), ("persist-LN", self.persist_layer_norm)) if on]
         overlap = [name for name, on in (("grad-reduce", self.overlap_grad_reduce),
                                          ("param-gather", self.overlap_param_gather)) if on]
+        if self.cross_entropy_loss_fusion:
+            fused.append("cross-entropy")
         spec = "TE" if self.layer_spec == "transformer_engine" else "local"
         return (f"{spec} layer spec; fused: {', '.join(fused) or 'none'}; "
-                f"overlap: {', '.join(overlap) or 'off'}")
+                f"overlap: {', '.join(overlap) or 'off'}; grad reduce: {'fp32' if self.grad_reduce_in_fp32 else 'bf16'}"
+                f"{'; fp8 param gather' if self.fp8_param else ''}; "
+                f"NaN grad check: {'on' if self.check_for_nan_in_grad else 'off'}")
 
 
 def have_transformer_engine() -> bool:
@@ -97,6 +110,13 @@ def plan(job: Job, gpu: bool, te: bool, apex: bool = False, grad_accum_kernel: b
     rope = m.position_embedding == "rope"
     overlap_grad = gpu and dp_size > 1
     overlap_param = overlap_grad and p.distributed_optimizer
+    t = job.train
+    low = t.precision in ("bf16", "fp8")
+    bf16_reduce = t.grad_reduce_dtype == "bf16" or (t.grad_reduce_dtype == "auto" and gpu and low)
+    ce_fusion = gpu if t.cross_entropy_fusion is None else t.cross_entropy_fusion
+    f8 = t.fp8_settings
+    fp8_param = t.precision == "fp8" and (f8.param_gather if f8.param_gather is not None else
+                                          p.distributed_optimizer and f8.recipe == "delayed")
     return DevicePlan(
         device="gpu" if gpu else "cpu",
         layer_spec="transformer_engine" if te else "local",
@@ -109,7 +129,30 @@ def plan(job: Job, gpu: bool, te: bool, apex: bool = False, grad_accum_kernel: b
         overlap_grad_reduce=overlap_grad,
         overlap_param_gather=overlap_param,
         align_param_gather=overlap_param and p.pp > 1,
+        grad_reduce_in_fp32=not bf16_reduce,
+        cross_entropy_loss_fusion=ce_fusion,
+        fp8_param=fp8_param,
+        check_for_nan_in_grad=t.check_nan_in_grad if t.check_nan_in_grad is not None else t.precision != "fp16",
     )
+
+
+def recipe_line(job: Job) -> str:
+    """The numerics of NVIDIA's H100 recipe that the spec sets, as ``mtk validate`` prints them."""
+    t, m = job.train, job.model
+    parts = []
+    if t.precision == "fp8":
+        f = t.fp8_settings
+        amax = f", amax history {f.amax_history_len} ({f.amax_compute_algo})" if f.recipe == "delayed" else ""
+        parts.append(f"fp8 {f.format}/{f.recipe}{amax}")
+    if t.decoupled_lr is not None:
+        low = "" if t.decoupled_min_lr is None else f" -> {t.decoupled_min_lr:g}"
+        parts.append(f"embedding/output LR {t.decoupled_lr:g}{low}")
+    parts.append(f"layernorm-1p {'on' if m.layernorm_1p else 'off'}")
+    parts.append(f"loss per {'token of the global batch' if t.per_token_loss else 'micro-batch'}")
+    every = f" and every {t.manual_gc_interval} iterations" if t.manual_gc_interval else ""
+    gc = f"at start, around evaluation{every}" if t.manual_gc else "off"
+    parts.append(f"manual GC {gc}")
+    return "recipe: " + "; ".join(parts)
 
 
 def gpu_plans(job: Job) -> dict[str, DevicePlan]:
@@ -121,7 +164,7 @@ def gpu_plans(job: Job) -> dict[str, DevicePlan]:
 def describe_for_validate(job: Job) -> list[str]:
     """The lines ``mtk validate`` prints: what a run of ``job`` will use on its device, before it runs."""
     if job.cluster.device == "cpu":
-        return [f"device plan (cpu/gloo):  {plan(job, gpu=False, te=False).describe()}"]
+        return [f"device plan (cpu/gloo):  {plan(job, gpu=False, te=False).describe()}", recipe_line(job)]
     ngc = job.image.base.startswith("nvcr.io/nvidia/pytorch")
     plans = gpu_plans(job)
     first = "with Transformer Engine" if ngc else "without Transformer Engine"
@@ -131,7 +174,7 @@ def describe_for_validate(job: Job) -> list[str]:
     lines.append(f"  if the image is {other}: {plans[other].describe()}")
     if not plans[first].overlap_grad_reduce:
         lines.append("  no data parallelism: gradients are not reduced across ranks, nothing to overlap")
-    return lines
+    return [*lines, recipe_line(job)]
 
 
 def plan_for_here(job: Job, gpu: bool, dp_size: int | None = None) -> DevicePlan:

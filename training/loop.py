@@ -48,18 +48,27 @@ def preflight(job: Job, cpu: bool, use_te: bool) -> None:
         raise EngineError("train.precision=fp16 needs a GPU; use bf16 or fp32 on CPU")
 
 
-def loss_func(loss_mask, output_tensor):
+def loss_func(loss_mask, output_tensor, per_token: bool = False):
     """Mean token loss of one micro-batch. The schedule divides the returned loss in place, so the
-    value for logging is a detached clone."""
+    value for logging is a detached clone.
+
+    ``per_token`` (``train.per_token_loss``): the micro-batch's loss *sum* and its token count, as Megatron-LM's
+    ``pretrain_gpt.py`` returns them; the schedule then leaves the loss undivided and ``finalize_model_grads``
+    divides the gradients by the global batch's token count. Logged: ``[sum, tokens]``, so the iteration's
+    loss is the token-weighted mean."""
     import torch
 
     losses = output_tensor.float().view(-1)
     mask = loss_mask.view(-1).float()
-    loss = torch.sum(losses * mask) / mask.sum().clamp(min=1)
+    total = torch.sum(losses * mask)
+    if per_token:
+        tokens = mask.sum()
+        return total, tokens.to(torch.int), {"lm loss": torch.stack([total.detach().clone(), tokens.detach()])}
+    loss = total / mask.sum().clamp(min=1)
     return loss, {"lm loss": loss.detach().clone()}
 
 
-def forward_step(data_iterator, model):
+def forward_step(data_iterator, model, per_token: bool = False):
     from megatron.core import parallel_state as ps
 
     from .data import for_context_parallel_rank, to_device
@@ -67,19 +76,20 @@ def forward_step(data_iterator, model):
     batch = for_context_parallel_rank(to_device(next(data_iterator)),
                                       ps.get_context_parallel_world_size())
     output = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
-    return output, partial(loss_func, batch["loss_mask"])
+    return output, partial(loss_func, batch["loss_mask"], per_token=per_token)
 
 
 def _loss_sum(loss_dicts: list[dict]):
     """(sum, count) of this rank's micro-batch losses as a device tensor (zeros on non-last pipeline
-    stages); no host sync."""
+    stages); no host sync. Count: micro-batches, or tokens with per-token loss (entries ``[sum, tokens]``)."""
     import torch
 
-    vals = [d["lm loss"].float().view(1) for d in loss_dicts if "lm loss" in d]
+    vals = [d["lm loss"].float().view(-1) for d in loss_dicts if "lm loss" in d]
     total = torch.zeros(2, dtype=torch.float64, device=torch.cuda.current_device())
     if vals:
-        total[0] = torch.cat(vals).sum()
-        total[1] = len(vals)
+        stacked = torch.stack(vals)
+        total[0] = stacked[:, 0].sum()
+        total[1] = stacked[:, 1].sum() if stacked.shape[1] == 2 else len(vals)
     return total
 
 
@@ -108,6 +118,9 @@ class Trainer:
 
         self.heartbeat = Heartbeat(self.run_dir, int(os.environ.get("RANK", "0")), job.resilience.watchdog)
         self.heartbeat.start()
+        from .gc_control import ManualGC
+
+        self.gc = ManualGC(job.train.manual_gc, job.train.manual_gc_interval)
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
@@ -205,7 +218,7 @@ class Trainer:
         t, m = self.job.train, self.job.model
         many = len(self.model) > 1
         return get_forward_backward_func()(
-            forward_step_func=self.stragglers.wrap(forward_step),
+            forward_step_func=self.stragglers.wrap(partial(forward_step, per_token=t.per_token_loss)),
             data_iterator=[iterator] * len(self.model) if many else iterator,
             model=self.model if many else self.model[0],
             num_microbatches=self.num_microbatches,
@@ -246,6 +259,7 @@ class Trainer:
         from .optim import params_synced
 
         self.heartbeat.beat("eval", self.iteration)
+        self.gc.collect()
         with params_synced(self.model, self.optimizer, self.plan):
             for chunk in self.model:
                 chunk.eval()
@@ -257,6 +271,7 @@ class Trainer:
                 chunk.train()
         dist.all_reduce(total)
         s, n = total.tolist()
+        self.gc.collect()
         return s / max(n, 1.0)
 
     def _tokenizer_record(self, resumed_from: str | None) -> dict | None:
@@ -326,6 +341,7 @@ class Trainer:
                         f"{self.num_microbatches} micro-batches per step")
         for chunk in self.model:
             chunk.train()
+        self.gc.start()
         while self.iteration < t.iterations:
             nxt = self.iteration + 1
             self.heartbeat.beat("step", nxt)
@@ -339,6 +355,7 @@ class Trainer:
             self.nsys.after(nxt)
             self.iteration = nxt
             self.consumed += t.global_batch_size
+            self.gc.after_step(nxt)
             log_now = nxt % t.log_interval == 0 or nxt == t.iterations
             aux, aux_n = self._moe_aux_loss()
             flags = self.control.local_flags(check_triggers=log_now)
@@ -353,9 +370,12 @@ class Trainer:
             self.metrics.stragglers(self.stragglers.receive(nxt, red[4 + len(flags):]))
             self.metrics.step(loss, step_s, skipped, red[2] / red[3] if red[3] > 0 else None)
             if log_now:
-                lr = self.optimizer.param_groups[0]["lr"]
+                from .metrics import logged_lrs
+
+                lr, decoupled = logged_lrs(self.optimizer.param_groups)
                 gn = None if grad_norm is None else float(grad_norm)
-                self.metrics.log(nxt, self.consumed, lr, gn, self.optimizer.get_loss_scale().item())
+                self.metrics.log(nxt, self.consumed, lr, gn, self.optimizer.get_loss_scale().item(),
+                                 decoupled_lr=decoupled)
             if self.valid_iter is not None and t.eval_interval and nxt % t.eval_interval == 0:
                 self.metrics.log_eval(nxt, self.evaluate())
             if decision.signal:
@@ -381,6 +401,7 @@ class Trainer:
         return exitcodes.OK, "completed"
 
     def close(self) -> None:
+        self.gc.stop()
         self.heartbeat.stop()
         if hasattr(self, "profiler"):
             self.profiler.finish()

@@ -6,12 +6,13 @@
 
     {"kind": "train", "iteration": int, "consumed_samples": int, "lm_loss": float, "lr": float,
      "grad_norm": float | null, "loss_scale": float, "step_time_ms": float, "tokens_per_s": float,
-     "tflops_per_gpu": float, "skipped": int, "nan": int, "global_batch_size": int,
-     "restart_count": int, "time": float (unix seconds)}
+     "tflops_per_gpu": float, "flops_convention": "megatron-lm", "skipped": int, "nan": int,
+     "global_batch_size": int, "restart_count": int, "time": float (unix seconds)}
 
   ``lm_loss`` and ``step_time_ms`` are averages over the iterations since the previous record;
   ``skipped``/``nan`` count those iterations (skipped = optimizer step not taken, e.g. fp16 overflow).
-  Extra keys may appear (``moe_aux_loss``) — readers must ignore keys they do not know.
+  Extra keys may appear (``moe_aux_loss``; ``decoupled_lr``, the embedding/output layers' LR with
+  ``train.decoupled_lr``) — readers must ignore keys they do not know.
 
 * evaluation record, every ``train.eval_interval``::
 
@@ -29,11 +30,13 @@
 ``restart_count`` is ``SLURM_RESTART_COUNT`` (Slurm requeues) or ``TORCHELASTIC_RESTART_COUNT``
 (torchrun/PyTorchJob elastic restarts), else 0.
 
-Throughput: tokens/s = global batch × seq length / step time. TFLOP/s per GPU uses the standard
-Megatron-LM count (Narayanan et al. 2021, appendix "floating-point operations"): every GEMM runs three
-times (forward, weight-grad, data-grad), at 2 FLOPs per multiply-add, for attention projections (with GQA),
-the attention score/context products, the MLP (×1.5 for SwiGLU's third matrix; for MoE the *routed*
-top-k experts, i.e. active parameters) and the output logits; divided by step time × world size.
+Throughput: tokens/s = global batch × seq length / step time. TFLOP/s per GPU counts FLOPs as megatron-core
+0.19's ``num_floating_point_operations`` (``megatron/training/training.py``) does, so MFU compares with
+Megatron-LM logs (:data:`FLOPS_CONVENTION`, recorded in every train record): every GEMM runs three times
+(forward, weight-grad, data-grad), at 2 FLOPs per multiply-add, for attention projections (with GQA), the
+attention score/context products under the *causal* mask (half of the s × s products: before #26 mtk
+counted all of them, 4-12% more at seq 2048-8192), the MLP (×1.5 for SwiGLU's third matrix; for MoE the
+*routed* top-k experts, i.e. active parameters) and the output logits; divided by step time × world size.
 """
 
 from __future__ import annotations
@@ -61,8 +64,14 @@ def restart_count(env: Mapping[str, str] | None = None) -> int:
     return 0
 
 
+FLOPS_CONVENTION = "megatron-lm"
+"""The ``flops_convention`` of train records: Megatron-LM's count (causal attention). Records without the key
+were written before it and counted full (non-causal) attention."""
+
+
 def flops_per_iteration(job: Job, padded_vocab: int) -> float:
-    """Model FLOPs of one optimizer step (forward + backward) for the whole global batch."""
+    """Model FLOPs of one optimizer step (forward + backward) for the whole global batch, as Megatron-LM
+    counts them (causal attention: the score and context GEMMs cover half of the s × s matrix)."""
     m = job.model
     b, s, layers, h = job.train.global_batch_size, m.seq_length, m.num_layers, m.hidden_size
     kv_channels = h // m.num_attention_heads
@@ -73,11 +82,23 @@ def flops_per_iteration(job: Job, padded_vocab: int) -> float:
     else:
         ffn, routed = m.ffn, 1
     per_token_terms = (
-        (1 + m.query_groups / m.num_attention_heads + s / h) * q_ratio  # qkv+proj GEMMs, scores, context
+        (1 + m.query_groups / m.num_attention_heads + s / (2 * h)) * q_ratio  # qkv+proj, causal scores+context
         + (ffn / h) * routed * gated                                     # MLP (active experts only)
         + padded_vocab / (2 * layers * h)                                # output logits
     )
     return 3 * 2 * 2 * b * s * layers * h * h * per_token_terms
+
+
+def logged_lrs(param_groups: list[dict]) -> tuple[float, float | None]:
+    """(the LR of the groups on the default schedule, the embedding/output layers' decoupled LR or None).
+
+    megatron-core marks groups whose LR an override changed (``train.decoupled_lr``) with ``default_config:
+    False``; the first group may be one of them, so the logged LR is read from a default group, as
+    Megatron-LM's ``get_canonical_lr_for_logging`` does."""
+    default = [g for g in param_groups if g.get("default_config", True)]
+    decoupled = [g for g in param_groups if not g.get("default_config", True)]
+    lr = (default or param_groups)[0]["lr"]
+    return lr, (decoupled[0]["lr"] if decoupled else None)
 
 
 def format_line(rec: dict[str, Any], total_iters: int) -> str:
@@ -90,6 +111,7 @@ def format_line(rec: dict[str, Any], total_iters: int) -> str:
         f"throughput per GPU (TFLOP/s/GPU): {rec['tflops_per_gpu']:.3f}",
         f"tokens/s: {rec['tokens_per_s']:.0f}",
         f"learning rate: {rec['lr']:.6E}",
+        *([f"decoupled learning rate: {rec['decoupled_lr']:.6E}"] if rec.get("decoupled_lr") is not None else []),
         f"global batch size: {rec['global_batch_size']:5d}",
         f"lm loss: {rec['lm_loss']:.6E}",
         f"loss scale: {rec['loss_scale']:.1f}",
@@ -98,7 +120,8 @@ def format_line(rec: dict[str, Any], total_iters: int) -> str:
         f"number of nan iterations: {rec['nan']:3d}",
     ]
     if "moe_aux_loss" in rec:
-        parts.insert(8, f"load balancing loss: {rec['moe_aux_loss']:.6E}")
+        after_loss = next(i for i, part in enumerate(parts) if part.startswith("lm loss")) + 1
+        parts.insert(after_loss, f"load balancing loss: {rec['moe_aux_loss']:.6E}")
     if rec.get("straggler"):
         parts.append(f"straggler: {rec['straggler']}")
     return " | ".join(parts) + " |"
@@ -150,7 +173,7 @@ class MetricsWriter:
             self._aux_n += 1
 
     def log(self, iteration: int, consumed: int, lr: float, grad_norm: float | None,
-            loss_scale: float) -> dict[str, Any] | None:
+            loss_scale: float, decoupled_lr: float | None = None) -> dict[str, Any] | None:
         if not self._iters:
             return None
         step_s = self._time_sum / self._iters
@@ -165,12 +188,15 @@ class MetricsWriter:
             "step_time_ms": step_s * 1e3,
             "tokens_per_s": self.tokens_per_step / step_s,
             "tflops_per_gpu": self.flops / (step_s * self.world * 1e12),
+            "flops_convention": FLOPS_CONVENTION,
             "skipped": self._skipped,
             "nan": self._nan,
             "global_batch_size": self.job.train.global_batch_size,
             "restart_count": self.restarts,
             "time": time.time(),
         }
+        if decoupled_lr is not None:
+            rec["decoupled_lr"] = decoupled_lr
         if self._aux_n:
             rec["moe_aux_loss"] = self._aux / self._aux_n
         if self._straggler_note:

@@ -71,9 +71,16 @@ def transformer_config_kwargs(job: Job, cpu: bool, plan: DevicePlan | None = Non
         apply_rope_fusion=plan.apply_rope_fusion,
         persist_layer_norm=plan.persist_layer_norm,
         deallocate_pipeline_outputs=True,
+        layernorm_zero_centered_gamma=m.layernorm_1p,
+        cross_entropy_loss_fusion=plan.cross_entropy_loss_fusion,
+        cross_entropy_fusion_impl="native",
+        calculate_per_token_loss=t.per_token_loss,
     )
     if t.precision == "fp8":
-        kw.update(fp8="hybrid", fp8_recipe="delayed")
+        f = t.fp8_settings
+        kw.update(fp8=f.format, fp8_recipe=f.recipe, fp8_param=plan.fp8_param)
+        if f.recipe == "delayed":
+            kw.update(fp8_amax_history_len=f.amax_history_len, fp8_amax_compute_algo=f.amax_compute_algo)
     if t.recompute == "selective":
         kw.update(recompute_granularity="selective")
     elif t.recompute == "full":
@@ -103,8 +110,9 @@ def transformer_config(job: Job, plan: DevicePlan):
 def layer_spec(job: Job, use_te: bool, config=None, vp_stage: int | None = None):
     """The module spec: TE when available, megatron.core's local modules otherwise.
 
-    Local spec + sequence parallel without Apex: the norms are swapped for ``SequenceParallelTorchNorm``
-    (megatron's torch fallback refuses SP), which needs a block-level spec to reach the final norm too.
+    Local spec + sequence parallel without Apex, or + layernorm-1p: the norms are swapped for mtk's
+    ``TorchNorm`` (megatron's torch fallback refuses both), which needs a block-level spec to reach the final
+    norm too. TE's norms do both themselves.
     """
     from megatron.core.models.gpt import gpt_layer_specs as specs
 
@@ -113,16 +121,16 @@ def layer_spec(job: Job, use_te: bool, config=None, vp_stage: int | None = None)
         return specs.get_gpt_layer_with_transformer_engine_spec(num_experts=experts, moe_grouped_gemm=False)
     spec = specs.get_gpt_layer_local_spec(num_experts=experts, moe_grouped_gemm=False,
                                           normalization=job.model.normalization)
-    if not (job.parallel.sequence_parallel and not have_apex()):
+    if not ((job.parallel.sequence_parallel and not have_apex()) or job.model.layernorm_1p):
         return spec
     from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
 
-    from .norms import SequenceParallelTorchNorm
+    from .norms import TorchNorm
 
-    spec.submodules.input_layernorm = SequenceParallelTorchNorm
-    spec.submodules.pre_mlp_layernorm = SequenceParallelTorchNorm
+    spec.submodules.input_layernorm = TorchNorm
+    spec.submodules.pre_mlp_layernorm = TorchNorm
     n = get_num_layers_to_build(config, vp_stage=vp_stage)
-    return TransformerBlockSubmodules(layer_specs=[spec] * n, layer_norm=SequenceParallelTorchNorm)
+    return TransformerBlockSubmodules(layer_specs=[spec] * n, layer_norm=TorchNorm)
 
 
 def model_vocab_size(job: Job, vocab_size: int | None = None) -> int:

@@ -15,13 +15,15 @@ if TYPE_CHECKING:
 def wrap_ddp(job: Job, config, chunks: list, plan: DevicePlan) -> list:
     """Float16Module for bf16/fp16 (megatron keeps fp32 main params in the optimizer), then Megatron DDP.
 
+    Gradient buffer dtype and the NaN/Inf check before the reduce come from the device plan.
+
     ``get_megatron_optimizer`` needs the Megatron DDP wrapper (it reads ``ddp_config`` off the chunks).
     Overlap of grad reduce / param gather follows the device plan; with overlap megatron picks its own
     bucket size (bucketing is what lets the reduce of early buckets run during the rest of the backward),
     and, as in Megatron-LM, only the first chunk of the first pipeline stage is bucketed.
     """
     from megatron.core import parallel_state as ps
-    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.distributed import DistributedDataParallel
     from megatron.core.transformer.module import Float16Module
 
     if job.train.precision in ("bf16", "fp16", "fp8"):
@@ -29,18 +31,24 @@ def wrap_ddp(job: Job, config, chunks: list, plan: DevicePlan) -> list:
     pp_rank = ps.get_pipeline_model_parallel_rank()
     wrapped = []
     for i, c in enumerate(chunks):
-        ddp_config = DistributedDataParallelConfig(
-            grad_reduce_in_fp32=True,
-            overlap_grad_reduce=plan.overlap_grad_reduce,
-            overlap_param_gather=plan.overlap_param_gather,
-            align_param_gather=plan.align_param_gather,
-            use_distributed_optimizer=job.parallel.distributed_optimizer,
-            check_for_nan_in_grad=False,
-            bucket_size=None,
-        )
-        wrapped.append(DistributedDataParallel(config=config, ddp_config=ddp_config, module=c,
+        wrapped.append(DistributedDataParallel(config=config, ddp_config=ddp_config(job, plan), module=c,
                                                disable_bucketing=(i > 0 or pp_rank > 0)))
     return wrapped
+
+
+def ddp_config(job: Job, plan: DevicePlan):
+    """Megatron DDP's config: overlap, gradient buffer dtype and the NaN/Inf check from the device plan."""
+    from megatron.core.distributed import DistributedDataParallelConfig
+
+    return DistributedDataParallelConfig(
+        grad_reduce_in_fp32=plan.grad_reduce_in_fp32,
+        overlap_grad_reduce=plan.overlap_grad_reduce,
+        overlap_param_gather=plan.overlap_param_gather,
+        align_param_gather=plan.align_param_gather,
+        use_distributed_optimizer=job.parallel.distributed_optimizer,
+        check_for_nan_in_grad=plan.check_for_nan_in_grad,
+        bucket_size=None,
+    )
 
 
 def set_sync_funcs(config, model: list, plan: DevicePlan) -> None:
@@ -96,6 +104,10 @@ def optimizer_config(job: Job):
         params_dtype=params_dtype(t.precision),
         initial_loss_scale=t.initial_loss_scale,
         use_distributed_optimizer=job.parallel.distributed_optimizer,
+        # megatron-core's standard param-group overrides give the embedding and output layers these as their
+        # max_lr/min_lr, which OptimizerParamScheduler reads per group
+        decoupled_lr=t.decoupled_lr,
+        decoupled_min_lr=t.decoupled_min_lr,
     )
 
 

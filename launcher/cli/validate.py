@@ -52,6 +52,12 @@ def command(job_file, overrides, backend, check_files, quiet, by_megatron):
     click.echo(f"parameters per GPU:      {_human(f.parameters_per_gpu)} (rank 0, from the {source})")
     click.echo(f"memory per GPU (weights+grads+optimizer): {f.gib_per_gpu} GiB; "
                f"with distributed optimizer: {f.gib_per_gpu_distributed_optimizer} GiB")
+    t = job.train
+    recompute = t.recompute + (f", {t.recompute_num_layers} layer(s) per block" if t.recompute == "full" else "")
+    click.echo(f"activations per GPU:     {f.activation_gib_per_gpu} GiB (Megatron-LM's theoretical-memory formula, "
+               f"first pipeline stage, recompute {recompute}, fused attention); total "
+               f"{f.gib_per_gpu + f.activation_gib_per_gpu:.2f} GiB, with distributed optimizer "
+               f"{f.gib_per_gpu_distributed_optimizer + f.activation_gib_per_gpu:.2f} GiB")
     from mtk.training.device_plan import describe_for_validate
 
     for line in describe_for_validate(job):

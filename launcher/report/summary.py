@@ -5,6 +5,8 @@ Definitions (so anyone can recompute them from ``metrics.jsonl``):
 * final loss / final eval loss: ``lm_loss`` of the last train / eval record in the file;
 * median tokens/s and TFLOP/s per GPU: median over every train record (work redone after a restart was
   real work, so it counts as a throughput sample);
+* TFLOP/s convention: how the run counted its FLOPs (``flops_convention`` of the train records: Megatron-LM's
+  ``num_floating_point_operations``, causal attention; records without it counted full attention, 4-12% more);
 * MFU: median TFLOP/s per GPU ÷ the GPU's dense bf16 peak (``gpus.PEAKS``), only when the GPU is known;
 * restarts and iterations lost: see ``records``;
 * stragglers: ranks named in ``stragglers`` records (``mtk.training.stragglers``), with how many gathers named
@@ -31,6 +33,7 @@ class Summary:
     final_eval_iteration: int | None
     median_tokens_per_s: float | None
     median_tflops_per_gpu: float | None
+    flops_convention: str
     gpu: str
     gpu_source: str
     peak_tflops: float | None
@@ -62,6 +65,24 @@ def _last_number(records: list[dict], key: str) -> float | None:
     return None
 
 
+CONVENTIONS = {
+    "megatron-lm": "Megatron-LM's num_floating_point_operations (causal attention)",
+    None: "full attention (written before mtk counted as Megatron-LM: 4-12% above Megatron-LM's figure)",
+}
+
+
+def flops_convention(train: list[dict]) -> tuple[str, str | None]:
+    """(what the TFLOP/s figures count, a note when the records disagree)."""
+    seen = {rec.get("flops_convention") for rec in train if "tflops_per_gpu" in rec}
+    if not seen:
+        return "unknown (no train record has tflops_per_gpu)", None
+    names = [CONVENTIONS.get(c, f"'{c}' (unknown to this mtk)") for c in sorted(seen, key=str)]
+    if len(names) == 1:
+        return names[0], None
+    return "mixed", "train records count FLOPs in different conventions (" + "; ".join(names) + \
+        "): their median mixes them"
+
+
 def summarize(metrics: Metrics, gpu: Gpu) -> Summary:
     notes = list(metrics.notes)
     live, _ = metrics.timeline()
@@ -74,6 +95,9 @@ def summarize(metrics: Metrics, gpu: Gpu) -> Summary:
     for key, value in (("tokens_per_s", tokens), ("tflops_per_gpu", tflops)):
         if value is None and metrics.train:
             notes.append(f"no train record has '{key}': its median is unknown")
+    convention, mixed = flops_convention(metrics.train)
+    if mixed:
+        notes.append(mixed)
     mfu = tflops / gpu.peak_tflops if tflops is not None and gpu.peak_tflops else None
     if mfu is None and tflops is not None:
         notes.append(f"MFU unknown: GPU peak not known ({gpu.source})")
@@ -86,6 +110,7 @@ def summarize(metrics: Metrics, gpu: Gpu) -> Summary:
         final_eval_iteration=last_eval["iteration"] if last_eval else None,
         median_tokens_per_s=tokens,
         median_tflops_per_gpu=tflops,
+        flops_convention=convention,
         gpu=gpu.name,
         gpu_source=gpu.source,
         peak_tflops=gpu.peak_tflops,
@@ -134,6 +159,7 @@ def rows(s: Summary) -> list[tuple[str, str]]:
         ("final eval loss", _fmt(s.final_eval_loss, ".4f") + (eval_at if s.final_eval_loss is not None else "")),
         ("median tokens/s", _fmt(s.median_tokens_per_s, ",.0f")),
         ("median TFLOP/s per GPU", _fmt(s.median_tflops_per_gpu, ".4g")),
+        ("TFLOP/s counted as", s.flops_convention),
         ("GPU", gpu),
         ("MFU", _fmt(None if s.mfu is None else s.mfu * 100, ".1f", "%")),
         ("restarts", str(s.restarts)),

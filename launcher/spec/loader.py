@@ -11,6 +11,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from ..secrets import looks_secret
+from . import recipe_checks  # noqa: F401  (registers its checks with run_checks)
 from .checks import run_checks
 from .errors import Problem, SpecError
 from .job import Job

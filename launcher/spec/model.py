@@ -40,6 +40,9 @@ class ModelSpec(Section):
     normalization: Literal["LayerNorm", "RMSNorm"] = "LayerNorm"
     activation: Literal["gelu", "swiglu"] = "gelu"
     untie_embeddings: bool = Field(False, description="Separate output layer weights.")
+    layernorm_1p: bool = Field(
+        False, description="Zero-centred norm weights (--apply-layernorm-1p): the norm scales by 1 + w with w "
+        "initialised to 0, so weight decay pulls the scale towards 1, not 0 (NVIDIA's Llama-3-8B recipe).")
     add_bias_linear: bool = True
     hidden_dropout: float = Field(0.1, ge=0, le=1)
     attention_dropout: float = Field(0.1, ge=0, le=1)

@@ -33,8 +33,32 @@ class CheckpointSpec(Section):
     )
 
 
+class Fp8Spec(Section):
+    """FP8 GEMMs through Transformer Engine, used when ``train.precision`` is fp8 (setting any field with another
+    precision is refused). Defaults are NVIDIA's H100 recipe (Megatron-LM ``examples/llama/
+    train_llama3_8b_h100_fp8.sh``, core_r0.19.0), not Megatron-LM's argument defaults (history 1, most_recent)."""
+
+    format: Literal["hybrid", "e4m3"] = Field(
+        "hybrid", description="hybrid: E4M3 forward, E5M2 gradients (--fp8-format); e4m3: E4M3 everywhere.")
+    recipe: Literal["delayed", "tensorwise"] = Field(
+        "delayed", description="Scaling recipe (--fp8-recipe): delayed uses an amax history; tensorwise the "
+        "current tensor's amax.")
+    amax_history_len: int = Field(
+        1024, ge=1, description="delayed recipe: steps of amax history kept per tensor (--fp8-amax-history-len).")
+    amax_compute_algo: Literal["max", "most_recent"] = Field(
+        "max", description="delayed recipe: scale from the history's max or its newest amax (--fp8-amax-compute-algo).")
+    param_gather: bool | None = Field(
+        None, description="Keep FP8 copies of the weights and all-gather them in FP8 (--fp8-param-gather; half the "
+        "all-gather bytes). Needs parallel.distributed_optimizer and the delayed recipe. Default: on when both hold.")
+
+
 class TrainSpec(Section):
     """The optimisation loop."""
+
+    @property
+    def fp8_settings(self) -> Fp8Spec:
+        """``fp8`` as given, else the H100-recipe defaults."""
+        return self.fp8 or Fp8Spec()
 
     micro_batch_size: int = Field(1, ge=1, description="Sequences per forward pass per data-parallel rank.")
     global_batch_size: int = Field(8, ge=1, description="Sequences per optimizer step across all ranks.")
@@ -50,6 +74,33 @@ class TrainSpec(Section):
     adam_eps: float = Field(1e-8, gt=0)
     clip_grad: float = Field(1.0, ge=0, description="Global grad-norm clip; 0 disables.")
     precision: Literal["fp32", "bf16", "fp16", "fp8"] = Field("bf16", description="fp8 needs Transformer Engine.")
+    fp8: Fp8Spec | None = Field(
+        None, description="FP8 settings (precision fp8 only; unset: NVIDIA's H100 recipe, see Fp8Spec).")
+    grad_reduce_dtype: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="Dtype of the gradient buffers that accumulate micro-batches and are reduced over data "
+        "parallel ranks (bf16 = --grad-reduce-in-bf16: half the reduce bytes, as NVIDIA's H100 recipe). Needs "
+        "precision bf16 or fp8. auto: bf16 on GPU with bf16/fp8, fp32 otherwise (CPU runs keep fp32).")
+    cross_entropy_fusion: bool | None = Field(
+        None, description="megatron-core's fused vocab-parallel cross entropy (--cross-entropy-loss-fusion, native "
+        "implementation). Default: on GPU, off on CPU.")
+    manual_gc: bool = Field(
+        True, description="Disable Python's automatic garbage collector and collect at the same points on every "
+        "rank (--manual-gc: at the start, around evaluation, and every manual_gc_interval steps), so GC pauses "
+        "do not make one rank straggle.")
+    manual_gc_interval: int = Field(
+        0, ge=0, description="manual_gc: also collect every N iterations (0: only at the start and around evaluation).")
+    decoupled_lr: float | None = Field(
+        None, gt=0, description="Peak LR of the embedding and output layers (--decoupled-lr; NVIDIA's Llama-3-8B "
+        "recipe: 5e-4 with lr 1.5e-4). None: they use lr.")
+    decoupled_min_lr: float | None = Field(
+        None, ge=0, description="Final LR of the embedding and output layers (--decoupled-min-lr); needs decoupled_lr.")
+    per_token_loss: bool = Field(
+        False, description="Average the loss over all tokens of the global batch instead of per micro-batch "
+        "(--calculate-per-token-loss): micro-batches with fewer loss tokens weigh less.")
+    check_nan_in_grad: bool | None = Field(
+        None, description="Check every rank's gradients for NaN/Inf before they are reduced and stop the run with an "
+        "error (Megatron-LM's --check-for-nan-in-loss-and-grad). Default: on, except with fp16, whose dynamic loss "
+        "scaler treats an overflow as a skipped step (as Megatron-LM). Off: a NaN step only shows in the grad norm.")
     initial_loss_scale: float = Field(2.0**16, gt=0, description="fp16 only: starting dynamic loss scale.")
     seed: int = Field(1234, ge=0)
     recompute: Literal["none", "selective", "full"] = Field("none", description="Activation recomputation.")

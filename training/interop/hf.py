@@ -59,6 +59,7 @@ class Shape:
     bias: bool
     untie: bool
     num_experts: int = 0
+    layernorm_1p: bool = False
 
 
 def shape_from_args(args: Any, *, tokenizer_recorded: bool = False) -> Shape:
@@ -84,7 +85,8 @@ def shape_from_args(args: Any, *, tokenizer_recorded: bool = False) -> Shape:
         rope=g("position_embedding_type", "learned_absolute") == "rope", rotary_base=float(g("rotary_base", 10000)),
         rmsnorm=g("normalization", "LayerNorm") == "RMSNorm", swiglu=bool(g("swiglu", False)),
         bias=bool(g("add_bias_linear", True)), untie=bool(g("untie_embeddings_and_output_weights", False)),
-        num_experts=g("num_experts") or 0)
+        num_experts=g("num_experts") or 0,
+        layernorm_1p=bool(g("apply_layernorm_1p", False) or g("layernorm_zero_centered_gamma", False)))
 
 
 def hf_architecture(s: Shape) -> str:
@@ -92,6 +94,10 @@ def hf_architecture(s: Shape) -> str:
     if s.num_experts:
         raise ConversionError(f"a mixture-of-experts model ({s.num_experts} experts) has no Llama or GPT-2 "
                               "equivalent; export supports dense Llama and GPT presets")
+    if s.layernorm_1p:
+        raise ConversionError("the checkpoint's norms are zero-centred (model.layernorm_1p: the stored weight is "
+                              "gamma - 1); export copies norm weights as they are, so it refuses them rather than "
+                              "write wrong ones; export a model trained with layernorm_1p: false")
     if s.rope and s.rmsnorm and s.swiglu:
         return "LlamaForCausalLM"
     gpt2_needs = {"learned absolute positions (model.position_embedding=learned_absolute)": not s.rope,

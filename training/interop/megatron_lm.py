@@ -90,7 +90,10 @@ def megatron_args(job: Job, *, data_parallel_size: int, vocab_size: int, padded_
         seq_length=m.seq_length, max_position_embeddings=m.max_positions,
         position_embedding_type=m.position_embedding, add_position_embedding=not rope,
         use_rotary_position_embeddings=rope, rotary_base=int(m.rotary_base), rotary_percent=1.0,
-        rotary_interleaved=False, normalization=m.normalization, apply_layernorm_1p=False,
+        rotary_interleaved=False, normalization=m.normalization,
+        # --apply-layernorm-1p: megatron-core 0.19's parser stores it as layernorm_zero_centered_gamma, older
+        # Megatron-LM as apply_layernorm_1p; both recorded so either reads it
+        apply_layernorm_1p=m.layernorm_1p, layernorm_zero_centered_gamma=m.layernorm_1p,
         swiglu=m.activation == "swiglu", squared_relu=False, add_bias_linear=m.add_bias_linear,
         add_qkv_bias=m.add_bias_linear, untie_embeddings_and_output_weights=m.untie_embeddings,
         apply_query_key_layer_scaling=False, attention_dropout=m.attention_dropout,
@@ -279,6 +282,8 @@ def pretrain_gpt_argv(args: argparse.Namespace, job: Job, checkpoint_root: str) 
         argv += ["--group-query-attention", "--num-query-groups", a.num_query_groups]
     if g("swiglu"):
         argv.append("--swiglu")
+    if g("apply_layernorm_1p") or g("layernorm_zero_centered_gamma"):
+        argv.append("--apply-layernorm-1p")
     if not g("add_bias_linear", True):
         argv.append("--disable-bias-linear")
     if g("untie_embeddings_and_output_weights"):
@@ -314,6 +319,8 @@ def pretrain_gpt_argv(args: argparse.Namespace, job: Job, checkpoint_root: str) 
         argv.append("--bf16")
     elif g("fp16"):
         argv.append("--fp16")
+    argv += _recompute_flags(job)
+    argv += _recipe_flags(job)
     argv += _data_flags(job)
     t = job.train
     argv += ["--ckpt-format", "torch_dist", "--load", checkpoint_root, "--save", checkpoint_root,
@@ -336,6 +343,47 @@ def _tokenizer_flags(a: argparse.Namespace, job: Job) -> list[Any]:
     if tok.type == "HuggingFaceTokenizer":  # Megatron-LM loads it with AutoTokenizer: the folder holding it
         model = str(Path(model).parent)
     return ["--tokenizer-type", tok.type, "--tokenizer-model", model]
+
+
+def _recompute_flags(job: Job) -> list[Any]:
+    """Activation recomputation as the run trains (memory only: a checkpoint does not depend on it)."""
+    t = job.train
+    if t.recompute == "selective":
+        return ["--recompute-granularity", "selective"]
+    if t.recompute == "full":
+        return ["--recompute-granularity", "full", "--recompute-method", "uniform",
+                "--recompute-num-layers", t.recompute_num_layers]
+    return []
+
+
+def _recipe_flags(job: Job) -> list[Any]:
+    """NVIDIA's H100-recipe settings as this run resolved them (``device_plan``): same numerics in Megatron-LM."""
+    from mtk.training.device_plan import plan
+
+    t, p = job.train, plan(job, gpu=job.cluster.device == "gpu", te=False)
+    out: list[Any] = []
+    if t.precision == "fp8":
+        f = t.fp8_settings
+        out += ["--fp8-format", f.format, "--fp8-recipe", f.recipe]
+        if f.recipe == "delayed":
+            out += ["--fp8-amax-history-len", f.amax_history_len, "--fp8-amax-compute-algo", f.amax_compute_algo]
+        if p.fp8_param:
+            out.append("--fp8-param-gather")
+    if not p.grad_reduce_in_fp32:
+        out.append("--grad-reduce-in-bf16")
+    if p.cross_entropy_loss_fusion:
+        out += ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "native"]
+    if t.per_token_loss:
+        out.append("--calculate-per-token-loss")
+    if t.manual_gc:
+        out += ["--manual-gc", "--manual-gc-interval", t.manual_gc_interval]
+    if t.decoupled_lr is not None:
+        out += ["--decoupled-lr", t.decoupled_lr]
+    if t.decoupled_min_lr is not None:
+        out += ["--decoupled-min-lr", t.decoupled_min_lr]
+    if not p.check_for_nan_in_grad:
+        out.append("--no-check-for-nan-in-loss-and-grad")
+    return out
 
 
 def _data_flags(job: Job) -> list[Any]:

@@ -63,6 +63,8 @@ def test_validate_prints_figures():
     assert out.returncode == 0, out.stderr
     assert "world size:              2" in out.stdout and "data parallel:           1" in out.stdout
     assert "micro-batches per step:  4" in out.stdout
+    assert "activations per GPU:" in out.stdout and "recompute none" in out.stdout
+    assert "NaN grad check: on" in out.stdout and "recipe: layernorm-1p off" in out.stdout
 
 
 def test_dry_run_shows_torchrun_and_submits_nothing(tmp_path):

@@ -19,6 +19,7 @@ def train_record(it: int, restart_count: int = 0, rng: random.Random | None = No
         "kind": "train", "iteration": it, "consumed_samples": it * 8, "lm_loss": 10.5 * math.exp(-it / 12) + 2.0
         + rng.uniform(-0.05, 0.05), "lr": 1e-3 * min(1.0, it / 3), "grad_norm": 5.0 / (1 + it / 4),
         "loss_scale": 1.0, "step_time_ms": step_ms, "tokens_per_s": tokens, "tflops_per_gpu": tokens * 6 * 124e6 / 8e12,
+        "flops_convention": "megatron-lm",
         "skipped": 0, "nan": 0, "global_batch_size": 8, "restart_count": restart_count, "time": 1.7e9 + it,
         "some_future_key": {"ignored": True},
     }

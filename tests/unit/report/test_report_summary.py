@@ -144,3 +144,24 @@ def test_eval_before_a_resume_point_is_superseded(resumed_run):
     assert [r["iteration"] for r in dropped] == [20]
     assert [r["iteration"] for r in kept] == [10, 20, 30]
     assert kept[1]["restart_count"] == 1
+
+
+def test_report_says_how_the_run_counted_flops(tmp_path, synth):
+    """mtk counts as Megatron-LM (causal attention) and says so; records from before that say full attention, and a
+    run whose records mix the two gets a note."""
+    from mtk.launcher.report.summary import flops_convention, rows
+
+    from tests.unit.report.conftest import train_record
+
+    new = [train_record(i) for i in range(1, 4)]
+    old = [{k: v for k, v in train_record(i).items() if k != "flops_convention"} for i in range(1, 4)]
+    assert flops_convention(new) == ("Megatron-LM's num_floating_point_operations (causal attention)", None)
+    assert flops_convention(old)[0].startswith("full attention") and flops_convention(old)[1] is None
+    label, note = flops_convention(old + new)
+    assert label == "mixed" and "full attention" in note and "causal" in note
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in old + new))
+    s = build_report(run_dir, wandb=False, plots=False)
+    assert s.flops_convention == "mixed" and any("different conventions" in n for n in s.notes)
+    assert ("TFLOP/s counted as", "mixed") in rows(s)

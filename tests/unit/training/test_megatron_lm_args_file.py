@@ -29,6 +29,10 @@ CASES = {
                                     "train.precision=bf16", "data.tokenizer.type=HuggingFaceTokenizer",
                                     "data.tokenizer.model=tok/tokenizer.json", "train.eval_interval=5"),
     "moe_ep2": ("parallel.tp=1", "parallel.ep=2", "model.moe.num_experts=4", "model.moe.router_topk=2"),
+    "recipe_bf16": ("parallel.tp=2", "model.layernorm_1p=true", "train.precision=bf16", "train.grad_reduce_dtype=bf16",
+                    "train.cross_entropy_fusion=true", "train.per_token_loss=true", "train.decoupled_lr=5e-4",
+                    "train.decoupled_min_lr=4.5e-5", "train.manual_gc_interval=10", "train.check_nan_in_grad=false",
+                    "train.recompute=full", "train.recompute_num_layers=2"),
 }
 
 
@@ -86,6 +90,25 @@ def test_rope_runs_carry_no_position_embedding_and_learned_ones_do_not(parsed):
     gpt = out["gpt_tp2"]["parsed"]
     assert gpt["position_embedding_type"] == "learned_absolute" and gpt["add_position_embedding"] is True
     assert "--no-position-embedding" not in files["gpt_tp2"]
+
+
+@pytest.mark.megatron  # the module fixture runs Megatron-LM's parser in a child
+def test_recipe_settings_reach_megatron_lm_as_mtk_trains_them(parsed):
+    """The args file continues a run with the numerics it trained with (#26): Megatron-LM's own parser and
+    validate_args read every recipe flag back to the value mtk used."""
+    out, _files, _tmp = parsed
+    r = out["recipe_bf16"]["parsed"]
+    assert r["layernorm_zero_centered_gamma"] is True and r["calculate_per_token_loss"] is True
+    assert (r["decoupled_lr"], r["decoupled_min_lr"]) == (5e-4, 4.5e-5)
+    assert r["accumulate_allreduce_grads_in_fp32"] is False  # --grad-reduce-in-bf16
+    assert r["cross_entropy_loss_fusion"] is True
+    assert (r["manual_gc"], r["manual_gc_interval"]) == (True, 10)
+    assert r["check_for_nan_in_loss_and_grad"] is False
+    assert (r["recompute_granularity"], r["recompute_method"], r["recompute_num_layers"]) == ("full", "uniform", 2)
+    plain = out["gpt_tp2"]["parsed"]  # defaults on this CPU job: fp32 buffers, plain CE, NaN check on, manual GC
+    assert plain["accumulate_allreduce_grads_in_fp32"] is True
+    assert plain["cross_entropy_loss_fusion"] is False and plain["check_for_nan_in_loss_and_grad"] is True
+    assert plain["manual_gc"] is True and plain["layernorm_zero_centered_gamma"] is False
 
 
 @pytest.mark.megatron  # the module fixture runs Megatron-LM's parser in a child

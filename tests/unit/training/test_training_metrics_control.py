@@ -20,8 +20,8 @@ def _job(**model) -> Job:
 def test_flops_formula_by_hand_for_the_tiny_gpt():
     job = _job()
     b, s, L, h, ffn, v = 8, 64, 2, 64, 256, 1024
-    # per layer and token: QKV+proj 4h² (MHA), scores+context 2sh, MLP 2·h·ffn; logits h·v per token.
-    fwd = b * s * (L * (4 * h * h + 2 * s * h + 2 * h * ffn) + h * v) * 2
+    # per layer and token: QKV+proj 4h² (MHA), causal scores+context sh (half of 2sh), MLP 2·h·ffn; logits h·v.
+    fwd = b * s * (L * (4 * h * h + s * h + 2 * h * ffn) + h * v) * 2
     assert metrics.flops_per_iteration(job, v) == pytest.approx(3 * fwd)
 
 

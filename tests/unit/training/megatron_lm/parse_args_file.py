@@ -23,7 +23,11 @@ RUNTIME = {"rank", "world_size", "iteration", "consumed_train_samples", "consume
            "skipped_train_samples", "data_parallel_size", "no_save_optim", "no_save_rng", "use_dist_ckpt",
            "ckpt_fully_parallel_save", "padded_vocab_size", "distrib_optim_fully_reshardable_mem_efficient"}
 SHOWN = ("add_position_embedding", "position_embedding_type", "use_rotary_position_embeddings", "rotary_base",
-         "tokenizer_type", "vocab_size", "num_experts", "swiglu", "normalization", "mock_data", "data_path", "load")
+         "tokenizer_type", "vocab_size", "num_experts", "swiglu", "normalization", "mock_data", "data_path", "load",
+         # NVIDIA's H100-recipe settings (#26) and recompute, as Megatron-LM's validate_args leaves them
+         "layernorm_zero_centered_gamma", "decoupled_lr", "decoupled_min_lr", "calculate_per_token_loss",
+         "accumulate_allreduce_grads_in_fp32", "cross_entropy_loss_fusion", "manual_gc", "manual_gc_interval",
+         "check_for_nan_in_loss_and_grad", "recompute_granularity", "recompute_method", "recompute_num_layers")
 
 
 def main() -> None:
