@@ -191,6 +191,13 @@ def schedule_is_sane(job: Job, backend) -> list[Problem]:
                            f"({t.lr_decay_iters or t.iterations} iterations); Megatron-Core needs warmup < decay: "
                            "lower it or train longer",
                            t.lr_warmup_iters))
+    horizon = max(t.iterations, t.lr_decay_iters or 0)
+    tokens = horizon * t.global_batch_size * job.model.seq_length
+    if tokens > 2**63 - 1:  # Megatron counts samples and tokens in int64 (dataset indices, the LR schedule)
+        field = "train.iterations" if horizon == t.iterations else "train.lr_decay_iters"
+        out.append(Problem(field, f"× train.global_batch_size ({t.global_batch_size}) × model.seq_length "
+                           f"({job.model.seq_length}) = {tokens:.3g} tokens, past the 64-bit counters Megatron's "
+                           "datasets and schedule use; lower it", horizon))
     return out
 
 
@@ -272,6 +279,14 @@ def backend_required_fields(job: Job, backend) -> list[Problem]:
                                f"remove min_nodes or set it to {c.nodes} (a lost pod is replaced and the run "
                                "resumes from the last checkpoint)", e.min_nodes))
     return out
+
+
+@check
+def env_not_owned_by_the_launcher(job: Job, backend) -> list[Problem]:
+    """RANK, MASTER_ADDR, SLURM_*, ... belong to torchrun, Slurm or mtk (see :mod:`.env_names`)."""
+    from .env_names import reserved_env_problems
+
+    return reserved_env_problems(list(job.cluster.env), job.cluster.secret_names)
 
 
 @check

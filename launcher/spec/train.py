@@ -51,7 +51,8 @@ class TrainSpec(Section):
     clip_grad: float = Field(1.0, ge=0, description="Global grad-norm clip; 0 disables.")
     precision: Literal["fp32", "bf16", "fp16", "fp8"] = Field("bf16", description="fp8 needs Transformer Engine.")
     initial_loss_scale: float = Field(2.0**16, gt=0, description="fp16 only: starting dynamic loss scale.")
-    seed: int = Field(1234, ge=0)
+    seed: int = Field(1234, ge=0, le=2**31 - 1, description="numpy takes 32-bit seeds and Megatron adds rank "
+                      "offsets: at most 2**31 - 1.")
     recompute: Literal["none", "selective", "full"] = Field("none", description="Activation recomputation.")
     recompute_num_layers: int = Field(1, ge=1, description="full recompute: layers per recompute block.")
     log_interval: int = Field(
