@@ -42,8 +42,8 @@ _PREFIXES = (
 )
 _ALLOWED = {"MTK_DEBUG"}
 _FIX = {
-    "torchrun": "mtk derives it from cluster.nodes, cluster.procs_per_node and the rendezvous "
-                "(port: cluster.<backend>.rdzv_port)",
+    "torchrun": "mtk derives it from cluster.nodes, cluster.procs_per_node and the rendezvous; the port is "
+                "cluster.<backend>.rdzv_port",
     "Slurm": "set Slurm options with cluster.slurm fields or cluster.slurm.extra_sbatch",
     "mtk's run scripts": "only MTK_DEBUG is meant to be set by a spec",
 }
@@ -68,7 +68,7 @@ def reserved_env_problems(env_names: list[str], secret_names: list[str]) -> list
         if who is None:
             continue
         fix = _FIX.get(who.split(" (")[0], "")
+        fix = f": {fix}" if fix else ""
         out.append(Problem(field, f"{name} is set for every process by {who}; a value here would replace it "
-                           f"and break the rendezvous or the run's bookkeeping. Remove it"
-                           + (f" ({fix})" if fix else "")))
+                           f"and break the rendezvous or the run's bookkeeping. Remove it{fix}"))
     return out
