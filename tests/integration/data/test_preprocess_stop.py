@@ -26,7 +26,7 @@ def test_sigterm_stops_preprocess_cleanly_and_the_rerun_resumes(tmp_path, corpus
             time.sleep(0.05)
         assert proc.poll() is None, "preprocess ended before any shard was done; the corpus is too small"
         proc.send_signal(signal.SIGTERM)  # the coordinator alone, as docker stop / kubelet / timeout do
-        out, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

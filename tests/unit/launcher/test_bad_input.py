@@ -102,7 +102,8 @@ def test_entrypoint_without_a_step_is_a_usage_error(tmp_path):
 
 
 # ---- 5. a damaged kubeconfig -------------------------------------------------------------------------------------
-EKS = ["--backend", "eks", "--no-megatron-check", "--set", "image.registry=123456789012.dkr.ecr.us-east-1.amazonaws.com",
+EKS = ["--backend", "eks", "--no-megatron-check",
+       "--set", "image.registry=123456789012.dkr.ecr.us-east-1.amazonaws.com",
        "--set", "cluster.runs_dir=/fsx/runs", "--set", "data.dir=/fsx/data"]
 
 
