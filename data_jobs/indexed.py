@@ -73,6 +73,9 @@ def merge_parts(parts: Sequence[PartFiles], dtype: str, bin_path: str, idx_path:
             seen += int(counts.sum())
     if offset != os.path.getsize(bin_tmp):
         raise RuntimeError(f"internal error: {bin_tmp} has {os.path.getsize(bin_tmp)} bytes, lengths say {offset}")
-    os.replace(bin_tmp, bin_path)
-    os.replace(idx_tmp, idx_path)
+    from .stopping import deferred
+
+    with deferred():  # a stop signal never lands between the pair: never a new .bin beside an old .idx
+        os.replace(bin_tmp, bin_path)
+        os.replace(idx_tmp, idx_path)
     return n_seq, n_doc

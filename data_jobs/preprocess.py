@@ -134,6 +134,9 @@ def _load_tokenizer(spec: TokenizerSpec, data_dir: str, engine: str, verified: b
 def _init_worker(spec_json: str, data_dir: str, engine: str) -> None:
     from mtk.launcher.spec.data import TokenizerSpec
 
+    from .stopping import ignore_in_worker
+
+    ignore_in_worker()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     spec = TokenizerSpec.model_validate_json(spec_json)
     _WORKER["tok"] = _load_tokenizer(spec, data_dir, engine, verified=True, log=lambda *_: None)
@@ -654,6 +657,19 @@ def _print_summary(s: dict, log: Any) -> None:
 
 # ---------------------------------------------------------------- command line
 
+def _number(kind: type, low: float, strict: bool = False):
+    """An argparse type: a ``kind`` number ≥ low (> low when strict); argparse names the flag and exits 2."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a{'n integer' if kind is int else ' number'}") from None
+        if value != value or value in (float("inf"), float("-inf")) or (value <= low if strict else value < low):
+            raise argparse.ArgumentTypeError(f"{text} is out of range: must be {'>' if strict else '≥'} {low:g}")
+        return value
+    return parse
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="mtk-entrypoint preprocess", description=__doc__.split("\n\n")[0])
     ap.add_argument("--job", help="job.json: take data.corpus and data.tokenizer from the spec")
@@ -668,7 +684,7 @@ def _parser() -> argparse.ArgumentParser:
     meg.add_argument("--merge-file")
     meg.add_argument("--tokenizer-model")
     meg.add_argument("--append-eod", action="store_true", default=None)
-    meg.add_argument("--workers", type=int, help="processes (default: one per CPU this task may use)")
+    meg.add_argument("--workers", type=_number(int, 1), help="processes (default: one per CPU this task may use)")
     meg.add_argument("--split-sentences", action="store_true", help="not supported (sentence splitting)")
     for ignored in ("--partitions", "--log-interval", "--keep-sequential-samples", "--keep-newlines"):
         meg.add_argument(ignored, nargs="?", const=True, help=argparse.SUPPRESS)
@@ -678,16 +694,19 @@ def _parser() -> argparse.ArgumentParser:
     ext.add_argument("--on-error", choices=ON_ERROR, help="a bad line/row: stop (fail, the default) or skip and count")
     ext.add_argument("--allow-empty", action="store_true", default=None, help="an input without documents is ok")
     shard = ap.add_argument_group("sharded job (data.corpus.shards)")
-    shard.add_argument("--tasks", type=int, help="tasks of the sharded job (default: data.corpus.shards, or 1)")
-    shard.add_argument("--task-index", type=int,
+    shard.add_argument("--tasks", type=_number(int, 1),
+                       help="tasks of the sharded job (default: data.corpus.shards, or 1)")
+    shard.add_argument("--task-index", type=_number(int, 0),
                        help="this task's index (default: $SLURM_ARRAY_TASK_ID or $JOB_COMPLETION_INDEX when "
                             "the job is sharded; none: do every task's shards here)")
     shard.add_argument("--merge", action="store_true", help="only merge the finished tasks' parts")
     ext.add_argument("--legacy-eod-as-text", action="store_true", default=None)
     ext.add_argument("--engine", choices=["auto", "hf"], default="auto",
                      help="auto: verified fast BPE engine where it applies; hf: reference libraries only")
-    ext.add_argument("--shard-mb", type=float, help="shard size (default: input size / 64, within 1-64 MiB)")
-    ext.add_argument("--max-doc-mb", type=float, default=16.0)
+    ext.add_argument("--shard-mb", type=_number(float, 0, strict=True),
+                     help="shard size (default: input size / 64, within 1-64 MiB)")
+    ext.add_argument("--max-doc-mb", type=_number(float, 0, strict=True), default=16.0,
+                     help="longest document (MiB); a longer one is a bad line")
     ext.add_argument("--no-progress", action="store_true")
     return ap
 
@@ -733,9 +752,6 @@ def config_from_args(argv: list[str]) -> PreprocessConfig:
     if args.append_eod:
         cfg.append_eod = True
     if args.workers is not None:
-        if args.workers < 1:
-            raise PreprocessError(f"--workers {args.workers}: must be at least 1 (leave it out for one per CPU "
-                                  "this task may use)")
         cfg.workers = args.workers
     if args.skip_bad_lines or args.on_error == "skip-and-count":
         cfg.skip_bad_lines = True
@@ -766,17 +782,26 @@ def config_from_args(argv: list[str]) -> PreprocessConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Exit codes: 0 done (or already done), 1 a failure named on stderr, 2 a bad flag (argparse), 128 + N
+    stopped by signal N (143 SIGTERM, 130 SIGINT; finished shards kept, rerun to resume: :mod:`.stopping`)."""
+    from .stopping import Stopped, stop_on_signals
+
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        cfg = config_from_args(argv)
-        summary = preprocess(cfg, log=lambda msg: print(msg, flush=True))
-        if cfg.job and summary.get("merged", True) and not summary.get("already_done"):
-            from .index_cache import build_index_cache
+        with stop_on_signals():
+            cfg = config_from_args(argv)
+            summary = preprocess(cfg, log=lambda msg: print(msg, flush=True))
+            if cfg.job and summary.get("merged", True) and not summary.get("already_done"):
+                from .index_cache import build_index_cache
 
-            build_index_cache(cfg.job, log=lambda msg: print(msg, flush=True))
+                build_index_cache(cfg.job, log=lambda msg: print(msg, flush=True))
     except PreprocessError as exc:
         print(f"preprocess: error: {exc}", file=sys.stderr)
         return 1
+    except Stopped as exc:
+        print(f"preprocess: stopped by {exc}: nothing under the output prefix was half-written; shards finished "
+              "so far are kept, and the same command resumes from them", file=sys.stderr, flush=True)
+        return exc.exit_code
     return 0
 
 

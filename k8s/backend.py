@@ -37,6 +37,12 @@ class NoPods(FileNotFoundError):
     user_facing = True
 
 
+class UnknownNode(NoPods):
+    """``mtk logs --node`` named a pod the step does not have: bad input (exit 2), the message lists them."""
+
+    exit_code = 2
+
+
 def _step_file(step: str) -> str:
     return f"manifests/{step}.yaml"
 
@@ -97,6 +103,18 @@ class EksBackend(Backend):
         self.say = say or (lambda msg: print(f"mtk: {msg}", file=sys.stderr, flush=True))
 
     # ----------------------------------------------------------------------------------------------- render
+    def launch_problems(self, job, run_dir: str) -> list:
+        """Before a real launch writes anything: a damaged kubeconfig, named (in a pod the service account
+        is used instead)."""
+        import os
+
+        from .client import KubeconfigError, broken_kubeconfig
+
+        broken = None if os.environ.get("KUBERNETES_SERVICE_HOST") else broken_kubeconfig()
+        if broken:
+            raise KubeconfigError(broken)
+        return []
+
     def render(self, job, run_dir: str) -> Artifacts:
         """Manifests + job.json for ``run_dir`` (a path as the pods see it, normally under the FSx mount)."""
         objs = manifests.build(job, run_dir)
@@ -286,7 +304,10 @@ class EksBackend(Backend):
             for chosen in candidates:
                 pods = sorted(p["metadata"]["name"] for p in kube.list("Pod", names.selector(run, chosen)))
                 if node:
-                    pods = [p for p in pods if p == node or p.endswith(f"-{node}")]
+                    every, pods = pods, [p for p in pods if p == node or p.endswith(f"-{node}")]
+                    if every and not pods:
+                        raise UnknownNode(f"--node {node!r}: no pod of run {run}'s {chosen} step is called that; "
+                                          f"give a pod name or its suffix (e.g. worker-0): {', '.join(every)}")
                 if pods:
                     return chosen, pods
             if time.monotonic() >= deadline:

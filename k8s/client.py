@@ -66,9 +66,54 @@ def load_api_client():
         # Read KUBECONFIG now: the client snapshots it at import time otherwise.
         config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None)
     except (config.ConfigException, OSError) as exc:
+        broken = broken_kubeconfig()
+        if broken:
+            raise KubeconfigError(broken) from None
         raise KubeError(f"no Kubernetes credentials: {exc}. Set KUBECONFIG or run "
                         "`aws eks update-kubeconfig --name <cluster>` first") from None
+    except Exception as exc:  # the client's parser on a damaged file: yaml errors, TypeError, AttributeError, ...
+        raise KubeconfigError(broken_kubeconfig() or f"{_kubeconfig_paths()[0]}: not a kubeconfig the Kubernetes "
+                              f"client can read ({type(exc).__name__}: {exc}); {_KUBECONFIG_FIX}") from None
     return client.ApiClient()
+
+
+class KubeconfigError(KubeError):
+    """The kubeconfig file is not YAML, or not a kubeconfig: bad input (exit 2), named with its path."""
+
+    exit_code = 2
+
+
+_KUBECONFIG_FIX = ("regenerate it with `aws eks update-kubeconfig --name <cluster>` or point KUBECONFIG at a "
+                   "working kubeconfig")
+
+
+def _kubeconfig_paths() -> list[str]:
+    """The files the client reads, in order: each entry of KUBECONFIG, else ~/.kube/config."""
+    listed = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    return [os.path.expanduser(p) for p in listed] or [os.path.expanduser("~/.kube/config")]
+
+
+def broken_kubeconfig() -> str | None:
+    """Why the first damaged kubeconfig file is unreadable (file and line), or None when each parses as one."""
+    import yaml
+
+    for path in _kubeconfig_paths():
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = yaml.safe_load(fh)
+        except OSError:
+            continue  # a missing file is the client's "no credentials" case
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+            problem = getattr(exc, "problem", None) or exc
+            return f"kubeconfig {path} is not valid YAML{where}: {problem}; {_KUBECONFIG_FIX}"
+        lists = ("clusters", "contexts", "users")
+        if data is not None and (not isinstance(data, dict) or any(
+                not isinstance(data.get(k) or [], list) for k in lists)):
+            return (f"kubeconfig {path} is not a kubeconfig (a mapping with clusters, contexts and users lists); "
+                    f"{_KUBECONFIG_FIX}")
+    return None
 
 
 class Kube:

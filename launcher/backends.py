@@ -168,6 +168,11 @@ class Backend:
                              "whether its logs stream)")
         return {}
 
+    def launch_problems(self, job: Job, run_dir: str) -> list[Problem]:
+        """What a real launch refuses before it writes its run dir or submits (e.g. an image file this machine
+        cannot read); a dry run does not ask."""
+        return []
+
     def prepare(self, job: Job, run_dir: str) -> tuple[Job, list[str]]:
         """The job as this backend launches it into ``run_dir`` (e.g. with nodes recorded as excluded), and notes."""
         if not self.excludes_nodes:

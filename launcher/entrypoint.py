@@ -38,7 +38,11 @@ def usage() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help", "help"):
+    if not argv:  # a container started without a step: a usage error, never a silent success
+        print(f"mtk-entrypoint: no step given; name one, e.g. `mtk-entrypoint train --job JOB.json`\n\n{usage()}",
+              file=sys.stderr)
+        return 2
+    if argv[0] in ("-h", "--help", "help"):
         print(usage())
         return 0
     step, rest = argv[0], argv[1:]

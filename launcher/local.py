@@ -10,6 +10,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -115,7 +116,8 @@ class LocalBackend(Backend):
         deadline = time.time() + 10
         while read_state(run_dir).get("runner_pid") != proc.pid and time.time() < deadline and proc.poll() is None:
             time.sleep(0.05)
-        return Run(backend=self.name, run_dir=str(run_dir), name=job.name, ids={"runner": str(proc.pid)})
+        return Run(backend=self.name, run_dir=str(run_dir), name=job.name, ids={"runner": str(proc.pid)},
+                   extra={"host": socket.gethostname()})
 
     def status(self, run: Run) -> list[StepStatus]:
         state = read_state(run.run_dir)
@@ -144,6 +146,7 @@ class LocalBackend(Backend):
         logs_dir = Path(run.run_dir) / exitcodes.LOGS_DIR
         plan = json.loads((Path(run.run_dir) / STEPS_FILE).read_text())
         names = [s["step"] for s in plan["steps"] if step in (None, s["step"])]
+        _check_logs_filter(plan, step, node, run.extra.get("host"))
         runner = int(run.ids.get("runner", "0"))
         for name in names:
             path = logs_dir / f"{name}.log"
@@ -173,6 +176,24 @@ class LocalBackend(Backend):
                 time.sleep(0.2)
             if _alive(pid):
                 os.killpg(pid, signal.SIGKILL)
+
+
+class LogsError(ValueError):
+    """--step/--node naming nothing in a local run (whose one node is the machine it ran on): exit 2."""
+
+    user_facing = True
+    exit_code = 2
+
+
+def _check_logs_filter(plan: dict, step: str | None, node: str | None, host: str | None) -> None:
+    """Refuse a --step or --node this run does not have, rather than print another one's lines (or none)."""
+    steps = [s["step"] for s in plan["steps"]]
+    if step is not None and step not in steps:
+        raise LogsError(f"--step {step!r}: this run has {', '.join(steps)}")
+    names = ["0", "localhost", *([host] if host else [])]
+    if node is not None and node not in names:
+        raise LogsError(f"--node {node!r}: a local run has one node: {' or '.join(repr(n) for n in names)} "
+                        "(or leave --node out)")
 
 
 def _finished(run: Run, step: str, runner: int) -> bool:

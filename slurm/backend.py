@@ -87,6 +87,12 @@ class SlurmBackend(Backend):
     def render(self, job: Job, run_dir: str) -> Artifacts:
         return render(job, run_dir)
 
+    def launch_problems(self, job: Job, run_dir: str) -> list[Problem]:
+        """Before a real launch writes or submits anything: the Pyxis image must be a readable file here."""
+        from .image_check import image_problems
+
+        return image_problems(job)
+
     def submit(self, job: Job, artifacts: Artifacts) -> Run:
         """sbatch each step after the previous one; if a later sbatch is refused, cancel the earlier ones."""
         slurm = self._client()

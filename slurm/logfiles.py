@@ -16,9 +16,10 @@ _TASK_FAILED = re.compile(r"srun: error: (\S+): tasks? ([\d,-]+): (.*)")
 
 
 class LogsError(ValueError):
-    """A --step/--node that names nothing in this run; the message lists what exists."""
+    """A --step/--node that names nothing in this run; the message lists what exists. Bad input: exit 2."""
 
     user_facing = True
+    exit_code = 2
 
 
 def log_path(run_dir: str, step: str, job_id: str) -> Path:
@@ -66,11 +67,15 @@ def node_index(node: str | None, hosts: list[str]) -> int | None:
     """``--node`` as a task number (``1``) or a host name (``node2``)."""
     if node is None:
         return None
-    if node.isdigit():
+    if node.isdigit() and (not hosts or int(node) < len(hosts)):
         return int(node)
     if node in hosts:
         return hosts.index(node)
-    raise LogsError(f"--node {node!r}: not a task number or one of this job's nodes ({' '.join(hosts) or '?'})")
+    if not hosts:
+        raise LogsError(f"--node {node!r}: this job's node list is not recorded yet (it has not started); give a "
+                        "task number (0 = the first node) or try again once it runs")
+    known = ", ".join(f"{i} ({h})" for i, h in enumerate(hosts))
+    raise LogsError(f"--node {node!r}: not one of this job's nodes; give a task number or host: {known}")
 
 
 def keep(line: str, index: int | None) -> bool:

@@ -70,6 +70,21 @@ def describe(holder: dict) -> str:
     return f"run {holder.get('run_dir')} (host {holder.get('host')}, pid {holder.get('pid')}{job}, since {since})"
 
 
+def live_holder(root: str | Path, run_dir: str | Path) -> dict | None:
+    """Who holds ``root``'s lease if a new run at ``run_dir`` would be refused by :func:`acquire` (the same
+    rules, asked from the launching machine so a second launch is refused before it queues), else None."""
+    try:
+        holder = json.loads((Path(root) / LEASE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(holder, dict) or not holder:
+        return None
+    try:
+        return None if _stale(holder, _holder_here(str(run_dir))) else holder
+    except (TypeError, ValueError):  # a hand-edited lease (pid not a number): the nodes would take it over
+        return None
+
+
 def acquire(root: str | Path, run_dir: str | Path) -> dict:
     """Take the lease on ``root`` for this process, or raise LeaseHeld naming the holder. Rank 0 only."""
     root = Path(root)

@@ -66,7 +66,10 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
     if pinned:
         click.echo(pinned)  # stdout: stderr stays for the one error line, if any
     if not dry_run:
+        from ..launch_checks import check_before_submit
+
         require(job, backend)
+        check_before_submit(impl, job, target)
     artifacts = impl.render(job, target)
     if impl.remote_paths:  # e.g. EKS: the run dir is a pod path on FSx
         artifacts = dataclasses.replace(artifacts, record_dir=str(Path("runs").absolute() / Path(target).name))

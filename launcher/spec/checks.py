@@ -61,6 +61,13 @@ def schedule_is_sane(job: Job, backend) -> list[Problem]:
                            f"({t.lr_decay_iters or t.iterations} iterations); Megatron-Core needs warmup < decay: "
                            "lower it or train longer",
                            t.lr_warmup_iters))
+    horizon = max(t.iterations, t.lr_decay_iters or 0)
+    tokens = horizon * t.global_batch_size * job.model.seq_length
+    if tokens > 2**63 - 1:  # Megatron counts samples and tokens in int64 (dataset indices, the LR schedule)
+        field = "train.iterations" if horizon == t.iterations else "train.lr_decay_iters"
+        out.append(Problem(field, f"× train.global_batch_size ({t.global_batch_size}) × model.seq_length "
+                           f"({job.model.seq_length}) = {tokens:.3g} tokens, past the 64-bit counters Megatron's "
+                           "datasets and schedule use; lower it", horizon))
     return out
 
 
@@ -111,6 +118,14 @@ def tokenizer_has_files(job: Job, backend) -> list[Problem]:
 def backend_rules(job: Job, backend) -> list[Problem]:
     """What the chosen backend needs of a job: each backend states its own rules (``Backend.validate``)."""
     return _backend(backend).validate(job) if backend else []
+
+
+@check
+def env_not_owned_by_the_launcher(job: Job, backend) -> list[Problem]:
+    """RANK, MASTER_ADDR, SLURM_*, ... belong to torchrun, Slurm or mtk (see :mod:`.env_names`)."""
+    from .env_names import reserved_env_problems
+
+    return reserved_env_problems(list(job.cluster.env), job.cluster.secret_names)
 
 
 def _backend(name: str):

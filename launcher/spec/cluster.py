@@ -45,7 +45,8 @@ class SlurmSpec(Section):
     container_workdir: str | None = None
     requeue: bool = Field(True, description="Requeue after a signal-triggered save or a node failure.")
     signal_lead: int = Field(
-        600, ge=0, description="Seconds before the time limit to send SIGUSR2 (save and exit); 0 disables."
+        600, ge=0, le=65535, description="Seconds before the time limit to send SIGUSR2 (save and exit); 0 disables "
+        "(Slurm's --signal takes at most 65535)."
     )
     singleton: bool = Field(False, description="Keep one successor queued (--dependency=singleton) to pick up crashes.")
     max_failures: int = Field(
@@ -120,12 +121,12 @@ class EksSpec(Section):
     hugepages: str | None = Field(
         "5120Mi", description="EFA jobs: hugepages-2Mi each worker requests (libfabric's EFA buffers; AWS's "
         "nccl-tests manifest asks 5120Mi); null leaves them out.")
-    max_restarts: int = Field(3, ge=0, description="Elastic restarts before the job fails.")
+    max_restarts: int = Field(3, ge=0, le=2**31 - 1, description="Elastic restarts before the job fails.")
     min_nodes: int | None = Field(None, ge=1, description="Must equal nodes (default): elastic ranges are refused "
                                                           "because the engine needs the full world size.")
     cpu: str | None = Field(None, description="CPU request/limit per worker, e.g. '90'.")
     memory: str | None = Field(None, description="Memory request/limit per worker, e.g. '1000Gi'.")
-    backoff_limit: int = Field(2, ge=0, description="Data Jobs: retries before failing.")
+    backoff_limit: int = Field(2, ge=0, le=2**31 - 1, description="Data Jobs: retries before failing.")
     sync_secrets: bool = Field(
         False, description="mtk launch creates/updates each cluster.secrets Secret from this machine's environment "
         "through the API (the values travel only in that request, never in a file).")
@@ -223,7 +224,8 @@ class ClusterSpec(Section):
     efa_per_node: int | None = Field(None, ge=0, description="EFA devices per node (default: from instance_type).")
     runs_dir: str = Field("runs", description="Where run dirs go; must be shared storage on clusters.")
     pg_timeout_s: int = Field(
-        600, ge=60, description="torch.distributed timeout (s) for every process group: how long a rank waits "
+        600, ge=60, le=30 * 24 * 3600, description="torch.distributed timeout (s, at most 30 days) for every process "
+        "group: how long a rank waits "
         "in a collective (e.g. while rank 0 builds data indices or writes a checkpoint) before failing.")
     exclude_nodes: list[str] = Field(
         default_factory=list, description="Nodes never to run on (Slurm --exclude; EKS node anti-affinity), e.g. "

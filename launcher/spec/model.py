@@ -14,10 +14,11 @@ from .presets import PRESETS
 class MoESpec(Section):
     """Mixture of Experts. ``num_experts: 0`` (the default) means a dense model."""
 
-    num_experts: int = Field(0, ge=0, description="Experts per MoE layer; 0 disables MoE.")
+    num_experts: int = Field(0, ge=0, le=2**16, description="Experts per MoE layer; 0 disables MoE.")
     router_topk: int = Field(2, ge=1, description="Experts each token is routed to.")
     aux_loss_coeff: float = Field(1e-2, ge=0, description="Load-balancing loss coefficient.")
-    ffn_hidden_size: int | None = Field(None, ge=1, description="Expert FFN size (defaults to the dense FFN).")
+    ffn_hidden_size: int | None = Field(None, ge=1, le=2**22,
+                                        description="Expert FFN size (defaults to the dense FFN).")
     capacity_factor: float | None = Field(None, gt=0, description="Token drop capacity; None = dropless.")
 
 
@@ -26,15 +27,17 @@ class ModelSpec(Section):
 
     preset: str | None = Field(None, description=f"One of: {', '.join(PRESETS)}.")
     arch: Literal["gpt", "llama"] = Field("gpt", description="gpt: GELU/LayerNorm; llama: RoPE/SwiGLU/RMSNorm.")
-    num_layers: int = Field(..., ge=1, description="Transformer layers.")
-    hidden_size: int = Field(..., ge=1, description="Model width.")
-    ffn_hidden_size: int | None = Field(None, ge=1, description="MLP width (default 4 × hidden).")
-    num_attention_heads: int = Field(..., ge=1, description="Attention heads.")
+    num_layers: int = Field(..., ge=1, le=10_000, description="Transformer layers.")
+    hidden_size: int = Field(..., ge=1, le=2**20, description="Model width.")
+    ffn_hidden_size: int | None = Field(None, ge=1, le=2**22, description="MLP width (default 4 × hidden).")
+    num_attention_heads: int = Field(..., ge=1, le=2**16, description="Attention heads.")
     num_query_groups: int | None = Field(None, ge=1, description="GQA groups (default: heads, i.e. MHA).")
-    seq_length: int = Field(..., ge=1, description="Training sequence length in tokens.")
-    max_position_embeddings: int | None = Field(None, ge=1, description="Position table size (default seq).")
-    vocab_size: int = Field(50257, ge=1, description="Vocabulary size before padding (mock data / no tokenizer).")
-    make_vocab_size_divisible_by: int = Field(128, ge=1, description="Pad the vocab to a multiple of this × tp.")
+    seq_length: int = Field(..., ge=1, le=2**24, description="Training sequence length in tokens.")
+    max_position_embeddings: int | None = Field(None, ge=1, le=2**24, description="Position table size (default seq).")
+    vocab_size: int = Field(50257, ge=1, le=2**31 - 1,
+                            description="Vocabulary size before padding (mock data / no tokenizer).")
+    make_vocab_size_divisible_by: int = Field(128, ge=1, le=2**16,
+                                              description="Pad the vocab to a multiple of this × tp.")
     position_embedding: Literal["learned_absolute", "rope"] = "learned_absolute"
     rotary_base: float = Field(10000.0, gt=0, description="RoPE base.")
     normalization: Literal["LayerNorm", "RMSNorm"] = "LayerNorm"

@@ -102,7 +102,8 @@ class TrainSpec(Section):
         "error (Megatron-LM's --check-for-nan-in-loss-and-grad). Default: on, except with fp16, whose dynamic loss "
         "scaler treats an overflow as a skipped step (as Megatron-LM). Off: a NaN step only shows in the grad norm.")
     initial_loss_scale: float = Field(2.0**16, gt=0, description="fp16 only: starting dynamic loss scale.")
-    seed: int = Field(1234, ge=0)
+    seed: int = Field(1234, ge=0, le=2**31 - 1, description="numpy takes 32-bit seeds and Megatron adds rank "
+                      "offsets: at most 2**31 - 1.")
     recompute: Literal["none", "selective", "full"] = Field("none", description="Activation recomputation.")
     recompute_num_layers: int = Field(1, ge=1, description="full recompute: layers per recompute block.")
     log_interval: int = Field(

@@ -187,10 +187,12 @@ def test_damaged_compressed_message(tmp_path, bpe_dir, capsys):
 @pytest.mark.parametrize("workers", ["0", "-2"])
 def test_nonpositive_workers_refused(tmp_path, bpe_dir, workers, capsys):
     (tmp_path / "c.jsonl").write_text('{"text": "a"}\n')
-    assert main(["--input", str(tmp_path / "c.jsonl"), "--output-prefix", str(tmp_path / "o"),
-                 "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", str(bpe_dir / "vocab.json"),
-                 "--merge-file", str(bpe_dir / "merges.txt"), "--workers", workers]) == 1
-    assert f"--workers {workers}: must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:  # argparse: the usage error, exit 2
+        main(["--input", str(tmp_path / "c.jsonl"), "--output-prefix", str(tmp_path / "o"),
+              "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", str(bpe_dir / "vocab.json"),
+              "--merge-file", str(bpe_dir / "merges.txt"), "--workers", workers])
+    assert stop.value.code == 2
+    assert f"argument --workers: {workers} is out of range: must be ≥ 1" in capsys.readouterr().err
     assert not list(tmp_path.glob("o*"))
 
 

@@ -184,7 +184,7 @@ def test_logs_filter_by_node_name_or_number(tmp_path):
     assert list(backend.logs(run)) == ["[mtk] start\n", "0: a\n", "1: b\n", " 1: c\n"]
     assert list(backend.logs(run, node="node2")) == ["1: b\n", " 1: c\n"]
     assert list(backend.logs(run, node="0")) == ["0: a\n"]
-    with pytest.raises(ValueError, match="node1 node2"):
+    with pytest.raises(ValueError, match=r"0 \(node1\), 1 \(node2\)"):
         list(backend.logs(run, node="node9"))
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from mtk.launcher import activations
 from mtk.launcher.figures import compute, padded_vocab
-from mtk.launcher.spec.parallel_checks import data_parallel_size
 from mtk.launcher.spec.loader import apply_overrides, validate
+from mtk.launcher.spec.parallel_checks import data_parallel_size
 from mtk.training import metrics
 from mtk.training.interop import megatron_lm
 
