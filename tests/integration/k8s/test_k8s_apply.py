@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from mtk.k8s import names, yamlio
-from mtk.k8s.backend import EksBackend, SubmitError
+from mtk.k8s.backend import EksBackend, SubmitError, UnknownNode
 from mtk.launcher.runs import Run
 
 pytestmark = pytest.mark.integration
@@ -148,8 +148,8 @@ def test_logs_plain_follow_and_one_pod(standin, k8s_jobs, tmp_path):
     assert data == [f"{run_name}-preprocess-x7k2p: line {n}\n" for n in (1, 2, 3)]
     follow_params = [r.query for r in standin.state.requests if r.path.endswith("/log")]
     assert any(q.get("follow") == "true" for q in follow_params)
-    with pytest.raises(FileNotFoundError, match="no pods"):
-        list(backend.logs(run, node="worker-7"))
+    with pytest.raises(UnknownNode, match=r"--node .worker-7.: no pod of run .*worker-0, .*worker-1"):
+        list(backend.logs(run, node="worker-7"))  # an unknown node names the run's pods, never another's log
 
 
 def test_cancel_deletes_only_this_runs_objects_and_is_safe_to_repeat(standin, k8s_jobs, tmp_path):
