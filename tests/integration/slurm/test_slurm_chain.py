@@ -98,7 +98,9 @@ def test_sbatch_rejection_names_the_spec_field(harness, stub_venv):
 def test_pyxis_preflight_fails_fast_on_a_node_without_pyxis(harness):
     # This cluster's real srun has no Pyxis plugin, so no stand-in srun is needed: the rendered pyxis script
     # must stop before launching anything and say what to do.
-    spec = harness.spec("pyxis", cluster={"slurm.runtime": "pyxis", "slurm.container_image": "/shared/img.sqsh"})
+    image = harness.root / "img.sqsh"  # an image that exists: launch and the script's sqsh check let it through
+    image.write_bytes(b"hsqs")
+    spec = harness.spec("pyxis", cluster={"slurm.runtime": "pyxis", "slurm.container_image": str(image)})
     run = harness.launch(spec)
     failed = harness.wait_state(run, {"FAILED"}, timeout=60)
     assert failed["exit_code"] == 2
