@@ -104,7 +104,11 @@ def mtk_command(run: Run, run_dir: Path) -> list[str]:
             "-m", "mtk.training.worker", "--job", str(run_dir / "job.json"), "--run-dir", str(run_dir)]
 
 
-def megatron_command(run: Run, megatron_lm: Path, grad_accum_fusion: bool) -> list[str]:
+def megatron_command(run: Run, megatron_lm: Path, plan) -> list[str]:
+    """Megatron-LM's command line for ``run``, with mtk's device-plan choices that differ from Megatron-LM's
+    defaults passed as flags (gradient-accumulation and softmax fusion, gradient reduce dtype, cross-entropy
+    fusion), so both
+    use the same kernels and numerics."""
     m = run.model
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={run.nproc}",
            str(megatron_lm / "pretrain_gpt.py"),
@@ -122,8 +126,14 @@ def megatron_command(run: Run, megatron_lm: Path, grad_accum_fusion: bool) -> li
            "--log-interval", "1", "--log-throughput", "--eval-iters", "0", "--eval-interval", str(10**6),
            "--tensor-model-parallel-size", "1", "--pipeline-model-parallel-size", "1",
            "--distributed-backend", "nccl"]
-    if not grad_accum_fusion:
+    if not plan.gradient_accumulation_fusion:
         cmd.append("--no-gradient-accumulation-fusion")
+    if not plan.masked_softmax_fusion:
+        cmd.append("--no-masked-softmax-fusion")
+    if not plan.grad_reduce_in_fp32:
+        cmd.append("--grad-reduce-in-bf16")
+    if plan.cross_entropy_loss_fusion:
+        cmd += ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "native"]
     return cmd
 
 
@@ -187,7 +197,7 @@ def compare(run: Run, megatron_lm: Path, work: Path, warmup: int, peak: float, d
 
     plan = plan_for_here(load_job_json(str(job_path)), gpu=True, dp_size=run.nproc)
     mtk_cmd = mtk_command(run, run_dir)
-    meg_cmd = megatron_command(run, megatron_lm, plan.gradient_accumulation_fusion)
+    meg_cmd = megatron_command(run, megatron_lm, plan)
     print(f"== {run.model.name}: micro batch {run.micro_batch}, global batch {run.global_batch}, "
           f"{run.nproc} GPU(s), {run.iters} iterations (median after {warmup})")
     print(f"mtk plan here: {plan.describe()}")
@@ -232,18 +242,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.iters <= args.warmup + 2:
         ap.error(f"--iters ({args.iters}) must exceed --warmup ({args.warmup}) by at least 3")
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="mtk-gpu-compare-"))
-    results = []
+    results, failed = [], False
     for name in (MODELS if args.model == "both" else [args.model]):
         m = MODELS[name]
         mbs = args.micro_batch or m.micro_batch
         gbs = args.global_batch or mbs * 8 * args.nproc
         run = Run(m, mbs, gbs, args.iters, args.nproc)
-        res = compare(run, args.megatron_lm.resolve(), work, args.warmup, args.peak_tflops, args.dry_run)
+        try:
+            res = compare(run, args.megatron_lm.resolve(), work, args.warmup, args.peak_tflops, args.dry_run)
+        except RuntimeError as exc:  # report it and go on to the next model: one device call measures both
+            print(f"FAILED {name}: {exc}", flush=True)
+            failed = True
+            continue
         if res:
             results.append(res)
     if args.json and results:
         args.json.write_text(json.dumps(results, indent=2))
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -92,16 +92,25 @@ def have_grad_accum_kernel() -> bool:
     return importlib.util.find_spec("fused_weight_gradient_mlp_cuda") is not None
 
 
-def probe() -> tuple[bool, bool, bool]:
-    """(Transformer Engine, Apex, Apex grad-accumulation kernel) importable here."""
-    return have_transformer_engine(), have_apex(), have_grad_accum_kernel()
+def have_softmax_kernels() -> bool:
+    """The CUDA extensions megatron-core's local attention calls when masked-softmax fusion is on (built by Apex or
+    Megatron-LM's fused kernels). Without them that fusion fails at the first forward with ModuleNotFoundError
+    (seen on an H200 with megatron-core 0.19.2 and no Apex), so the plan leaves it off."""
+    return all(importlib.util.find_spec(name) is not None
+               for name in ("scaled_masked_softmax_cuda", "scaled_upper_triang_masked_softmax_cuda"))
+
+
+def probe() -> tuple[bool, bool, bool, bool]:
+    """(Transformer Engine, Apex, Apex grad-accumulation kernel, fused softmax kernels) importable here."""
+    return have_transformer_engine(), have_apex(), have_grad_accum_kernel(), have_softmax_kernels()
 
 
 def plan(job: Job, gpu: bool, te: bool, apex: bool = False, grad_accum_kernel: bool = False,
-         dp_size: int | None = None) -> DevicePlan:
+         dp_size: int | None = None, softmax_kernels: bool = False) -> DevicePlan:
     """The plan for ``job`` on a GPU (``gpu=True``) or CPU machine with the given libraries present.
 
-    ``dp_size`` defaults to the spec's world size / (tp × pp × cp).
+    ``dp_size`` defaults to the spec's world size / (tp × pp × cp). With Transformer Engine its attention
+    brings its own softmax; the local spec fuses it only where the kernels import (``softmax_kernels``).
     """
     m, p = job.model, job.parallel
     if dp_size is None:
@@ -122,7 +131,7 @@ def plan(job: Job, gpu: bool, te: bool, apex: bool = False, grad_accum_kernel: b
         layer_spec="transformer_engine" if te else "local",
         bias_activation_fusion=gpu and (swiglu or m.add_bias_linear),
         bias_dropout_fusion=gpu,
-        masked_softmax_fusion=gpu,
+        masked_softmax_fusion=gpu and (te or softmax_kernels),
         gradient_accumulation_fusion=gpu and (te or grad_accum_kernel),
         apply_rope_fusion=gpu and te and rope,
         persist_layer_norm=gpu and apex and not te,  # TE layers bring their own norms
@@ -157,7 +166,8 @@ def recipe_line(job: Job) -> str:
 
 def gpu_plans(job: Job) -> dict[str, DevicePlan]:
     """What a GPU run of ``job`` will use, on an image with TE (+Apex) and on one without."""
-    return {"with Transformer Engine": plan(job, gpu=True, te=True, apex=True, grad_accum_kernel=True),
+    return {"with Transformer Engine": plan(job, gpu=True, te=True, apex=True, grad_accum_kernel=True,
+                                                   softmax_kernels=True),
             "without Transformer Engine": plan(job, gpu=True, te=False)}
 
 
@@ -179,5 +189,6 @@ def describe_for_validate(job: Job) -> list[str]:
 
 def plan_for_here(job: Job, gpu: bool, dp_size: int | None = None) -> DevicePlan:
     """The plan with this machine's libraries (probes TE/Apex)."""
-    te, apex, grad_accum = probe()
-    return plan(job, gpu=gpu, te=te, apex=apex, grad_accum_kernel=grad_accum, dp_size=dp_size)
+    te, apex, grad_accum, softmax = probe()
+    return plan(job, gpu=gpu, te=te, apex=apex, grad_accum_kernel=grad_accum, dp_size=dp_size,
+                softmax_kernels=softmax)

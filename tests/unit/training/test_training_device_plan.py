@@ -131,3 +131,14 @@ def test_process_group_timeout_is_a_spec_field_with_a_floor():
     assert _job(cluster={"pg_timeout_s": 3600}).cluster.pg_timeout_s == 3600
     with pytest.raises(SpecError, match=r"cluster\.pg_timeout_s"):
         validate({"name": "t", "model": {"preset": "tiny"}, "cluster": {"pg_timeout_s": 5}})
+
+
+def test_local_spec_fuses_softmax_only_where_its_kernels_import():
+    """megatron-core's local attention imports ``scaled_masked_softmax_cuda`` at the first forward when the fusion
+    is on: without Apex's kernels a GPU run died there (H200, megatron-core 0.19.2), so the plan turns it off."""
+    job = _job({})
+    assert not device_plan.plan(job, gpu=True, te=False, dp_size=1).masked_softmax_fusion
+    assert device_plan.plan(job, gpu=True, te=False, dp_size=1, softmax_kernels=True).masked_softmax_fusion
+    assert device_plan.plan(job, gpu=True, te=True, dp_size=1).masked_softmax_fusion  # TE's own attention
+    here = device_plan.plan_for_here(job, gpu=True, dp_size=1)
+    assert here.masked_softmax_fusion == (here.layer_spec == "transformer_engine" or device_plan.have_softmax_kernels())

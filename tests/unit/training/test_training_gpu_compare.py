@@ -38,3 +38,7 @@ def test_dry_run_builds_matching_mtk_job_and_megatron_command(tmp_path):
     assert _flag(meg, "--vocab-size") == str(m["vocab_size"]) and m["hidden_dropout"] == 0.0
     mtk_cmd = shlex.split(next(ln for ln in lines if ln.startswith("mtk: ")).removeprefix("mtk: "))
     assert mtk_cmd[-4:] == ["--job", str(tmp_path / "mtk-1.3b" / "job.json"), "--run-dir", str(tmp_path / "mtk-1.3b")]
+    plan = next(ln for ln in lines if ln.startswith("mtk plan here: "))
+    assert ("--grad-reduce-in-bf16" in meg) == ("grad reduce: bf16" in plan)
+    assert ("--cross-entropy-loss-fusion" in meg) == ("cross-entropy" in plan.split("fused: ")[1].split(";")[0])
+    assert ("--no-gradient-accumulation-fusion" in meg) == ("grad-accum" not in plan)
