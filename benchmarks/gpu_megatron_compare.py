@@ -128,6 +128,8 @@ def megatron_command(run: Run, megatron_lm: Path, plan) -> list[str]:
            "--distributed-backend", "nccl"]
     if not plan.gradient_accumulation_fusion:
         cmd.append("--no-gradient-accumulation-fusion")
+    if not plan.persist_layer_norm:  # Megatron-LM's default is on; torch's LayerNorm refuses it
+        cmd.append("--no-persist-layer-norm")
     if not plan.masked_softmax_fusion:
         cmd.append("--no-masked-softmax-fusion")
     if not plan.grad_reduce_in_fp32:

@@ -72,6 +72,7 @@ def transformer_config_kwargs(job: Job, cpu: bool, plan: DevicePlan | None = Non
         persist_layer_norm=plan.persist_layer_norm,
         deallocate_pipeline_outputs=True,
         layernorm_zero_centered_gamma=m.layernorm_1p,
+        attention_softmax_in_fp32=m.attention_softmax_in_fp32,
         cross_entropy_loss_fusion=plan.cross_entropy_loss_fusion,
         cross_entropy_fusion_impl="native",
         calculate_per_token_loss=t.per_token_loss,

@@ -46,6 +46,11 @@ class ModelSpec(Section):
     layernorm_1p: bool = Field(
         False, description="Zero-centred norm weights (--apply-layernorm-1p): the norm scales by 1 + w with w "
         "initialised to 0, so weight decay pulls the scale towards 1, not 0 (NVIDIA's Llama-3-8B recipe).")
+    attention_softmax_in_fp32: bool = Field(
+        False, description="Attention softmax in fp32 for a bf16/fp16 model (--attention-softmax-in-fp32). Off, as in "
+        "Megatron-LM: the local layer spec then runs the softmax in the model's dtype; on, it upcasts the "
+        "[batch, heads, seq, seq] scores (on an H200 mtk ran a GPT-125M 16% slower with it on). Transformer "
+        "Engine's fused attention keeps its own fp32 accumulation either way.")
     add_bias_linear: bool = True
     hidden_dropout: float = Field(0.1, ge=0, le=1)
     attention_dropout: float = Field(0.1, ge=0, le=1)

@@ -96,7 +96,8 @@ def megatron_args(job: Job, *, data_parallel_size: int, vocab_size: int, padded_
         apply_layernorm_1p=m.layernorm_1p, layernorm_zero_centered_gamma=m.layernorm_1p,
         swiglu=m.activation == "swiglu", squared_relu=False, add_bias_linear=m.add_bias_linear,
         add_qkv_bias=m.add_bias_linear, untie_embeddings_and_output_weights=m.untie_embeddings,
-        apply_query_key_layer_scaling=False, attention_dropout=m.attention_dropout,
+        apply_query_key_layer_scaling=False, attention_softmax_in_fp32=m.attention_softmax_in_fp32,
+        attention_dropout=m.attention_dropout,
         hidden_dropout=m.hidden_dropout, init_method_std=m.init_method_std,
         num_experts=m.moe.num_experts if moe else None,
         moe_ffn_hidden_size=(m.moe.ffn_hidden_size or m.ffn) if moe else None,
@@ -284,6 +285,8 @@ def pretrain_gpt_argv(args: argparse.Namespace, job: Job, checkpoint_root: str) 
         argv.append("--swiglu")
     if g("apply_layernorm_1p") or g("layernorm_zero_centered_gamma"):
         argv.append("--apply-layernorm-1p")
+    if g("attention_softmax_in_fp32"):
+        argv.append("--attention-softmax-in-fp32")
     if not g("add_bias_linear", True):
         argv.append("--disable-bias-linear")
     if g("untie_embeddings_and_output_weights"):
