@@ -7,7 +7,7 @@ byte-level BPE trained on it with HF ``tokenizers``; then runs, interleaved, rou
 
 - ``reference``: benchmarks/megatron_reference.py (pool, one document per task, HF fast tokenizer,
   megatron.core's writer), the way tools/preprocess_data.py runs;
-- ``mtk``: ``python -m mtk.data_jobs.preprocess`` with Megatron's flags (default engine);
+- ``mtk``: ``python -m mtk.data_jobs.preprocess_cli`` with Megatron's flags (default engine);
 - ``mtk-hf``: the same with ``--engine hf`` (reference libraries only), for information.
 
 Each run is a fresh process tree; wall time includes imports. Peak RSS is sampled every 50 ms over the
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     corpus, vocab, docs = _prepare(work, args.mb)
     env = {**os.environ, "XDG_CACHE_HOME": str(work / "cache")}
-    mtk = [sys.executable, "-m", "mtk.data_jobs.preprocess", "--input", str(corpus), "--tokenizer-type",
+    mtk = [sys.executable, "-m", "mtk.data_jobs.preprocess_cli", "--input", str(corpus), "--tokenizer-type",
            "GPT2BPETokenizer", "--vocab-file", str(vocab / "vocab.json"), "--merge-file", str(vocab / "merges.txt"),
            "--append-eod", "--workers", str(args.workers), "--no-progress"]
     commands = {

@@ -14,6 +14,9 @@ streamed into the final files (temp names, renamed at the end) and a ``{prefix}.
 record is written; with it in place a rerun does nothing. Output bytes do not depend on worker count,
 shard size, engine, interruptions or the number of tasks.
 
+Modules: this one plans, dispatches to workers and merges; :mod:`.preprocess_worker` tokenizes a shard;
+:mod:`.preprocess_cli` is the command line (Megatron's flags or ``--job``).
+
 Sharded (``data.corpus.shards: N``): every task computes the same plan and processes only its contiguous slice
 of it (:mod:`.sharding`; index from ``--task-index``, ``SLURM_ARRAY_TASK_ID`` or ``JOB_COMPLETION_INDEX``),
 writing the same part files and markers. The task that finds every shard done merges (under a lock, so
@@ -27,7 +30,6 @@ file:line, or with ``--skip-bad-lines`` are skipped and counted. Blank lines are
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import json
@@ -36,12 +38,23 @@ import shutil
 import sys
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import sources
-from .corpus import InputError, Shard, input_files, is_parquet
-from .jsonl import BadLine, line_number, parse_document, read_lines
+from .corpus import InputError, Shard, input_files
+from .preprocess_worker import (
+    MAX_EXAMPLES,
+    PreprocessError,
+    ShardResult,
+    atomic_json,
+    done_path,
+    init_worker,
+    load_tokenizer,
+    part_files,
+    process_shard,
+    run_one,
+)
 from .sharding import plan_shards
 
 if TYPE_CHECKING:
@@ -49,17 +62,11 @@ if TYPE_CHECKING:
 
     from .tokenizers import Tokenizer
 
+
 MANIFEST_VERSION = 1
-BATCH_CHARS = 1 << 20  # tokenize in batches of about this many characters
-BATCH_DOCS = 1024
-MAX_EXAMPLES = 5  # bad lines kept with file:line per shard (all are counted)
 
 
 ON_ERROR = ("fail", "skip-and-count")
-
-
-class PreprocessError(RuntimeError):
-    """A failure the user must fix (bad input, unreadable tokenizer); the message says where and how."""
 
 
 @dataclass
@@ -99,191 +106,6 @@ class PreprocessConfig:
         base = f"{self.output_prefix}_{key}_document"
         return f"{base}.bin", f"{base}.idx"
 
-
-@dataclass
-class ShardResult:
-    index: int
-    docs: int = 0
-    empty_docs: int = 0
-    blank_lines: int = 0
-    tokens: int = 0
-    input_bytes: int = 0
-    skipped_by_reason: dict[str, int] = field(default_factory=dict)
-    skipped_examples: list[str] = field(default_factory=list)  # the first few, with file:line
-
-
-# ---------------------------------------------------------------- worker side
-
-_WORKER: dict[str, Any] = {}
-
-
-def _load_tokenizer(spec: TokenizerSpec, data_dir: str, engine: str, verified: bool,
-                    log: Any = print) -> Tokenizer:
-    from .bpe_fast import fast_gpt2
-    from .tokenizers import TokenizerError, build_tokenizer
-
-    try:
-        tok = build_tokenizer(spec, data_dir)
-    except TokenizerError as exc:
-        raise PreprocessError(str(exc)) from None
-    if engine == "auto":
-        tok = fast_gpt2(tok, log=log, verified=verified)
-    return tok
-
-
-def _init_worker(spec_json: str, data_dir: str, engine: str) -> None:
-    from mtk.launcher.spec.data import TokenizerSpec
-
-    from .stopping import ignore_in_worker
-
-    ignore_in_worker()
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    spec = TokenizerSpec.model_validate_json(spec_json)
-    _WORKER["tok"] = _load_tokenizer(spec, data_dir, engine, verified=True, log=lambda *_: None)
-
-
-def _part_files(parts_dir: str, index: int, key: str):
-    from .indexed import PartFiles
-
-    base = os.path.join(parts_dir, f"shard-{index:06d}.{key}")
-    return PartFiles(f"{base}.bin", f"{base}.len", f"{base}.docs")
-
-
-def _done_path(parts_dir: str, index: int) -> str:
-    return os.path.join(parts_dir, f"shard-{index:06d}.done")
-
-
-class _KeyBuffer:
-    """Ids and index data of one key for one shard, flushed to disk in batches."""
-
-    def __init__(self, path: str, dtype: str):
-        import numpy as np
-
-        self.np = np
-        self.dtype = dtype
-        self.fh = open(path, "wb")  # noqa: SIM115 - closed in finish()
-        self.lengths: list[int] = []
-        self.doc_seqs: list[int] = []
-        self.tokens = 0
-
-    def add(self, batch: list[list[int]], eod: int | None) -> None:
-        np = self.np
-        flat: list[int] = []
-        for ids in batch:
-            if ids:
-                if eod is not None:
-                    ids.append(eod)
-                flat.extend(ids)
-                self.lengths.append(len(ids))
-                self.doc_seqs.append(1)
-            else:
-                self.doc_seqs.append(0)
-        self.fh.write(np.asarray(flat, dtype=self.dtype).tobytes())
-        self.tokens += len(flat)
-
-    def finish(self) -> tuple[Any, Any]:
-        self.fh.close()
-        return self.np.asarray(self.lengths, dtype=self.np.int32), self.np.asarray(self.doc_seqs, dtype=self.np.int64)
-
-
-def process_shard(shard: Shard, parts_dir: str, keys: list[str], append_eod: bool, skip_bad: bool,
-                  max_line: int, tok: Tokenizer | None = None) -> ShardResult:
-    """Tokenize one shard into its part files and mark it done. Raises PreprocessError on a bad line."""
-    from .indexed import write_part
-
-    tok = tok or _WORKER["tok"]
-    eod = tok.eod if append_eod else None
-    res = ShardResult(shard.index)
-    parts = {k: _part_files(parts_dir, shard.index, k) for k in keys}
-    bufs = {k: _KeyBuffer(parts[k].bin + ".tmp", tok.dtype) for k in keys}
-    batch: list[list[str]] = []
-    chars = 0
-
-    def flush() -> None:
-        nonlocal batch, chars
-        if not batch:
-            return
-        for i, key in enumerate(keys):
-            bufs[key].add(tok.encode_batch([texts[i] for texts in batch]), eod)
-        batch, chars = [], 0
-
-    parquet = is_parquet(shard.path)
-
-    def bad(n: int, offset: int, reason: str) -> None:
-        line = line_number(shard.path, offset) if shard.start and not parquet else n
-        entry = BadLine(shard.path, line, reason, "row" if parquet else "line")
-        if not skip_bad:
-            raise PreprocessError(f"{entry} (shard {shard.index})\n  fix the {entry.unit}, or set "
-                                  "data.corpus.on_error: skip-and-count (--skip-bad-lines) to skip and count such "
-                                  f"{entry.unit}s")
-        kind = reason.split(" (")[0]
-        res.skipped_by_reason[kind] = res.skipped_by_reason.get(kind, 0) + 1
-        if len(res.skipped_examples) < MAX_EXAMPLES:
-            res.skipped_examples.append(str(entry))
-
-    try:
-        for n, offset, raw in _documents(shard, keys, max_line):
-            if raw is None:
-                bad(n, offset, f"document longer than {max_line / 2**20:g} MiB (raise --max-doc-mb)")
-                continue
-            if isinstance(raw, tuple):  # a Parquet row: (texts or reason, bytes)
-                texts, size = raw
-                res.input_bytes += size
-            else:
-                res.input_bytes += len(raw)
-                if not raw.strip():
-                    res.blank_lines += 1
-                    continue
-                texts = parse_document(raw, keys)
-            if isinstance(texts, str):
-                bad(n, offset, texts)
-                continue
-            batch.append(texts)
-            res.docs += 1
-            res.empty_docs += sum(not t for t in texts)
-            chars += sum(map(len, texts))
-            if chars >= BATCH_CHARS or len(batch) >= BATCH_DOCS:
-                flush()
-        flush()
-    except InputError as exc:
-        for buf in bufs.values():
-            buf.fh.close()
-        raise PreprocessError(f"{exc} (shard {shard.index})") from None
-    except BaseException:
-        for buf in bufs.values():
-            buf.fh.close()
-        raise
-    for key in keys:
-        lengths, doc_seqs = bufs[key].finish()
-        os.replace(parts[key].bin + ".tmp", parts[key].bin)
-        write_part(parts[key], lengths, doc_seqs)
-        res.tokens += bufs[key].tokens
-    _atomic_json(_done_path(parts_dir, shard.index), asdict(res))
-    return res
-
-
-def _documents(shard: Shard, keys: list[str], max_line: int):
-    """(line/row number, offset, raw JSONL line | (texts or reason, bytes) for a Parquet row | None if too long)."""
-    if is_parquet(shard.path):
-        from .parquet import read_rows
-
-        for row, texts, size in read_rows(shard, keys):
-            yield row, 0, (texts, size)
-        return
-    yield from read_lines(shard, max_line)
-
-
-def _run_one(args: tuple) -> ShardResult:
-    return process_shard(*args)
-
-
-# ---------------------------------------------------------------- coordinator side
-
-def _atomic_json(path: str, obj: Any) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as fh:
-        json.dump(obj, fh, indent=1, sort_keys=True)
-    os.replace(tmp, path)
 
 
 def _plan(cfg: PreprocessConfig, tok: Tokenizer) -> dict:
@@ -364,7 +186,7 @@ def preprocess(cfg: PreprocessConfig, log: Any = print) -> dict:
     """Run (or resume, or skip when already done) a preprocessing job or one task of it; returns the summary."""
     t0 = time.monotonic()
     cfg.check()
-    tok = _load_tokenizer(cfg.tokenizer, cfg.data_dir, cfg.engine, verified=False, log=log)
+    tok = load_tokenizer(cfg.tokenizer, cfg.data_dir, cfg.engine, verified=False, log=log)
     try:
         plan = _plan(cfg, tok)
     except (InputError, sources.SourceError) as exc:
@@ -413,10 +235,10 @@ def _run_task(cfg: PreprocessConfig, tok: Tokenizer, plan: dict, plan_id: str, r
             results, tok = _run_shards(cfg, tok, mine, parts_dir, log, label=f"preprocess task {index}")
             task = _task_summary(index, cfg.tasks, mine, results, time.monotonic() - t0)
             with contextlib.suppress(FileNotFoundError):  # a peer that saw our last shard done merged already
-                _atomic_json(os.path.join(parts_dir, f"task-{index:05d}.json"), task)
+                atomic_json(os.path.join(parts_dir, f"task-{index:05d}.json"), task)
         log(f"preprocess: task {index} done: {task['docs']:,} docs, {task['tokens']:,} tokens, "
             f"{task['skipped']:,} skipped, {task['seconds']:.1f} s")
-    missing = [s.index for s in shards if not os.path.isfile(_done_path(parts_dir, s.index))]
+    missing = [s.index for s in shards if not os.path.isfile(done_path(parts_dir, s.index))]
     if missing and _done_record(cfg, record_path, plan_id) is not None:
         log(f"preprocess: another task has merged {cfg.output_prefix}; this task is done")
         return {**task, "merged": False}
@@ -441,7 +263,7 @@ def _run_task(cfg: PreprocessConfig, tok: Tokenizer, plan: dict, plan_id: str, r
         summary = _finish(cfg, tok, shards, results, parts_dir, plan, time.monotonic() - t0)
         summary["tasks"] = cfg.tasks
         summary["task_seconds"] = task_seconds(parts_dir)
-        _atomic_json(record_path, {"plan_id": plan_id, "summary": summary})
+        atomic_json(record_path, {"plan_id": plan_id, "summary": summary})
         shutil.rmtree(parts_dir, ignore_errors=True)
         for i in range(cfg.tasks):
             with contextlib.suppress(OSError):
@@ -477,7 +299,7 @@ def _ensure_manifest(parts_dir: str, plan: dict, plan_id: str) -> None:
                                       f"old job runs, delete {parts_dir} and rerun")
         return
     os.makedirs(parts_dir, exist_ok=True)
-    _atomic_json(manifest_path, {"plan_id": plan_id, "plan": plan})
+    atomic_json(manifest_path, {"plan_id": plan_id, "plan": plan})
 
 
 def _task_summary(index: int, tasks: int, mine: list[Shard], results: dict[int, ShardResult],
@@ -509,11 +331,11 @@ def _run_locked(cfg: PreprocessConfig, tok: Tokenizer, plan: dict, plan_id: str,
                 shutil.rmtree(parts_dir)
     os.makedirs(parts_dir, exist_ok=True)
     if not os.path.isfile(manifest_path):
-        _atomic_json(manifest_path, {"plan_id": plan_id, "plan": plan})
+        atomic_json(manifest_path, {"plan_id": plan_id, "plan": plan})
     shards = [Shard(**s) for s in plan["shards"]]
     results, tok = _run_shards(cfg, tok, shards, parts_dir, log)
     summary = _finish(cfg, tok, shards, results, parts_dir, plan, time.monotonic() - t0)
-    _atomic_json(record_path, {"plan_id": plan_id, "summary": summary})
+    atomic_json(record_path, {"plan_id": plan_id, "summary": summary})
     shutil.rmtree(parts_dir, ignore_errors=True)
     return summary
 
@@ -541,7 +363,7 @@ def _exclusive(path: str):
 def _completed(parts_dir: str, shards: list[Shard]) -> dict[int, ShardResult]:
     done = {}
     for s in shards:
-        path = _done_path(parts_dir, s.index)
+        path = done_path(parts_dir, s.index)
         if os.path.isfile(path):
             with open(path) as fh:
                 done[s.index] = ShardResult(**json.load(fh))
@@ -578,7 +400,7 @@ def _run_shards(cfg: PreprocessConfig, tok: Tokenizer, shards: list[Shard], part
             if name[:13] in mine:
                 os.unlink(os.path.join(parts_dir, name))
         cfg.engine = "hf"
-        return _run_shards(cfg, _load_tokenizer(cfg.tokenizer, cfg.data_dir, "hf", False, log), shards,
+        return _run_shards(cfg, load_tokenizer(cfg.tokenizer, cfg.data_dir, "hf", False, log), shards,
                            parts_dir, log, label)
     return results, tok
 
@@ -600,8 +422,8 @@ def _map(cfg: PreprocessConfig, tok: Tokenizer, args: list[tuple[Shard, str, lis
     from .bpe_fast import FastGPT2
 
     init = (cfg.tokenizer.model_dump_json(), cfg.data_dir, "auto" if isinstance(tok, FastGPT2) else "hf")
-    with ctx.Pool(workers, initializer=_init_worker, initargs=init) as pool:
-        yield from pool.imap_unordered(_run_one, args)
+    with ctx.Pool(workers, initializer=init_worker, initargs=init) as pool:
+        yield from pool.imap_unordered(run_one, args)
 
 
 def _finish(cfg: PreprocessConfig, tok: Tokenizer, shards: list[Shard], results: dict[int, ShardResult],
@@ -614,7 +436,7 @@ def _finish(cfg: PreprocessConfig, tok: Tokenizer, shards: list[Shard], results:
     outputs = {}
     for key in cfg.json_keys:
         bin_path, idx_path = cfg.output_paths(key)
-        parts = [_part_files(parts_dir, s.index, key) for s in shards]
+        parts = [part_files(parts_dir, s.index, key) for s in shards]
         n_seq, n_doc = merge_parts(parts, tok.dtype, bin_path, idx_path)
         outputs[key] = {"bin": bin_path, "idx": idx_path, "sequences": n_seq, "documents": n_doc}
     rs = [results[s.index] for s in shards]
@@ -653,157 +475,3 @@ def _print_summary(s: dict, log: Any) -> None:
         log(f"preprocess: ignored {s['blank_lines']} blank lines")
     for key, out in s["outputs"].items():
         log(f"preprocess: {key}: {out['bin']} + .idx ({out['sequences']:,} sequences, {out['documents']:,} docs)")
-
-
-# ---------------------------------------------------------------- command line
-
-def _number(kind: type, low: float, strict: bool = False):
-    """An argparse type: a ``kind`` number ≥ low (> low when strict); argparse names the flag and exits 2."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a{'n integer' if kind is int else ' number'}") from None
-        if value != value or value in (float("inf"), float("-inf")) or (value <= low if strict else value < low):
-            raise argparse.ArgumentTypeError(f"{text} is out of range: must be {'>' if strict else '≥'} {low:g}")
-        return value
-    return parse
-
-
-def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="mtk-entrypoint preprocess", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--job", help="job.json: take data.corpus and data.tokenizer from the spec")
-    ap.add_argument("--run-dir", help="run directory (accepted for symmetry with other steps)")
-    meg = ap.add_argument_group("Megatron tools/preprocess_data.py flags")
-    meg.add_argument("--input")
-    meg.add_argument("--output-prefix")
-    meg.add_argument("--json-keys", nargs="+")
-    meg.add_argument("--tokenizer-type",
-                     choices=["GPT2BPETokenizer", "HuggingFaceTokenizer", "GPTSentencePieceTokenizer"])
-    meg.add_argument("--vocab-file")
-    meg.add_argument("--merge-file")
-    meg.add_argument("--tokenizer-model")
-    meg.add_argument("--append-eod", action="store_true", default=None)
-    meg.add_argument("--workers", type=_number(int, 1), help="processes (default: one per CPU this task may use)")
-    meg.add_argument("--split-sentences", action="store_true", help="not supported (sentence splitting)")
-    for ignored in ("--partitions", "--log-interval", "--keep-sequential-samples", "--keep-newlines"):
-        meg.add_argument(ignored, nargs="?", const=True, help=argparse.SUPPRESS)
-    ext = ap.add_argument_group("mtk")
-    ext.add_argument("--skip-bad-lines", action="store_true", default=None,
-                     help="same as --on-error skip-and-count")
-    ext.add_argument("--on-error", choices=ON_ERROR, help="a bad line/row: stop (fail, the default) or skip and count")
-    ext.add_argument("--allow-empty", action="store_true", default=None, help="an input without documents is ok")
-    shard = ap.add_argument_group("sharded job (data.corpus.shards)")
-    shard.add_argument("--tasks", type=_number(int, 1),
-                       help="tasks of the sharded job (default: data.corpus.shards, or 1)")
-    shard.add_argument("--task-index", type=_number(int, 0),
-                       help="this task's index (default: $SLURM_ARRAY_TASK_ID or $JOB_COMPLETION_INDEX when "
-                            "the job is sharded; none: do every task's shards here)")
-    shard.add_argument("--merge", action="store_true", help="only merge the finished tasks' parts")
-    ext.add_argument("--legacy-eod-as-text", action="store_true", default=None)
-    ext.add_argument("--engine", choices=["auto", "hf"], default="auto",
-                     help="auto: verified fast BPE engine where it applies; hf: reference libraries only")
-    ext.add_argument("--shard-mb", type=_number(float, 0, strict=True),
-                     help="shard size (default: input size / 64, within 1-64 MiB)")
-    ext.add_argument("--max-doc-mb", type=_number(float, 0, strict=True), default=16.0,
-                     help="longest document (MiB); a longer one is a bad line")
-    ext.add_argument("--no-progress", action="store_true")
-    return ap
-
-
-def config_from_args(argv: list[str]) -> PreprocessConfig:
-    """Build the config from ``--job`` and/or Megatron-style flags (flags override the spec)."""
-    from mtk.launcher.spec.data import TokenizerSpec
-
-    args = _parser().parse_args(argv)
-    if args.split_sentences:
-        raise PreprocessError("--split-sentences is not supported: mtk writes one sequence per document")
-    if args.job:
-        from mtk.launcher.spec import load_job_json
-
-        data = load_job_json(args.job).data
-        job_path = args.job
-        if data.corpus is None:
-            raise PreprocessError(f"{args.job}: data.corpus is not set; there is nothing to preprocess")
-        c = data.corpus
-        cfg = PreprocessConfig(input=data.resolve(c.input), output_prefix=data.resolve(c.output_prefix),
-                               tokenizer=data.tokenizer, data_dir=data.dir, json_keys=list(c.json_keys),
-                               append_eod=c.append_eod, workers=c.workers,
-                               skip_bad_lines=c.skip_bad_lines or c.on_error == "skip-and-count",
-                               tasks=c.shards, allow_empty=c.allow_empty, shard_mb=c.shard_mb, job=job_path)
-    else:
-        missing = [f for f, v in (("--input", args.input), ("--output-prefix", args.output_prefix),
-                                  ("--tokenizer-type", args.tokenizer_type)) if not v]
-        if missing:
-            raise PreprocessError(f"missing {', '.join(missing)} (or pass --job JOB.json)")
-        model = args.tokenizer_model
-        if model and os.path.isdir(model) and args.tokenizer_type == "HuggingFaceTokenizer":
-            model = os.path.join(model, "tokenizer.json")
-        spec = TokenizerSpec(type=args.tokenizer_type, vocab_file=args.vocab_file, merge_file=args.merge_file,
-                             model=model)
-        cfg = PreprocessConfig(input=args.input, output_prefix=args.output_prefix, tokenizer=spec,
-                               append_eod=False)
-    if args.input:
-        cfg.input = args.input
-    if args.output_prefix:
-        cfg.output_prefix = args.output_prefix
-    if args.json_keys:
-        cfg.json_keys = args.json_keys
-    if args.append_eod:
-        cfg.append_eod = True
-    if args.workers is not None:
-        cfg.workers = args.workers
-    if args.skip_bad_lines or args.on_error == "skip-and-count":
-        cfg.skip_bad_lines = True
-    elif args.on_error == "fail":
-        cfg.skip_bad_lines = False
-    if args.allow_empty:
-        cfg.allow_empty = True
-    if args.tasks is not None:
-        cfg.tasks = args.tasks
-    cfg.merge_only = args.merge
-    if args.task_index is not None:
-        cfg.task_index = args.task_index
-    elif cfg.tasks > 1 and not args.merge:
-        from .sharding import index_from_env
-
-        try:
-            cfg.task_index = index_from_env()
-        except ValueError as exc:
-            raise PreprocessError(str(exc)) from None
-    if args.legacy_eod_as_text:
-        cfg.tokenizer = cfg.tokenizer.model_copy(update={"legacy_eod_as_text": True})
-    cfg.engine, cfg.max_doc_mb = args.engine, args.max_doc_mb
-    if args.shard_mb is not None:
-        cfg.shard_mb = args.shard_mb
-    if args.no_progress:
-        cfg.progress = False
-    return cfg
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Exit codes: 0 done (or already done), 1 a failure named on stderr, 2 a bad flag (argparse), 128 + N
-    stopped by signal N (143 SIGTERM, 130 SIGINT; finished shards kept, rerun to resume: :mod:`.stopping`)."""
-    from .stopping import Stopped, stop_on_signals
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        with stop_on_signals():
-            cfg = config_from_args(argv)
-            summary = preprocess(cfg, log=lambda msg: print(msg, flush=True))
-            if cfg.job and summary.get("merged", True) and not summary.get("already_done"):
-                from .index_cache import build_index_cache
-
-                build_index_cache(cfg.job, log=lambda msg: print(msg, flush=True))
-    except PreprocessError as exc:
-        print(f"preprocess: error: {exc}", file=sys.stderr)
-        return 1
-    except Stopped as exc:
-        print(f"preprocess: stopped by {exc}: nothing under the output prefix was half-written; shards finished "
-              "so far are kept, and the same command resumes from them", file=sys.stderr, flush=True)
-        return exc.exit_code
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

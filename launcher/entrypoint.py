@@ -17,7 +17,7 @@ import sys
 
 STEPS: dict[str, tuple[str, str]] = {
     "getdata": ("mtk.data_jobs.getdata", "fetch corpus and tokenizer files into the shared data dir"),
-    "preprocess": ("mtk.data_jobs.preprocess", "tokenize JSONL into Megatron .bin/.idx"),
+    "preprocess": ("mtk.data_jobs.preprocess_cli", "tokenize JSONL into Megatron .bin/.idx"),
     "train": ("mtk.launcher.train_step", "start torchrun for this node with rendezvous from the environment"),
     "worker": ("mtk.training.worker", "one training rank (started by torchrun)"),
     "doctor": ("mtk.containers.doctor", "check torch, CUDA, NCCL, EFA and megatron.core on this node"),

@@ -24,7 +24,7 @@ def test_killed_run_resumes_to_identical_files(tmp_path, small_bpe, corpus):
 
     prefix = tmp_path / "run" / "c"
     parts = Path(f"{prefix}.mtk-parts")
-    argv = [sys.executable, "-m", "mtk.data_jobs.preprocess", "--input", str(corpus), "--output-prefix",
+    argv = [sys.executable, "-m", "mtk.data_jobs.preprocess_cli", "--input", str(corpus), "--output-prefix",
             str(prefix), "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", str(small_bpe / "vocab.json"),
             "--merge-file", str(small_bpe / "merges.txt"), "--append-eod", "--workers", "1",
             "--shard-mb", str(shard_mb), "--no-progress"]

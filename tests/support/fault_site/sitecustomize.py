@@ -35,12 +35,14 @@ if _FAULT.startswith("slow-shard:"):
         import time
 
         from mtk.data_jobs import preprocess as _preprocess
+        from mtk.data_jobs import preprocess_worker as _preprocess_worker
 
-        _process_shard = _preprocess.process_shard
+        _process_shard = _preprocess_worker.process_shard
 
         def _slow_process_shard(*args, **kwargs):
             result = _process_shard(*args, **kwargs)
             time.sleep(float(_seconds))
             return result
 
-        _preprocess.process_shard = _slow_process_shard
+        # the coordinator calls it inline (one worker), pool processes through the worker module
+        _preprocess.process_shard = _preprocess_worker.process_shard = _slow_process_shard

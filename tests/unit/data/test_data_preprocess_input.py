@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 from mtk.data_jobs import bpe_fast
-from mtk.data_jobs.preprocess import PreprocessConfig, PreprocessError, main, preprocess
+from mtk.data_jobs.preprocess import PreprocessConfig, PreprocessError, preprocess
+from mtk.data_jobs.preprocess_cli import main
 from mtk.launcher.spec.data import TokenizerSpec
 
 GPT2 = TokenizerSpec(type="GPT2BPETokenizer", vocab_file="vocab.json", merge_file="merges.txt")

@@ -1,0 +1,216 @@
+"""The worker side of ``mtk-entrypoint preprocess``: one shard of the input in, its part files out.
+
+Runs in pool processes (or inline with one worker): each loads the tokenizer once (:func:`init_worker`), then
+tokenizes whole shards in large batches and writes each shard's ids and lengths under ``{prefix}.mtk-parts/``
+(temp + rename, then a ``.done`` marker), so a killed run redoes only unmarked shards. The coordinator that plans,
+dispatches and merges is :mod:`.preprocess`; the command line is :mod:`.preprocess_cli`.
+"""
+
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .corpus import InputError, Shard, is_parquet
+from .jsonl import BadLine, line_number, parse_document, read_lines
+
+if TYPE_CHECKING:
+    from mtk.launcher.spec.data import TokenizerSpec
+
+    from .tokenizers import Tokenizer
+
+
+BATCH_CHARS = 1 << 20  # tokenize in batches of about this many characters
+BATCH_DOCS = 1024
+MAX_EXAMPLES = 5  # bad lines kept with file:line per shard (all are counted)
+
+
+class PreprocessError(RuntimeError):
+    """A failure the user must fix (bad input, unreadable tokenizer); the message says where and how."""
+
+
+
+def atomic_json(path: str, obj: Any) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(obj, fh, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+@dataclass
+class ShardResult:
+    index: int
+    docs: int = 0
+    empty_docs: int = 0
+    blank_lines: int = 0
+    tokens: int = 0
+    input_bytes: int = 0
+    skipped_by_reason: dict[str, int] = field(default_factory=dict)
+    skipped_examples: list[str] = field(default_factory=list)  # the first few, with file:line
+
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def load_tokenizer(spec: TokenizerSpec, data_dir: str, engine: str, verified: bool,
+                    log: Any = print) -> Tokenizer:
+    from .bpe_fast import fast_gpt2
+    from .tokenizers import TokenizerError, build_tokenizer
+
+    try:
+        tok = build_tokenizer(spec, data_dir)
+    except TokenizerError as exc:
+        raise PreprocessError(str(exc)) from None
+    if engine == "auto":
+        tok = fast_gpt2(tok, log=log, verified=verified)
+    return tok
+
+
+def init_worker(spec_json: str, data_dir: str, engine: str) -> None:
+    from mtk.launcher.spec.data import TokenizerSpec
+
+    from .stopping import ignore_in_worker
+
+    ignore_in_worker()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    spec = TokenizerSpec.model_validate_json(spec_json)
+    _WORKER["tok"] = load_tokenizer(spec, data_dir, engine, verified=True, log=lambda *_: None)
+
+
+def part_files(parts_dir: str, index: int, key: str):
+    from .indexed import PartFiles
+
+    base = os.path.join(parts_dir, f"shard-{index:06d}.{key}")
+    return PartFiles(f"{base}.bin", f"{base}.len", f"{base}.docs")
+
+
+def done_path(parts_dir: str, index: int) -> str:
+    return os.path.join(parts_dir, f"shard-{index:06d}.done")
+
+
+class _KeyBuffer:
+    """Ids and index data of one key for one shard, flushed to disk in batches."""
+
+    def __init__(self, path: str, dtype: str):
+        import numpy as np
+
+        self.np = np
+        self.dtype = dtype
+        self.fh = open(path, "wb")  # noqa: SIM115 - closed in finish()
+        self.lengths: list[int] = []
+        self.doc_seqs: list[int] = []
+        self.tokens = 0
+
+    def add(self, batch: list[list[int]], eod: int | None) -> None:
+        np = self.np
+        flat: list[int] = []
+        for ids in batch:
+            if ids:
+                if eod is not None:
+                    ids.append(eod)
+                flat.extend(ids)
+                self.lengths.append(len(ids))
+                self.doc_seqs.append(1)
+            else:
+                self.doc_seqs.append(0)
+        self.fh.write(np.asarray(flat, dtype=self.dtype).tobytes())
+        self.tokens += len(flat)
+
+    def finish(self) -> tuple[Any, Any]:
+        self.fh.close()
+        return self.np.asarray(self.lengths, dtype=self.np.int32), self.np.asarray(self.doc_seqs, dtype=self.np.int64)
+
+
+def process_shard(shard: Shard, parts_dir: str, keys: list[str], append_eod: bool, skip_bad: bool,
+                  max_line: int, tok: Tokenizer | None = None) -> ShardResult:
+    """Tokenize one shard into its part files and mark it done. Raises PreprocessError on a bad line."""
+    from .indexed import write_part
+
+    tok = tok or _WORKER["tok"]
+    eod = tok.eod if append_eod else None
+    res = ShardResult(shard.index)
+    parts = {k: part_files(parts_dir, shard.index, k) for k in keys}
+    bufs = {k: _KeyBuffer(parts[k].bin + ".tmp", tok.dtype) for k in keys}
+    batch: list[list[str]] = []
+    chars = 0
+
+    def flush() -> None:
+        nonlocal batch, chars
+        if not batch:
+            return
+        for i, key in enumerate(keys):
+            bufs[key].add(tok.encode_batch([texts[i] for texts in batch]), eod)
+        batch, chars = [], 0
+
+    parquet = is_parquet(shard.path)
+
+    def bad(n: int, offset: int, reason: str) -> None:
+        line = line_number(shard.path, offset) if shard.start and not parquet else n
+        entry = BadLine(shard.path, line, reason, "row" if parquet else "line")
+        if not skip_bad:
+            raise PreprocessError(f"{entry} (shard {shard.index})\n  fix the {entry.unit}, or set "
+                                  "data.corpus.on_error: skip-and-count (--skip-bad-lines) to skip and count such "
+                                  f"{entry.unit}s")
+        kind = reason.split(" (")[0]
+        res.skipped_by_reason[kind] = res.skipped_by_reason.get(kind, 0) + 1
+        if len(res.skipped_examples) < MAX_EXAMPLES:
+            res.skipped_examples.append(str(entry))
+
+    try:
+        for n, offset, raw in _documents(shard, keys, max_line):
+            if raw is None:
+                bad(n, offset, f"document longer than {max_line / 2**20:g} MiB (raise --max-doc-mb)")
+                continue
+            if isinstance(raw, tuple):  # a Parquet row: (texts or reason, bytes)
+                texts, size = raw
+                res.input_bytes += size
+            else:
+                res.input_bytes += len(raw)
+                if not raw.strip():
+                    res.blank_lines += 1
+                    continue
+                texts = parse_document(raw, keys)
+            if isinstance(texts, str):
+                bad(n, offset, texts)
+                continue
+            batch.append(texts)
+            res.docs += 1
+            res.empty_docs += sum(not t for t in texts)
+            chars += sum(map(len, texts))
+            if chars >= BATCH_CHARS or len(batch) >= BATCH_DOCS:
+                flush()
+        flush()
+    except InputError as exc:
+        for buf in bufs.values():
+            buf.fh.close()
+        raise PreprocessError(f"{exc} (shard {shard.index})") from None
+    except BaseException:
+        for buf in bufs.values():
+            buf.fh.close()
+        raise
+    for key in keys:
+        lengths, doc_seqs = bufs[key].finish()
+        os.replace(parts[key].bin + ".tmp", parts[key].bin)
+        write_part(parts[key], lengths, doc_seqs)
+        res.tokens += bufs[key].tokens
+    atomic_json(done_path(parts_dir, shard.index), asdict(res))
+    return res
+
+
+def _documents(shard: Shard, keys: list[str], max_line: int):
+    """(line/row number, offset, raw JSONL line | (texts or reason, bytes) for a Parquet row | None if too long)."""
+    if is_parquet(shard.path):
+        from .parquet import read_rows
+
+        for row, texts, size in read_rows(shard, keys):
+            yield row, 0, (texts, size)
+        return
+    yield from read_lines(shard, max_line)
+
+
+def run_one(args: tuple) -> ShardResult:
+    return process_shard(*args)
