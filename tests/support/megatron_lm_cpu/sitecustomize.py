@@ -21,12 +21,10 @@ CUDA calls with no CPU meaning
 No Apex / Transformer Engine (true here, and on any machine without them)
 
 * ``megatron.training.training.load_checkpoint`` is wrapped when the distributed optimizer runs on torch's
-  Adam: megatron-core then cannot build the optimizer's load template before the first step
-  (``distrib_optimizer.py`` ``state_dict``: ``assert len(steps) == 1`` on empty Adam state, for Megatron-LM's
-  own checkpoints too), and after loading it gives all parameters ONE shared ``step`` tensor that torch's Adam
-  increments once per parameter. The wrapper applies the two work-arounds mtk's own loader applies in that
-  case (``mtk.training.optimizer_state.prefill_adam_state`` before, ``restore_adam_steps`` after). With Apex
-  or TE (FusedAdam, every GPU image) neither happens and the wrapper is not installed.
+  Adam, with the two steps Megatron-LM itself needs there for any checkpoint, its own included
+  (``adam_without_fused.py`` beside this file: empty Adam state filled before the load for
+  ``distrib_optimizer.py``'s ``assert len(steps) == 1``, one ``step`` per parameter after it). That code is
+  the tests' own, not mtk's loader's. With Apex or TE (FusedAdam, every GPU image) the wrapper is not installed.
 
 Observation
 
@@ -65,9 +63,9 @@ def _cuda_to_cpu() -> None:
 
 
 def _distopt_without_fused_adam_load() -> None:
+    from adam_without_fused import fill_empty_state, own_step_per_param
     from megatron.core.optimizer import distrib_optimizer
     from megatron.training import training
-    from mtk.training import optimizer_state
 
     if distrib_optimizer.HAVE_APEX_OR_TE:
         return
@@ -77,10 +75,10 @@ def _distopt_without_fused_adam_load() -> None:
         inner = getattr(optimizer, "chained_optimizers", [optimizer]) if optimizer is not None else []
         distributed = any(isinstance(o, distrib_optimizer.DistributedOptimizer) for o in inner)
         if distributed:
-            optimizer_state.prefill_adam_state(optimizer)
+            fill_empty_state(optimizer)
         result = original(ddp_model, optimizer, *args, **kwargs)
         if distributed:
-            optimizer_state.restore_adam_steps(optimizer)
+            own_step_per_param(optimizer)
         return result
 
     training.load_checkpoint = load_checkpoint

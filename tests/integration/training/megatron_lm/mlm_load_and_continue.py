@@ -21,12 +21,15 @@ from pathlib import Path
 
 if not hasattr(typing, "override"):  # Megatron-LM's training package uses Python 3.12's typing.override
     typing.override = lambda f: f
+# the tests' own Adam steps for Megatron-LM's loader without Apex/TE (importing the module, not its sitecustomize)
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "support" / "megatron_lm_cpu"))
 
 
 def main() -> None:
     import torch
+    from adam_without_fused import fill_empty_state, own_step_per_param
     from mtk.launcher.spec import load_job_json
-    from mtk.training import checkpoint, compat, data, optimizer_state
+    from mtk.training import checkpoint, compat, data
     from mtk.training.interop import megatron_lm
     from mtk.training.loop import Trainer
 
@@ -68,11 +71,11 @@ def main() -> None:
     if no_apex_te_distopt:
         # megatron-core's distributed optimizer without Apex/TE (this CPU machine) cannot build its load
         # template from empty Adam state and afterwards shares one `step` tensor across params - for
-        # Megatron-LM's own checkpoints too. The same two work-arounds mtk's loader applies:
-        optimizer_state.prefill_adam_state(trainer.optimizer)
+        # Megatron-LM's own checkpoints too. The tests' own two steps for that (not mtk's loader code):
+        fill_empty_state(trainer.optimizer)
     iteration, flops = load_checkpoint(trainer.model, trainer.optimizer, trainer.scheduler)
     if no_apex_te_distopt:
-        optimizer_state.restore_adam_steps(trainer.optimizer)
+        own_step_per_param(trainer.optimizer)
     trainer.iteration, trainer.consumed = iteration, args.consumed_train_samples
     train_ds, _ = data.build_datasets(job, trainer.tok, log=lambda m: None)
     trainer.train_sampler = data.ResumableSampler(len(train_ds), trainer.consumed, job.train.micro_batch_size,
