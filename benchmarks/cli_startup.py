@@ -50,7 +50,9 @@ def timed(argv: list[str], env: dict[str, str] | None = None, cwd: str | None = 
 
 
 def median_seconds(argv: list[str], repeat: int) -> float:
-    return statistics.median(timed(argv)[0] for _ in range(repeat))
+    """Median wall time; a ``{n}`` in an argument becomes the repetition's number (a fresh run dir each time: a
+    launch refuses a run dir that already holds a run)."""
+    return statistics.median(timed([a.replace("{n}", str(n)) for a in argv])[0] for n in range(repeat))
 
 
 def torchx_bin() -> Path:
@@ -75,7 +77,7 @@ def startup_rows(repeat: int) -> None:
     rows = [("python -c pass", base, None), ("mtk --help", median_seconds([*mtk, "--help"], repeat), 0.2)]
     with tempfile.TemporaryDirectory() as tmp:
         for backend, sets in BACKEND_SETS.items():
-            argv = [*mtk, "launch", TINY, "--backend", backend, "--dry-run", "--run-dir", f"{tmp}/{backend}",
+            argv = [*mtk, "launch", TINY, "--backend", backend, "--dry-run", "--run-dir", f"{tmp}/{backend}-{{n}}",
                     "--no-megatron-check"]
             for s in sets:
                 argv += ["--set", s]
