@@ -49,10 +49,16 @@ def timed(argv: list[str], env: dict[str, str] | None = None, cwd: str | None = 
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def median_seconds(argv: list[str], repeat: int) -> float:
-    """Median wall time; a ``{n}`` in an argument becomes the repetition's number (a fresh run dir each time: a
-    launch refuses a run dir that already holds a run)."""
-    return statistics.median(timed([a.replace("{n}", str(n)) for a in argv])[0] for n in range(repeat))
+def bench_env(**extra: str) -> dict[str, str]:
+    """This environment with bytecode caching on (as on a user's machine) plus ``extra``."""
+    return {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}, **extra}
+
+
+def median_seconds(argv: list[str], repeat: int, env: dict[str, str]) -> float:
+    """Median wall time after one untimed warm-up; a ``{n}`` in an argument becomes the repetition's number (a
+    fresh run dir each time: a launch refuses a run dir that already holds a run)."""
+    runs = [timed([a.replace("{n}", str(n)) for a in argv], env)[0] for n in range(-1, repeat)]
+    return statistics.median(runs[1:])
 
 
 def torchx_bin() -> Path:
@@ -73,15 +79,16 @@ def torchx_bin() -> Path:
 def startup_rows(repeat: int) -> None:
     """The original table: interpreter start-up, --help, and a dry run per backend (tiny example)."""
     mtk = [sys.executable, "-m", "mtk"]
-    base = median_seconds([sys.executable, "-c", "pass"], repeat)
-    rows = [("python -c pass", base, None), ("mtk --help", median_seconds([*mtk, "--help"], repeat), 0.2)]
     with tempfile.TemporaryDirectory() as tmp:
+        env = bench_env(XDG_CACHE_HOME=f"{tmp}/cache")
+        base = median_seconds([sys.executable, "-c", "pass"], repeat, env)
+        rows = [("python -c pass", base, None), ("mtk --help", median_seconds([*mtk, "--help"], repeat, env), 0.2)]
         for backend, sets in BACKEND_SETS.items():
             argv = [*mtk, "launch", TINY, "--backend", backend, "--dry-run", "--run-dir", f"{tmp}/{backend}-{{n}}",
                     "--no-megatron-check"]
             for s in sets:
                 argv += ["--set", s]
-            rows.append((f"mtk launch --dry-run --backend {backend}", median_seconds(argv, repeat), 0.5))
+            rows.append((f"mtk launch --dry-run --backend {backend}", median_seconds(argv, repeat, env), 0.5))
     print(f"{'command':<42} {'median s':>9} {'× python':>9} {'goal s':>7}")
     for name, seconds, goal in rows:
         ok = "" if goal is None else ("  ok" if seconds <= goal else "  OVER")
@@ -90,12 +97,11 @@ def startup_rows(repeat: int) -> None:
 
 def check_cache_rows(repeat: int, cold_repeat: int, with_torchx: bool) -> None:
     """p5 example: cold / warm verdict cache for validate and launch --dry-run, TorchX's Slurm dry run beside."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     mtk = [sys.executable, "-m", "mtk"]
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "train.py"
         script.write_text("print('hello')\n")
-        warm_env = {**env, "XDG_CACHE_HOME": f"{tmp}/warm-cache"}
+        warm_env = bench_env(XDG_CACHE_HOME=f"{tmp}/warm-cache")
         commands = {
             "mtk validate p5": [*mtk, "validate", P5, "--backend", "slurm", "-q"],
             "mtk launch p5 --dry-run": [*mtk, "launch", P5, "--backend", "slurm", "--dry-run", "--out",
@@ -115,10 +121,11 @@ def check_cache_rows(repeat: int, cold_repeat: int, with_torchx: bool) -> None:
         for r in range(max(repeat, cold_repeat)):
             if r < cold_repeat:
                 for name, runs in cold.items():
-                    runs.append(timed(commands[name], {**env, "XDG_CACHE_HOME": tempfile.mkdtemp(dir=tmp)}, tmp))
+                    runs.append(timed(commands[name], bench_env(XDG_CACHE_HOME=tempfile.mkdtemp(dir=tmp)), tmp))
             if r < repeat:
                 for name, runs in warm.items():
                     runs.append(timed(commands[name], warm_env, tmp))
+        split = import_split(commands["mtk launch p5 --dry-run"], warm_env, tmp)
     rows = [(f"{name} (cold: empty cache)", runs) for name, runs in cold.items()]
     rows += [(f"{name} (warm: cached)" if name in cold else name, runs) for name, runs in warm.items()]
     tx = next((runs for name, runs in warm.items() if name.startswith("torchx")), None)
@@ -131,10 +138,35 @@ def check_cache_rows(repeat: int, cold_repeat: int, with_torchx: bool) -> None:
         ratio = f"{wall / ref:>9.2f}" if ref else f"{'':>9}"
         ratio_cpu = f"{cpu / ref_cpu:>9.2f}" if ref_cpu else f"{'':>9}"
         print(f"{name:<56} {len(runs):>4} {wall:>7.3f} {cpu:>7.3f} {ratio} {ratio_cpu}")
+    print(split)
     if ref:
         launch = statistics.median(w for w, _ in warm["mtk launch p5 --dry-run"])
         verdict = "ok" if launch <= 0.8 * ref else "OVER"
         print(f"goal: warm mtk launch --dry-run ≤ 0.8× torchx's dry run: {launch / ref:.2f}× ({verdict})")
+
+
+def import_split(argv: list[str], env: dict[str, str], cwd: str, rounds: int = 5) -> str:
+    """Where a command's imports go: the self time of every module it imports, summed per top-level package
+    (standard library as one; mtk's own includes building its pydantic spec models), the least of ``rounds``
+    runs under ``-X importtime``, largest first."""
+    best: dict[str, int] = {}
+    for _ in range(rounds):
+        proc = subprocess.run([argv[0], "-X", "importtime", *argv[1:]], env=env, cwd=cwd, capture_output=True,
+                              text=True, check=True)
+        seen: dict[str, int] = {}
+        for line in proc.stderr.splitlines():
+            parts = line.split("|")
+            if not line.startswith("import time:") or len(parts) != 3 or not parts[1].strip().isdigit():
+                continue
+            root = parts[2].strip().split(".")[0]
+            root = "stdlib" if root.lstrip("_") in sys.stdlib_module_names or root in sys.stdlib_module_names \
+                else root
+            seen[root] = seen.get(root, 0) + int(parts[0].split(":")[1])
+        best = {k: min(v, best.get(k, v)) for k, v in seen.items()}
+    total = sum(best.values())
+    return (f"imports of the warm `mtk launch p5 --dry-run` (self time per package, least of {rounds} runs, ms; "
+            f"all: {total / 1000:.0f}): " + ", ".join(f"{k} {v / 1000:.0f}" for k, v in
+                                                       sorted(best.items(), key=lambda kv: -kv[1])[:9]))
 
 
 def main() -> None:
