@@ -17,7 +17,7 @@ from mtk.launcher import megatron_cache
 from mtk.launcher.cli import cli
 from mtk.launcher.spec import load_job
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.megatron]  # megatron-core runs in the check's child
 
 TINY = str(Path(__file__).resolve().parents[3] / "examples" / "tiny.yaml")
 RAN = "megatron-core check: ran in "
