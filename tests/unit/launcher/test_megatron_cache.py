@@ -136,3 +136,14 @@ def test_an_unwritable_cache_says_why_instead_of_failing(tmp_path):
     material = cache.key_material(load_job(TINY), ENV)
     note = cache.store(tmp_path / "file" / "entry.json", material, {"problems": [], "parameters_per_rank": 1}, 1.0)
     assert note is not None and note.startswith("not cached")
+
+
+@pytest.mark.parametrize(("verb", "off"), [("validate", "--no-megatron"), ("launch", "--no-megatron-check")])
+def test_recheck_with_the_check_turned_off_is_refused(verb, off, tmp_path):
+    from click.testing import CliRunner
+    from mtk.launcher.cli import cli
+
+    extra = ["--dry-run", "--run-dir", str(tmp_path / "run")] if verb == "launch" else ["-q"]
+    result = CliRunner().invoke(cli, [verb, TINY, "--megatron-recheck", off, *extra])
+    assert result.exit_code == 2
+    assert "--megatron-recheck" in result.output and off in result.output
