@@ -10,6 +10,9 @@ It runs in a child process (``python -m mtk.launcher.megatron_check``) because m
 state in module globals and the CPU compat layer patches torch: the CLI's own process stays clean and light.
 Where torch/megatron-core are not installed (a login node with plain ``pip install mtk``) the check is skipped
 and the caller says so: install ``mtk[train]`` to get it.
+
+Its verdict is cached per model/parallel/train and versions (:mod:`mtk.launcher.megatron_cache`), so a repeated
+``validate``/``launch`` of the same model pays for the import once; the CLI says which happened.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import json
 import re
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -71,14 +76,33 @@ FIXES: dict[str, str] = {
 _SPEC_FIELD = re.compile(r"^((?:model|parallel|train|cluster|data)\.[a-z_.]+)")
 
 
+# What the child process costs, said whenever it runs.
+WHAT_IT_RUNS = "a child process imports torch + megatron.core and builds the model on the meta device"
+
+
 @dataclass
 class Verdict:
-    """What megatron-core said about a job: problems (field, message) and, when the model built, its size."""
+    """What megatron-core said about a job: problems (field, message) and, when the model built, its size.
+    ``cached``: the verdict came from the cache (no child ran); ``seconds``: how long the child took (for a cache
+    hit, the run that produced the entry); ``cache_note``: why a fresh verdict was not cached."""
 
     ran: bool
     problems: list[tuple[str, str]] = field(default_factory=list)
     parameters_per_rank: int | None = None
     note: str = ""
+    cached: bool = False
+    seconds: float | None = None
+    cache_note: str = ""
+
+    def origin(self) -> str:
+        """One line: whether the check ran now (and its cost) or its verdict came from the cache."""
+        if not self.ran or self.seconds is None:
+            return ""
+        if self.cached:
+            return ("megatron-core check: verdict from the cache (same model/parallel/train and versions; "
+                    f"it took {self.seconds:.1f} s when it ran; --megatron-recheck runs it again)")
+        return (f"megatron-core check: ran in {self.seconds:.1f} s ({WHAT_IT_RUNS}); "
+                + (self.cache_note or "verdict cached for this model/parallel/train"))
 
 
 def available() -> bool:
@@ -117,26 +141,48 @@ def _find_word(text: str, word: str) -> int:
     return m.start() if m else -1
 
 
-def check(job: Job, timeout: float = 300) -> Verdict:
-    """Ask megatron-core (in a child process) whether it would build this job's model."""
+def check(job: Job, timeout: float = 300, recheck: bool = False) -> Verdict:
+    """Ask megatron-core (in a child process) whether it would build this job's model, or take the verdict the
+    cache holds for the same model/parallel/train and versions (``recheck``: run it anyway, refresh the entry).
+
+    Verdicts with problems are cached too: the child is deterministic for its key (the same spec material and
+    code give the same refusal), so re-validating an unchanged spec repeats the same error without the import.
+    A check that could not run (a crash, a timeout, a broken install) is never cached."""
     if not available():
         return Verdict(False, note="megatron-core checks skipped: torch/megatron-core are not installed here "
                                    "(pip install 'mtk[train]' to have megatron-core check the model before submit)")
+    from . import megatron_cache as cache
+
+    material = cache.key_material(job, cache.environment())
+    path = cache.entry_path(material)
+    hit = None if recheck else cache.load(path, material)
+    if hit is not None:
+        return Verdict(True, [(name, msg) for name, msg in hit["problems"]], hit["parameters_per_rank"],
+                       cached=True, seconds=hit["seconds"])
+    start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "mtk.launcher.megatron_check"], input=job.to_json(),
                           capture_output=True, text=True, timeout=timeout)
+    seconds = time.perf_counter() - start
     try:
         out = json.loads(proc.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
+        problems = [(str(name), str(msg)) for name, msg in out["problems"]]
+    except (ValueError, IndexError, KeyError, TypeError):
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-8:])
         return Verdict(False, note=f"megatron-core check could not run (exit {proc.returncode}):\n{tail}")
-    return Verdict(True, [tuple(p) for p in out["problems"]], out.get("parameters_per_rank"))
+    result = {"problems": problems, "parameters_per_rank": out.get("parameters_per_rank")}
+    cache_note = cache.store(path, material, result, seconds) or ""
+    return Verdict(True, problems, result["parameters_per_rank"], seconds=seconds, cache_note=cache_note)
 
 
-def enforce(job: Job, source: str | None = None) -> Verdict:
-    """Raise SpecError naming each field megatron-core refuses; return the verdict (sizes, skip note) otherwise."""
+def enforce(job: Job, source: str | None = None, recheck: bool = False,
+            say: Callable[[str], None] | None = None) -> Verdict:
+    """Raise SpecError naming each field megatron-core refuses; return the verdict (sizes, skip note) otherwise.
+    ``say`` gets the one line on where the verdict came from (ran now / cached), before any refusal."""
     from .spec.errors import Problem, SpecError
 
-    verdict = check(job)
+    verdict = check(job, recheck=recheck)
+    if say is not None and verdict.origin():
+        say(verdict.origin())
     if verdict.problems:
         raise SpecError([Problem(name, message) for name, message in verdict.problems], source)
     return verdict

@@ -26,6 +26,9 @@ from .common import backend_option, handles_spec_errors, job_argument, load, set
 @click.option("--megatron-check/--no-megatron-check", default=None,
               help="Have megatron-core build the config and model on the meta device before submitting (default: "
                    "on for slurm and eks, where a refusal would otherwise come after queueing; needs mtk[train]).")
+@click.option("--megatron-recheck", is_flag=True,
+              help="Run the megatron-core check even when the cache holds a verdict for this model/parallel/train "
+                   "and versions (and refresh it); implies --megatron-check.")
 @click.option("--wait/--no-wait", default=None,
               help="EKS: follow each step (etcd, data Jobs, training) with a line per change until training runs "
                    "(default), or submit every step at once and return; the steps still wait for each other in the "
@@ -34,7 +37,8 @@ from .common import backend_option, handles_spec_errors, job_argument, load, set
               help="EKS, with --wait: stop waiting after e.g. 30m or 2h (default: no limit); the rest is then "
                    "submitted, the run goes on, and the exit code is 124.")
 @handles_spec_errors
-def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflight, megatron_check, wait, timeout):
+def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflight, megatron_check, megatron_recheck,
+            wait, timeout):
     """Launch JOB.yaml on a backend."""
     from ..backends import SubmitStopped, get_backend
     from ..outputs import check_launch_outputs
@@ -42,6 +46,8 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
     from ..runs import new_run_dir
     from ..secrets import require
 
+    if megatron_recheck and megatron_check is False:
+        raise click.UsageError("--megatron-recheck runs the check that --no-megatron-check turns off: pass one")
     impl = get_backend(backend)
     try:  # the backend's own launch options, checked before anything is rendered or submitted
         options = impl.launch_options(wait, timeout)
@@ -50,10 +56,10 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
     if preflight is not None:
         overrides = [*overrides, f"resilience.preflight.enabled={str(preflight).lower()}"]
     job = load(job_file, overrides, backend, check_files=not impl.remote_paths)
-    if megatron_check if megatron_check is not None else impl.megatron_check_by_default:
+    if megatron_recheck or (megatron_check if megatron_check is not None else impl.megatron_check_by_default):
         from ..megatron_check import enforce
 
-        note = enforce(job, job_file).note
+        note = enforce(job, job_file, recheck=megatron_recheck, say=lambda line: click.echo(line, err=True)).note
         if note:
             click.echo(f"note: {note}", err=True)
     job = resolve_paths(job, backend)

@@ -23,19 +23,24 @@ def _human(n: int) -> str:
 @click.option("--megatron/--no-megatron", "by_megatron", default=True, show_default=True,
               help="Also have megatron-core build its config and the model on the meta device (needs mtk[train]; "
                    "skipped with a note where torch/megatron-core are not installed).")
+@click.option("--megatron-recheck", is_flag=True,
+              help="Run the megatron-core check even when the cache holds a verdict for this model/parallel/train "
+                   "and versions (and refresh it).")
 @handles_spec_errors
-def command(job_file, overrides, backend, check_files, quiet, by_megatron):
+def command(job_file, overrides, backend, check_files, quiet, by_megatron, megatron_recheck):
     """Check JOB.yaml and print the resolved spec and derived figures."""
     import yaml
 
     from ..figures import compute
 
+    if megatron_recheck and not by_megatron:
+        raise click.UsageError("--megatron-recheck runs the check that --no-megatron turns off: pass one")
     job = load(job_file, overrides, backend, check_files)
     per_rank, note = None, "megatron-core checks not run (--no-megatron)"
     if by_megatron:
         from ..megatron_check import enforce
 
-        verdict = enforce(job, job_file)
+        verdict = enforce(job, job_file, recheck=megatron_recheck, say=lambda line: click.echo(line, err=True))
         per_rank, note = verdict.parameters_per_rank, verdict.note
     if not quiet:
         click.echo(yaml.safe_dump(job.model_dump(mode="json"), sort_keys=False).rstrip())
