@@ -34,7 +34,11 @@ DISTRIBUTIONS = ("mtk", "megatron-core", "torch", "transformer-engine", "apex")
 
 
 def cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/mtk/megatron-check`` (``~/.cache`` when unset or relative, as the XDG spec says)."""
+    """``$MTK_CACHE_DIR/megatron-check`` when set (a shared cache for a team, or one per CI job), else
+    ``$XDG_CACHE_HOME/mtk/megatron-check`` (``~/.cache`` when unset or relative, as the XDG spec says)."""
+    own = os.environ.get("MTK_CACHE_DIR", "")
+    if os.path.isabs(own):
+        return Path(own) / "megatron-check"
     base = os.environ.get("XDG_CACHE_HOME", "")
     root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
     return root / "mtk" / "megatron-check"

@@ -1,9 +1,11 @@
 """Shared test helpers. Area fixtures live in conftest.py files of their own test folders."""
 
 import http.server
+import os
 import site
 import subprocess
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +19,9 @@ EXAMPLES = REPO / "examples"
 
 def pytest_configure(config: pytest.Config) -> None:
     cost.configure(config)
+    # The megatron-core check's verdict cache: one fresh, empty one per test session (children inherit it), so no
+    # test reuses a verdict from an earlier run or writes into the user's ~/.cache/mtk.
+    os.environ["MTK_CACHE_DIR"] = tempfile.mkdtemp(prefix="mtk-test-cache-")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -27,6 +27,7 @@ CACHED = "megatron-core check: verdict from the cache"
 @pytest.fixture
 def cache_home(tmp_path, monkeypatch) -> Path:
     home = tmp_path / "xdg-cache"
+    monkeypatch.delenv("MTK_CACHE_DIR", raising=False)  # the suite's own cache (tests/conftest.py) would win
     monkeypatch.setenv("XDG_CACHE_HOME", str(home))
     return home / "mtk" / "megatron-check"
 

@@ -71,7 +71,10 @@ def test_environment_reads_installed_versions_without_importing_torch():
     assert len(env["mtk_source"]) == 16
 
 
-def test_cache_dir_follows_xdg(monkeypatch, tmp_path):
+def test_cache_dir_follows_mtk_cache_dir_then_xdg(monkeypatch, tmp_path):
+    monkeypatch.setenv("MTK_CACHE_DIR", str(tmp_path / "own"))
+    assert cache.cache_dir() == tmp_path / "own" / "megatron-check"
+    monkeypatch.delenv("MTK_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert cache.cache_dir() == tmp_path / "mtk" / "megatron-check"
     monkeypatch.setenv("XDG_CACHE_HOME", "relative/dir")  # the XDG spec: relative paths are ignored
