@@ -214,7 +214,7 @@ def backend_names() -> list[str]:
 
 def backend_class(name: str) -> type[Backend]:
     """A registered backend's class (its facts and rules); its SDKs load only when it is instantiated or used."""
-    registered = _registered()
+    registered = REGISTRY if name in REGISTRY else _registered()  # built-ins: no entry-point scan
     if name not in registered:
         raise KeyError(f"unknown backend '{name}'; choose one of: {', '.join(registered)}")
     module, _, attr = registered[name].partition(":")

@@ -76,18 +76,37 @@ def _source_stamp() -> str:
     return digest.hexdigest()[:16]
 
 
-def environment() -> dict[str, Any]:
-    """Versions of what the check runs, read from the installed distributions' metadata (no torch import)."""
-    from importlib import metadata
-
-    versions: dict[str, str | None] = {}
-    for dist in DISTRIBUTIONS:
+def installed_versions() -> dict[str, str | None]:
+    """The version of each of ``DISTRIBUTIONS`` on ``sys.path``, from its ``NAME-VERSION.dist-info`` (or
+    ``.egg-info``) directory name, the first found winning as it does for imports: what ``importlib.metadata.version``
+    says, without opening and parsing each distribution's METADATA on every CLI call."""
+    wanted = {_normalise(d): d for d in DISTRIBUTIONS}
+    found: dict[str, str] = {}
+    for entry in sys.path:
         try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            versions[dist] = None
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            stem, dot, suffix = name.rpartition(".")
+            if not dot or suffix not in ("dist-info", "egg-info"):
+                continue
+            dist, _, version = stem.partition("-")
+            wanted_name = wanted.get(_normalise(dist))
+            if wanted_name and version and wanted_name not in found:
+                found[wanted_name] = version.split("-")[0] if suffix == "egg-info" else version
+    return {d: found.get(d) for d in DISTRIBUTIONS}
+
+
+def _normalise(name: str) -> str:
+    return name.lower().replace("-", "_").replace(".", "_")
+
+
+def environment() -> dict[str, Any]:
+    """Versions of what the check runs, read from the installed distributions' directory names (no torch
+    import, no importlib.metadata)."""
     python = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    return {"versions": versions, "python": python, "mtk_source": _source_stamp()}
+    return {"versions": installed_versions(), "python": python, "mtk_source": _source_stamp()}
 
 
 def key_material(job: Job, env: dict[str, Any]) -> dict[str, Any]:

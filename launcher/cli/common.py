@@ -25,6 +25,15 @@ class BackendChoice(click.Choice):
     def choices(self, value) -> None:
         pass
 
+    def convert(self, value, param, ctx):
+        """A built-in name needs no scan of every installed distribution's entry points; any other name is
+        checked against every registered backend."""
+        from ..backends import REGISTRY
+
+        if isinstance(value, str) and value in REGISTRY:
+            return value
+        return super().convert(value, param, ctx)
+
 
 def default_backend() -> str:
     from ..backends import REGISTRY

@@ -150,3 +150,15 @@ def test_recheck_with_the_check_turned_off_is_refused(verb, off, tmp_path):
     result = CliRunner().invoke(cli, [verb, TINY, "--megatron-recheck", off, *extra])
     assert result.exit_code == 2
     assert "--megatron-recheck" in result.output and off in result.output
+
+
+def test_installed_versions_read_from_dist_info_names_equal_importlib_metadata():
+    from importlib import metadata
+
+    for dist, version in cache.installed_versions().items():
+        try:
+            expected = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            expected = None
+        assert version == expected, dist
+    assert cache.installed_versions()["torch"]  # the test environment has torch: a real lookup, not all None
