@@ -26,11 +26,11 @@ import itertools
 import os
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, example, given, note, settings
+from hypothesis import HealthCheck, Phase, example, given, note, settings
 from hypothesis import strategies as st
 from mtk.launcher.figures import padded_vocab
 from support.journey import step
@@ -151,25 +151,33 @@ def at(case: Case, name: str) -> Iterator[None]:
         yield
 
 
+@dataclass
+class Workspace:
+    """A data dir with a two-field corpus of real text, shared by every example; tokenizers are trained into it on
+    first use (``tok-<kind>-<vocab>/``); each example gets its own runs dir under ``root``."""
+
+    root: Path
+    data: Path
+    docs: list[str] = field(repr=False)
+    made: set[str] = field(default_factory=set)
+    count: Iterator[int] = field(default_factory=itertools.count, repr=False)
+
+    def tokenizer(self, case: Case) -> None:
+        if case.tokenizer == "null" or case.tok_dir in self.made:
+            return
+        train = {"gpt2-bpe": train_gpt2_bpe, "hf-json": train_hf_tokenizer_json,
+                 "sentencepiece": train_sentencepiece}[case.tokenizer]
+        got = train(self.docs, self.data / case.tok_dir, case.vocab)
+        assert got == case.vocab, f"{case.tokenizer} trained {got} tokens, asked for {case.vocab}"
+        self.made.add(case.tok_dir)
+
+
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory) -> dict:
-    """A data dir with a two-field corpus of real text, shared by every example; tokenizers trained into it on
-    first use (``tok-<kind>-<vocab>/``), and a counter naming each example's runs dir."""
+def workspace(tmp_path_factory) -> Workspace:
     data = tmp_path_factory.mktemp("invariant-data")
     docs = stdlib_docs()
     write_jsonl(data / "corpus.jsonl", docs, keys=("text", "tail"))
-    return {"root": tmp_path_factory.mktemp("invariant-runs"), "data": data, "docs": docs, "made": set(),
-            "count": itertools.count()}
-
-
-def prepare_tokenizer(ws: dict, case: Case) -> None:
-    if case.tokenizer == "null" or case.tok_dir in ws["made"]:
-        return
-    train = {"gpt2-bpe": train_gpt2_bpe, "hf-json": train_hf_tokenizer_json,
-             "sentencepiece": train_sentencepiece}[case.tokenizer]
-    got = train(ws["docs"], ws["data"] / case.tok_dir, case.vocab)
-    assert got == case.vocab, f"{case.tokenizer} trained {got} tokens, asked for {case.vocab}"
-    ws["made"].add(case.tok_dir)
+    return Workspace(tmp_path_factory.mktemp("invariant-runs"), data, docs)
 
 
 def rewind_to(ckpt: Path, iteration: int) -> None:
@@ -187,8 +195,11 @@ EXPLICIT = (Case("hf-json", 1000, "blend", "pp2", True, "bf16"),
             Case("null", 1300, "mock", "world1", False, "fp32"))
 
 
+# Each example is two launches (minutes): no shrinking (a failure reports the example as drawn), and the whole
+# test's time limit grows with the examples it runs (pyproject's 1,200 s is one test's).
+@pytest.mark.timeout(900 * (len(EXPLICIT) + N))
 @settings(max_examples=N, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+          phases=(Phase.explicit, Phase.generate), suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases())
 @example(case=EXPLICIT[0])
 @example(case=EXPLICIT[1])
@@ -196,15 +207,15 @@ EXPLICIT = (Case("hf-json", 1000, "blend", "pp2", True, "bf16"),
 def test_resume_equals_uninterrupted_and_megatron_lm_reads_the_job(workspace, case):
     note(f"example: {case}")
     ws = workspace
-    root = ws["root"] / f"example-{next(ws['count'])}"
+    root = ws.root / f"example-{next(ws.count)}"
     runs = root / "runs"
     spec = root / "spec.yaml"
     root.mkdir()
-    spec.write_text(BASE.format(runs=runs, data=ws["data"], micro=MICRO, gbs=GLOBAL, iters=ITERS, saved=SAVED))
+    spec.write_text(BASE.format(runs=runs, data=ws.data, micro=MICRO, gbs=GLOBAL, iters=ITERS, saved=SAVED))
     ckpt = runs / "invariant" / "checkpoints"
 
     with at(case, "train the tokenizer"):
-        prepare_tokenizer(ws, case)
+        ws.tokenizer(case)
 
     with at(case, f"train {ITERS} iterations uninterrupted, saving at {SAVED} and {ITERS} (the reference)"):
         out, ref = launch(spec, *case.sets())
