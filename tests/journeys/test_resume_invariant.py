@@ -190,10 +190,12 @@ def rewind_to(ckpt: Path, iteration: int) -> None:
 
 
 # Run first, every time: together with the simplest draw (hypothesis tries it first: GPT-2 BPE, 400 tokens, a real
-# corpus, tp=2, fp32 — issue 28's own case), CI covers each tokenizer, data kind, layout, optimizer and precision.
+# corpus, tp=2, fp32 — issue 28's own case), CI covers each tokenizer a user trains, corpus and blend data, every
+# layout on 2 ranks, both optimizers and both precisions. Mock data (NullTokenizer) and world size 1 are left to
+# the draws of the nightly run: the engine's and the journeys' resume tests cross them on every CI run already,
+# and each example here costs two launches (~5 min on 2 loaded CPU cores).
 EXPLICIT = (Case("hf-json", 1000, "blend", "pp2", True, "bf16"),
-            Case("sentencepiece", 777, "real", "dp2", True, "bf16"),
-            Case("null", 1300, "mock", "world1", False, "fp32"))
+            Case("sentencepiece", 777, "real", "dp2", True, "bf16"))
 
 
 # Each example is two launches (minutes): no shrinking (a failure reports the example as drawn), and the whole
@@ -204,7 +206,6 @@ EXPLICIT = (Case("hf-json", 1000, "blend", "pp2", True, "bf16"),
 @given(case=cases())
 @example(case=EXPLICIT[0])
 @example(case=EXPLICIT[1])
-@example(case=EXPLICIT[2])
 def test_resume_equals_uninterrupted_and_megatron_lm_reads_the_job(workspace, case):
     note(f"example: {case}")
     ws = workspace
