@@ -1,7 +1,7 @@
 """mtk's training loop vs Megatron-LM's ``pretrain_gpt.py`` on CPU/gloo: same model, layout, batch and settings.
 
     python benchmarks/loop_compare.py [--models gpt,llama] [--layouts tp2,dp2] [--rounds 2] [--iters 24]
-        [--warmup 6] [--megatron-lm TREE] [--work-dir DIR] [--profile] [--dry-run]
+        [--warmup 6] [--megatron-lm TREE] [--work-dir DIR] [--audit-off] [--profile] [--dry-run]
 
 Models (both on top of ``examples/tiny.yaml``; sizes small enough that the loop's own per-step work — Python
 per micro-batch, host syncs, collectives, logging — is what is timed):
@@ -31,9 +31,13 @@ Step time: the wall-clock between consecutive iteration ends after ``--warmup`` 
 ``--log-interval 1``); rounds interleave mtk, Megatron-LM, mtk, ... so background load hits both alike; the
 figure is the median over rounds. Printed per model × layout: both and mtk/Megatron-LM (goal ≤ 1.00×).
 
-``--profile`` then runs each side once more per model × layout with cProfile on rank 0 (a wrapper script
-torchrun starts; nothing in mtk or Megatron-LM reads it) and prints seconds per iteration in the phases
-both loops share. ``--dry-run`` prints both commands and runs nothing.
+On CPU mtk's compat layer audits device placement (``mtk.training.strict_device``: every torch call's result
+is marked host/device so a bug that would crash a GPU run fails here); Megatron-LM's CPU shim turns that audit
+off. ``--audit-off`` adds a third interleaved side, mtk with the audit never installed, so its cost is printed.
+``--profile`` then runs each side once more per model × layout with cProfile on rank 0 and prints ms per
+iteration in the phases both loops share. Both go through this script as a wrapper torchrun starts in place of
+the program (``--wrapped``); nothing in mtk or Megatron-LM reads an option for it. ``--dry-run`` prints both
+commands and runs nothing.
 """
 
 from __future__ import annotations
@@ -73,6 +77,8 @@ EXPLAINED = {
     "transformer.inference_sampling_seed": "inference only (Megatron-LM copies --seed into it)",
     "transformer.transformer_impl": "only 'inference_optimized' changes what megatron-core builds; both build "
                                     "the local layer spec here (mtk's plan: no Transformer Engine on CPU)",
+    "transformer.add_qkv_bias": "the QKV projection has a bias when add_bias_linear or add_qkv_bias; "
+                                "add_bias_linear is the same on both sides (Megatron-LM copies it here)",
     "transformer.cp_comm_type": "context parallelism only (cp=1)",
     "transformer.tensor_parallel_num_weight_shards": "None is megatron-core's tp x gtp_weight_remat_size, the "
                                                      "value Megatron-LM writes",
@@ -258,17 +264,24 @@ def check_settings(cases: list[tuple[Case, object, list[str]]], work: Path) -> b
 # --------------------------------------------------------------------------- runs
 
 
-def run_mtk(case: Case, round_: int, profile: Path | None = None) -> float:
+def _wrapper(profile: Path | None, strict: bool) -> tuple[str, ...]:
+    """The script torchrun starts in place of the program (nothing when neither option is asked for)."""
+    if profile is None and strict:
+        return ()
+    return (__file__, "--wrapped", str(profile or "-"), "strict" if strict else "no-strict", "--")
+
+
+def run_mtk(case: Case, round_: int | str, profile: Path | None = None, strict: bool = True) -> float:
     run_dir = case.work / f"mtk-{case.name}-{round_}"
     log = case.work / f"mtk-{case.name}-{round_}.log"
-    if profile is None:
+    wrapper = _wrapper(profile, strict)
+    if not wrapper:
         cmd = mtk_command(case, run_dir)
-    else:  # the worker under torchrun directly, through the profiling wrapper (mtk launch cannot wrap it)
+    else:  # the worker under torchrun directly, through the wrapper (mtk launch cannot wrap it)
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "job.json").write_text(load_case_job(case).to_json())
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={NPROC}",
-               __file__, "--rank0-profile", str(profile), "-m", "mtk.training.worker",
-               "--job", str(run_dir / "job.json"), "--run-dir", str(run_dir)]
+               *wrapper, "-m", "mtk.training.worker", "--job", str(run_dir / "job.json"), "--run-dir", str(run_dir)]
     with open(log, "w") as fh:
         rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=case.work,
                             env={**os.environ, "OMP_NUM_THREADS": "1"}).returncode
@@ -277,10 +290,10 @@ def run_mtk(case: Case, round_: int, profile: Path | None = None) -> float:
     return mtk_step_ms(run_dir, WARMUP[0])
 
 
-def run_megatron(case: Case, tree: Path, argv: list[str], round_: int, profile: Path | None = None) -> float:
+def run_megatron(case: Case, tree: Path, argv: list[str], round_: int | str, profile: Path | None = None) -> float:
     workdir = case.work / f"megatron-{case.name}-{round_}"
-    wrapper = () if profile is None else (__file__, "--rank0-profile", str(profile))
-    rc, _records = mlm.run_pretrain_gpt(tree, argv, workdir, nproc=NPROC, timeout=1800, wrapper=wrapper)
+    rc, _records = mlm.run_pretrain_gpt(tree, argv, workdir, nproc=NPROC, timeout=1800,
+                                        wrapper=_wrapper(profile, strict=True))
     log = (workdir / "pretrain_gpt.log").read_text(errors="replace")
     if rc != 0:
         raise SystemExit(f"Megatron-LM {case.name} round {round_} failed (rc={rc}); see {workdir}/pretrain_gpt.log")
@@ -290,12 +303,18 @@ def run_megatron(case: Case, tree: Path, argv: list[str], round_: int, profile: 
 WARMUP = [6]  # set from --warmup
 
 
-def _rank0_profile(out: str, target: list[str]) -> None:
-    """Run ``target`` (``-m module args`` or ``script args``) in this process; rank 0 under cProfile."""
+def _wrapped(profile: str, strict: str, target: list[str]) -> None:
+    """Run ``target`` (``-m module args`` or ``script args``) in this process: rank 0 under cProfile when
+    ``profile`` is a path; with ``no-strict`` mtk's CPU strict-device audit is never installed (the
+    audit's cost; Megatron-LM's shim turns it off too)."""
     import cProfile
     import runpy
 
-    prof = cProfile.Profile() if os.environ.get("RANK") == "0" else None
+    if strict == "no-strict":
+        from mtk.training import strict_device
+
+        strict_device.install = lambda: None  # compat.install() calls it through the module
+    prof = cProfile.Profile() if profile != "-" and os.environ.get("RANK") == "0" else None
     sys.argv = target[1:] if target[0] == "-m" else target
     if target[0] != "-m":
         sys.path.insert(0, str(Path(target[0]).parent))
@@ -312,7 +331,7 @@ def _rank0_profile(out: str, target: list[str]) -> None:
     finally:
         if prof:
             prof.disable()
-            prof.dump_stats(out)
+            prof.dump_stats(profile)
 
 
 # Per-iteration phases both loops share: (label, mtk function, Megatron-LM function), as file:function.
@@ -322,13 +341,16 @@ PHASES = [
     ("forward-backward schedule", "schedules.py:forward_backward_no_pipelining",
      "schedules.py:forward_backward_no_pipelining"),
     ("forward_step (batch + model)", "loop.py:forward_step", "pretrain_gpt.py:forward_step"),
-    ("  of which: get the batch", "data.py:to_device", "pretrain_gpt.py:get_batch"),
+    ("  batch: data loader next()", "dataloader.py:__next__", "dataloader.py:__next__"),
+    ("  batch: to device (+ TP broadcast)", "data.py:to_device", "pretrain_gpt.py:get_batch"),
     ("model forward (GPTModel)", "gpt_model.py:forward", "gpt_model.py:forward"),
     ("backward", "schedules.py:backward_step", "schedules.py:backward_step"),
     ("optimizer step", "optimizer.py:step", "optimizer.py:step"),
     ("finalize grads (DP/TP reduce)", "finalize_model_grads.py:finalize_model_grads",
      "finalize_model_grads.py:finalize_model_grads"),
     ("logging", "metrics.py:log", "training.py:training_log"),
+    ("torch calls via the CPU device mode", "compat.py:__torch_function__", "compat.py:__torch_function__"),
+    ("  of which: strict-device audit", "strict_device.py:record", "strict_device.py:record"),
 ]
 
 
@@ -365,8 +387,8 @@ def print_profile(case: Case, mtk_prof: Path, mlm_prof: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     raw = list(sys.argv[1:] if argv is None else argv)
-    if raw[:1] == ["--rank0-profile"]:
-        _rank0_profile(raw[1], raw[2:])
+    if raw[:1] == ["--wrapped"]:
+        _wrapped(raw[1], raw[2], raw[4:])
         return 0
     if raw[:1] == ["--settings-diff"]:
         _settings_diff_main(raw[1], raw[2])
@@ -381,6 +403,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--megatron-lm", type=Path, default=mlm.MIRROR,
                     help=f"Megatron-LM checkout or bare git dir (default: {mlm.MIRROR}, tree {mlm.REF})")
     ap.add_argument("--work-dir", type=Path, help="default: a new temporary directory")
+    ap.add_argument("--audit-off", action="store_true",
+                    help="also time mtk with its CPU strict-device audit off (a third interleaved side): its cost")
     ap.add_argument("--profile", action="store_true", help="also one cProfile'd run per side (rank 0)")
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument("--dry-run", action="store_true", help="print both commands; run nothing")
@@ -418,14 +442,22 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.flush()
     results = []
     for case, _job, margv in (cases if args.rounds > 0 else []):
-        ours, theirs = [], []
+        ours, theirs, loose = [], [], []
         for r in range(args.rounds):
             ours.append(run_mtk(case, r))
             theirs.append(run_megatron(case, tree, margv, r))
-            print(f"  {case.name} round {r}: mtk {ours[-1]:.1f} ms, Megatron-LM {theirs[-1]:.1f} ms", flush=True)
+            line = f"  {case.name} round {r}: mtk {ours[-1]:.1f} ms, Megatron-LM {theirs[-1]:.1f} ms"
+            if args.audit_off:
+                loose.append(run_mtk(case, f"{r}-audit-off", strict=False))
+                line += f", mtk without the strict-device audit {loose[-1]:.1f} ms"
+            print(line, flush=True)
         a, b = statistics.median(ours), statistics.median(theirs)
-        results.append({"case": case.name, "mtk_ms": a, "megatron_lm_ms": b, "ratio": a / b,
-                        "mtk_rounds": ours, "megatron_lm_rounds": theirs})
+        res = {"case": case.name, "mtk_ms": a, "megatron_lm_ms": b, "ratio": a / b,
+               "mtk_rounds": ours, "megatron_lm_rounds": theirs}
+        if loose:
+            res |= {"mtk_audit_off_ms": statistics.median(loose), "mtk_audit_off_rounds": loose,
+                    "audit_off_ratio": statistics.median(loose) / b}
+        results.append(res)
     if results:
         print_results(cases, results)
     if args.profile:
@@ -450,6 +482,11 @@ def print_results(cases: list, results: list[dict]) -> None:
                   + ", ".join(f"{x:.1f}" for x in res["megatron_lm_rounds"]))
         print(f"{case.model:6s} {case.layout:6s} {res['mtk_ms']:10.1f} {res['megatron_lm_ms']:10.1f} "
               f"{res['ratio']:7.3f}x   {rounds}")
+        if "mtk_audit_off_ms" in res:
+            print(f"{'':13s} mtk, strict-device audit off: {res['mtk_audit_off_ms']:.1f} ms/it, "
+                  f"{res['audit_off_ratio']:.3f}x of Megatron-LM; the audit costs "
+                  f"{res['mtk_ms'] - res['mtk_audit_off_ms']:+.1f} ms/it "
+                  f"(rounds: {', '.join(f'{x:.1f}' for x in res['mtk_audit_off_rounds'])})")
     print("goal: mtk/Megatron-LM <= 1.00x", flush=True)
 
 
