@@ -1,7 +1,7 @@
 """mtk's training loop vs Megatron-LM's ``pretrain_gpt.py`` on CPU/gloo: same model, layout, batch and settings.
 
-    python benchmarks/loop_compare.py [--models gpt,llama] [--layouts tp2,dp2] [--rounds 2] [--iters 24]
-        [--warmup 6] [--megatron-lm TREE] [--work-dir DIR] [--audit-off] [--profile] [--dry-run]
+    python benchmarks/loop_compare.py [--models gpt,llama] [--layouts tp2,dp2] [--rounds 2] [--iters 20]
+        [--warmup 5] [--megatron-lm TREE] [--work-dir DIR] [--audit-off] [--profile] [--dry-run]
 
 Models (both on top of ``examples/tiny.yaml``; sizes small enough that the loop's own per-step work — Python
 per micro-batch, host syncs, collectives, logging — is what is timed):
@@ -300,7 +300,7 @@ def run_megatron(case: Case, tree: Path, argv: list[str], round_: int | str, pro
     return megatron_step_ms(log, WARMUP[0])
 
 
-WARMUP = [6]  # set from --warmup
+WARMUP = [5]  # set from --warmup
 
 
 def _wrapped(profile: str, strict: str, target: list[str]) -> None:
@@ -397,8 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default="gpt,llama", help=f"comma list of {', '.join(MODELS)}")
     ap.add_argument("--layouts", default="tp2,dp2", help=f"comma list of {', '.join(LAYOUTS)}")
     ap.add_argument("--rounds", type=int, default=2, help="runs per side, interleaved (median reported); 0: none")
-    ap.add_argument("--iters", type=int, default=24)
-    ap.add_argument("--warmup", type=int, default=6, help="iterations dropped from each run")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5, help="iterations dropped from each run")
     ap.add_argument("--num-workers", type=int, default=2, help="data loader workers per rank (both sides)")
     ap.add_argument("--megatron-lm", type=Path, default=mlm.MIRROR,
                     help=f"Megatron-LM checkout or bare git dir (default: {mlm.MIRROR}, tree {mlm.REF})")
