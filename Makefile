@@ -46,6 +46,7 @@ bench: deps-test  ## speed comparisons (on demand, never in CI)
 	$(PYTHON) benchmarks/cli_startup.py
 	$(PYTHON) benchmarks/preprocess.py
 	$(PYTHON) benchmarks/train_step.py
+	$(PYTHON) benchmarks/loop_compare.py
 
 lock: deps-test  ## re-resolve requirements/*.lock from pyproject.toml (the only step that takes new upstream releases)
 	$(PYTHON) scripts/lock.py

@@ -105,9 +105,12 @@ def argv_from_checkpoint(iter_dir: Path, root: Path, save_interval: int) -> list
 
 
 def run_pretrain_gpt(tree: Path, argv: list[str], workdir: Path, nproc: int = 2,
-                     timeout: float = 900) -> tuple[int, dict[int, dict]]:
+                     timeout: float = 900, wrapper: tuple[str, ...] = ()) -> tuple[int, dict[int, dict]]:
     """Run the tree's pretrain_gpt.py under torchrun in ``workdir``; returns (exit code, records by
-    iteration: ``lm_loss`` and any other reduced loss, full precision). The log is ``workdir/pretrain_gpt.log``."""
+    iteration: ``lm_loss`` and any other reduced loss, full precision). The log is ``workdir/pretrain_gpt.log``.
+
+    ``wrapper``: a script (and its arguments) torchrun starts instead, given pretrain_gpt.py's path and argv
+    after them (the loop benchmark's rank-0 profiler)."""
     entry = workdir / "megatron_lm_entry"
     entry.mkdir(parents=True, exist_ok=True)
     for name in ENTRY_SCRIPTS:
@@ -118,7 +121,7 @@ def run_pretrain_gpt(tree: Path, argv: list[str], workdir: Path, nproc: int = 2,
     env = {**os.environ, "PYTHONPATH": path, "TORCHDYNAMO_DISABLE": "1", "OMP_NUM_THREADS": "1",
            "MTK_MLM_LOSSES": str(losses)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           str(entry / "pretrain_gpt.py"), *argv]
+           *wrapper, str(entry / "pretrain_gpt.py"), *argv]
     (workdir / "pretrain_gpt.cmd").write_text(" ".join(cmd[4:]) + "\n")
     with open(workdir / "pretrain_gpt.log", "w") as log:
         rc = subprocess.run(cmd, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
