@@ -37,6 +37,7 @@ TIMEOUT = 900
 # fixture saved by Megatron-LM's save_checkpoint from mtk's loop. 1e-4 is 3x the drift and 1% of one
 # iteration's loss change.
 BF16_DISTOPT_TOL = 1e-4
+BF16_FIRST_TOL = 1e-5
 
 
 def _fixture(name: str) -> dict:
@@ -70,9 +71,13 @@ def test_mtk_resumes_megatron_lm_checkpoint_with_its_losses(tr, engine_root, var
     # fp32: the same float32 steps in the same order; only the reported loss, a float32 reduction over
     # micro-batches and ranks, is summed in another order by mtk than by Megatron-LM (observed: equal, or 1
     # float32 ulp at loss ~6.8 = 4.8e-7 for MoE), so 2 ulps; for scale, one iteration moves the loss by 0.01-0.09.
-    # The first continued iteration is held to that in every variant: it proves weights, data position and
-    # schedule were restored exactly.
-    assert got[at + 1] == pytest.approx(want[at + 1], rel=0, abs=1e-6)
+    # The first continued iteration is held to that in every fp32 variant: it proves weights, data position and
+    # schedule were restored exactly. In bf16 the forward itself depends on the CPU's vector kernels: on an
+    # AVX2-only machine (torch CPU capability AVX2) mtk's first continued loss is 2.9e-6 (6 float32 ulps) from
+    # the fixture's, which Megatron-LM computed elsewhere; 1e-5 is still 1,000x below what one iteration moves
+    # the loss (0.01-0.09), so a wrong weight, data position or LR still fails.
+    first_tol = BF16_FIRST_TOL if variant == "distopt_dp2" else 1e-6
+    assert got[at + 1] == pytest.approx(want[at + 1], rel=0, abs=first_tol)
     assert got == pytest.approx(want, rel=0, abs=BF16_DISTOPT_TOL if variant == "distopt_dp2" else 1e-6)
 
 
