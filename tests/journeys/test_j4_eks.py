@@ -80,17 +80,23 @@ def _run_job_pods(net, job_obj: dict, home: Path, logs: Path, secrets: dict[str,
     return [p.wait(timeout=600) for p in pods]
 
 
-def _losses(run_dir: Path) -> dict[int, float]:
-    out = {}
+def _records(run_dir: Path) -> list[dict]:
+    """The run's train records in order (a line being appended is skipped)."""
+    out = []
     path = run_dir / "metrics.jsonl"
     for line in path.read_text().splitlines() if path.exists() else []:
         try:
             rec = json.loads(line)
         except ValueError:
-            continue  # a line being appended
+            continue
         if rec.get("kind") == "train" and "lm_loss" in rec:
-            out[int(rec["iteration"])] = float(rec["lm_loss"])
+            out.append(rec)
     return out
+
+
+def _losses(run_dir: Path) -> dict[int, float]:
+    """iteration -> lm loss; after a resume the re-run iterations' last records win."""
+    return {int(r["iteration"]): float(r["lm_loss"]) for r in _records(run_dir)}
 
 
 def _logs(logs: Path) -> str:
@@ -171,12 +177,20 @@ def test_j4_getdata_with_secret_indexed_preprocess_two_pods_kill_one_resumes(pod
         assert _train(net, ref_ptj, ref_dir, tmp_path, logs) == [0, 0], _logs(logs)
         reference = _losses(ref_dir)
         assert sorted(reference) == list(range(1, ITERS + 1)), reference
+        ref_logs = "".join(f.read_text(errors="replace") for f in logs.glob("j4ref-*-worker-*.log"))
+        # Really the etcd-v2 rendezvous at the Service name, with both pods in one world of 2.
+        rdzv = f"--rdzv-backend etcd-v2 --rdzv-endpoint {ref_ptj['spec']['elasticPolicy']['rdzvHost']}:2379"
+        assert rdzv in ref_logs and names.worker_pod(ref_ptj["metadata"]["name"], 1) in ref_logs, _logs(logs)
 
     with step("train 2 pods, kill one after a checkpoint, the replacement resumes on the same losses"):
         net.put_spec(next(o for k, o in objs.items() if k.startswith("ConfigMap:"))["data"][names.SPEC_KEY])
         assert _train(net, ptj, run_dir, tmp_path, logs, kill_after=SAVE + 2) == [0, 0], _logs(logs)
         workers = "".join(f.read_text(errors="replace") for f in logs.glob("j4-*-worker-*.log"))
         assert f"[checkpoint] resumed from {fsx}/runs/j4/checkpoints/iter_" in workers, _logs(logs)
+        restarted = [r for r in _records(run_dir) if r.get("restart_count", 0) >= 1]
+        assert restarted, "no iteration was logged by the restarted worker group:\n" + _logs(logs)
+        resumed_from = restarted[0]["iteration"] - 1
+        assert resumed_from % SAVE == 0 and f"at iteration {resumed_from}," in workers, (resumed_from, _logs(logs))
         assert same_losses(_losses(run_dir), reference), (_losses(run_dir), reference)
     with step("the token is in no file the run wrote"):
         written = [f for f in fsx.rglob("*") if f.is_file() and "data" not in f.relative_to(fsx).parts[:1]]
