@@ -59,12 +59,19 @@ def test_j1_own_bpe_array_preprocess_usr2_requeue_reshard_convert_report(slurm, 
         a = h.launch(_spec(h, "ref", data), venv)
         ids = h.run_record(a)["ids"]
         assert list(ids) == ["preprocess", "train"]
-        assert h.wait_state(a, {"COMPLETED"}, timeout=900)["exit_code"] == 0
+        seen = {(s["step"], s["state"]) for s in h.status(a)}
+        assert ("train", "PENDING") in seen, seen  # waits for the preprocess array (afterok)
+        h.wait_state(a, {"RUNNING"}, timeout=900)
+        assert h.state(a, "preprocess")["state"] == "COMPLETED"
+        streamed = h.mtk("logs", str(a), "-f", timeout=900).stdout  # follows train until it ends
+        assert f"iteration {ITERS:8d}/{ITERS:8d}" in streamed, streamed[-3000:]
+        assert h.wait_state(a, {"COMPLETED"}, timeout=60)["exit_code"] == 0
         logs = [(a / "logs" / f"preprocess-{ids['preprocess']}_{i}.out").read_text() for i in range(4)]
         assert all(f"task {i} of 4:" in text for i, text in enumerate(logs)), logs
         assert (data / "own" / "corpus_text_document.idx").exists()
         train_log = (a / "logs" / f"train-{ids['train']}.out").read_text()
         assert "0: mtk: node node1" in train_log and "1: mtk: node node2" in train_log
+        assert f"{mtk_venv}/bin/python" in train_log  # the venv was activated on every node
         reference = metrics(a)
         assert sorted(reference) == list(range(1, ITERS + 1)), reference
 
@@ -83,6 +90,7 @@ def test_j1_own_bpe_array_preprocess_usr2_requeue_reshard_convert_report(slurm, 
         done = h.wait_state(b, {"COMPLETED", "FAILED"}, timeout=600)
         log = (b / "logs" / f"train-{job}.out").read_text()
         assert done["state"] == "COMPLETED" and "restarts=1" in done["reason"], (done, _errors(log))
+        assert f"train: job {job}, restart 1" in log and "restart 1:" in log  # SLURM_RESTART_COUNT logged
         assert same_losses(metrics(b), reference), (metrics(b), reference)
         ckpt = h.root / "runs" / "own" / "checkpoints"
         assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == str(ITERS)

@@ -1,6 +1,7 @@
 """Real training on the two-node cluster (CPU, gloo, the tiny GPT at tp=2 across node1 and node2):
-the example's preprocess -> train chain, and fault tolerance (USR2 save + requeue + resume, kill -9 of one
-node's workers, save/exit triggers) compared loss for loss with an uninterrupted run."""
+fault tolerance (kill -9 of one node's workers, save/exit triggers, a SIGSTOPped rank) compared loss for loss
+with an uninterrupted run. The example's preprocess -> train chain (afterok, `mtk logs -f`, the venv on every
+node) and USR2 save + requeue + resume are J1's steps (tests/journeys/test_j1_slurm.py), on a real corpus."""
 
 from __future__ import annotations
 
@@ -13,67 +14,13 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "tiny-slurm.yaml"
 FT_ITERS, FT_SAVE = 12, 4
 FT_TRAIN = {"iterations": FT_ITERS, "checkpoint.save_interval": FT_SAVE, "eval_interval": None,
             "lr_warmup_iters": 2}
 
 
-def write_corpus_and_vocab(data: Path) -> None:
-    """A small JSONL corpus from text already on the machine and a byte-level BPE vocab trained on it."""
-    import json
-
-    from tokenizers import ByteLevelBPETokenizer
-
-    docs = []
-    for name in ("json", "pathlib", "subprocess", "argparse", "collections", "logging", "shutil", "textwrap"):
-        module = __import__(name)
-        for obj in [module, *vars(module).values()]:
-            doc = getattr(obj, "__doc__", None)
-            if isinstance(doc, str) and len(doc) > 80 and doc not in docs:
-                docs.append(doc)
-    data.mkdir(parents=True, exist_ok=True)
-    with open(data / "corpus.jsonl", "w") as fh:
-        for i in range(3):
-            for doc in docs:
-                fh.write(json.dumps({"text": f"{i} {doc}"}) + "\n")
-    tok = ByteLevelBPETokenizer()
-    tok.train_from_iterator(docs, vocab_size=900, special_tokens=["<|endoftext|>"], show_progress=False)
-    tok.save_model(str(data))
-
-
 def close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-7)
-
-
-def test_tiny_slurm_example_preprocesses_then_trains_on_two_nodes(harness, mtk_venv, read_metrics):
-    data = harness.root / "shared data"
-    write_corpus_and_vocab(data)
-    runs = harness.root / "shared runs"
-    run = harness.launch(EXAMPLE, f"cluster.slurm.venv={mtk_venv}", f"cluster.runs_dir={runs}",
-                         f"data.dir={data}")
-    ids = harness.run_record(run)["ids"]
-    assert list(ids) == ["preprocess", "train"]
-    seen = {(s["step"], s["state"]) for s in harness.status(run)}
-    assert ("train", "PENDING") in seen, seen  # waits for preprocess (afterok)
-
-    harness.wait_state(run, {"RUNNING"}, timeout=300)
-    assert harness.state(run, "preprocess")["state"] == "COMPLETED"
-    assert (data / "tiny" / "corpus_text_document.bin").stat().st_size > 0
-    assert (data / "tiny" / "corpus_text_document.idx").exists()
-    streamed = harness.mtk("logs", str(run), "-f", timeout=900).stdout  # follows train until it ends
-    assert "iteration       30/      30" in streamed
-
-    done = harness.wait_state(run, {"COMPLETED"}, timeout=60)
-    assert done["exit_code"] == 0
-    log = (run / "logs" / f"train-{ids['train']}.out").read_text()
-    assert "0: mtk: node node1" in log and "1: mtk: node node2" in log
-    assert f"{mtk_venv}/bin/python" in log  # the venv was activated on every node
-    losses = read_metrics(run)
-    assert sorted(losses) == list(range(1, 31))
-    assert sum(losses[i] for i in range(26, 31)) / 5 < sum(losses[i] for i in range(1, 6)) / 5 - 0.2
-    tracker = runs / "tiny-slurm" / "checkpoints" / "latest_checkpointed_iteration.txt"
-    assert tracker.read_text().strip() == "30"
 
 
 @pytest.fixture(scope="module")
@@ -89,26 +36,6 @@ def reference(module_harness, mtk_venv, read_metrics) -> dict[int, float]:
 
 def _iteration(read_metrics, run: Path) -> int:
     return max(read_metrics(run), default=0)
-
-
-def test_usr2_saves_requeues_and_resumes_on_the_same_loss_curve(harness, mtk_venv, reference, read_metrics):
-    run = harness.launch(harness.spec("ft", train=FT_TRAIN), f"cluster.slurm.venv={mtk_venv}")
-    job = harness.run_record(run)["ids"]["train"]
-    harness.wait("iteration 5", lambda: _iteration(read_metrics, run) >= 5, timeout=600)
-    harness.slurm("scancel", "--signal=USR2", "--batch", job)  # what Slurm sends signal_lead s before the end
-
-    harness.wait("the save and requeue", lambda: "on a signal; restarting" in (run / "state" / "events.log")
-                 .read_text(), timeout=300)
-    done = harness.wait_state(run, {"COMPLETED"}, timeout=600)
-    assert "restarts=1" in done["reason"]
-    events = (run / "state" / "events.log").read_text()
-    saved = int(events.split("saved checkpoint=")[1].split()[0])
-    assert 5 <= saved < FT_ITERS
-    log = (run / "logs" / f"train-{job}.out").read_text()
-    assert f"train: job {job}, restart 1" in log and "restart 1:" in log  # SLURM_RESTART_COUNT logged
-    losses = read_metrics(run)
-    assert sorted(losses) == sorted(reference)
-    assert all(close(losses[i], reference[i]) for i in reference), (losses, reference)
 
 
 def _workers_on(node_id: str, run: Path) -> list[int]:
