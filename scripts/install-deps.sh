@@ -94,7 +94,12 @@ fi
 # installed past that check, without dependencies (the lock already holds them).
 PIP_CONFIG_FILE=/dev/null "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --ignore-requires-python \
   --only-binary=:all: --require-hashes -r requirements/megatron-core.txt
-"${uv[@]}" install --quiet "${target[@]}" --no-deps --no-build-isolation -e .
+# Bytecode for every installed module and for mtk's own sources, written once here: where the environment sets
+# PYTHONDONTWRITEBYTECODE (this machine kind and its CI do), nothing is ever cached at import, so each process
+# would compile torch, megatron-core and transformers from source again (~12 CPU s per process for torch +
+# megatron.core on 2 cores; every torchrun rank, megatron-core check and entrypoint step pays it).
+"${uv[@]}" install --quiet "${target[@]}" --no-deps --no-build-isolation --compile-bytecode -e .
+"$VENV/bin/python" -m compileall -q -j 0 mtk launcher containers slurm k8s data_jobs training >/dev/null
 
 fingerprint "$LOCK" >"$VENV/.mtk-deps-$what"
 say "$VENV ready ($what, $LOCK) in $((SECONDS - start)) s"
