@@ -84,21 +84,22 @@ uv=("$VENV/bin/uv" pip)
 export UV_LINK_MODE="${UV_LINK_MODE:-copy}"
 target=(--python "$VENV/bin/python")
 
+# --compile-bytecode: the bytecode of every installed module is written once, here. Where the environment sets
+# PYTHONDONTWRITEBYTECODE (this machine kind and its CI do), nothing is cached at import, so each process would
+# compile torch and transformers from source again (~10 CPU s per process that imports torch + megatron.core on
+# 2 cores: every torchrun rank, megatron-core check and entrypoint step).
 if [[ "$what" == test ]]; then
   # Exactly the lock: anything else in the venv is removed.
-  "${uv[@]}" sync --quiet "${target[@]}" --require-hashes --find-links "$WHEELS" "$LOCK"
+  "${uv[@]}" sync --quiet "${target[@]}" --require-hashes --compile-bytecode --find-links "$WHEELS" "$LOCK"
 else
-  "${uv[@]}" install --quiet "${target[@]}" --require-hashes --find-links "$WHEELS" -r "$LOCK"
+  "${uv[@]}" install --quiet "${target[@]}" --require-hashes --compile-bytecode --find-links "$WHEELS" -r "$LOCK"
 fi
 # megatron-core 0.19.2 declares Requires-Python >=3.12 but its cp311 wheel works (shared/notes): it alone is
 # installed past that check, without dependencies (the lock already holds them).
 PIP_CONFIG_FILE=/dev/null "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --ignore-requires-python \
   --only-binary=:all: --require-hashes -r requirements/megatron-core.txt
-# Bytecode for every installed module and for mtk's own sources, written once here: where the environment sets
-# PYTHONDONTWRITEBYTECODE (this machine kind and its CI do), nothing is ever cached at import, so each process
-# would compile torch, megatron-core and transformers from source again (~12 CPU s per process for torch +
-# megatron.core on 2 cores; every torchrun rank, megatron-core check and entrypoint step pays it).
-"${uv[@]}" install --quiet "${target[@]}" --no-deps --no-build-isolation --compile-bytecode -e .
+"${uv[@]}" install --quiet "${target[@]}" --no-deps --no-build-isolation -e .
+# mtk's own sources too (pip compiles megatron-core itself).
 "$VENV/bin/python" -m compileall -q -j 0 mtk launcher containers slurm k8s data_jobs training >/dev/null
 
 fingerprint "$LOCK" >"$VENV/.mtk-deps-$what"
