@@ -99,8 +99,14 @@ fi
 PIP_CONFIG_FILE=/dev/null "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --ignore-requires-python \
   --only-binary=:all: --require-hashes -r requirements/megatron-core.txt
 "${uv[@]}" install --quiet "${target[@]}" --no-deps --no-build-isolation -e .
-# mtk's own sources too (pip compiles megatron-core itself).
-"$VENV/bin/python" -m compileall -q -j 0 mtk launcher containers slurm k8s data_jobs training >/dev/null
+# mtk's own sources too (pip compiles megatron-core itself): the folders setup.py maps onto the package.
+"$VENV/bin/python" - <<'PY'
+import ast, compileall, sys
+tree = ast.parse(open("setup.py").read())
+folders = next(ast.literal_eval(n.value) for n in tree.body
+               if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "FOLDERS")
+sys.exit(not all(compileall.compile_dir(f, quiet=1, workers=0) for f in ("mtk", *folders)))
+PY
 
 fingerprint "$LOCK" >"$VENV/.mtk-deps-$what"
 say "$VENV ready ($what, $LOCK) in $((SECONDS - start)) s"
