@@ -18,6 +18,7 @@ from mtk.launcher.paths import resolve_paths
 from mtk.launcher.spec.loader import validate
 from support import operator_env
 from support.journey import same_losses, step
+from support.journey_local import losses, train_records
 
 pytestmark = pytest.mark.integration
 
@@ -80,25 +81,6 @@ def _run_job_pods(net, job_obj: dict, home: Path, logs: Path, secrets: dict[str,
     return [p.wait(timeout=600) for p in pods]
 
 
-def _records(run_dir: Path) -> list[dict]:
-    """The run's train records in order (a line being appended is skipped)."""
-    out = []
-    path = run_dir / "metrics.jsonl"
-    for line in path.read_text().splitlines() if path.exists() else []:
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if rec.get("kind") == "train" and "lm_loss" in rec:
-            out.append(rec)
-    return out
-
-
-def _losses(run_dir: Path) -> dict[int, float]:
-    """iteration -> lm loss; after a resume the re-run iterations' last records win."""
-    return {int(r["iteration"]): float(r["lm_loss"]) for r in _records(run_dir)}
-
-
 def _logs(logs: Path) -> str:
     return "\n".join(f"===== {f.name}\n{f.read_text(errors='replace')[-3000:]}" for f in sorted(logs.glob("*.log")))
 
@@ -109,18 +91,22 @@ def _worker(net, ptj: dict, index: int, home: Path, logs: Path):
     return net.start_pod(name, env, operator_env.worker_command(ptj), logs / f"{name}.log")
 
 
-def _train(net, ptj: dict, run_dir: Path, home: Path, logs: Path, kill_after: int | None = None) -> list[int]:
-    pods = [_worker(net, ptj, i, home, logs) for i in (0, 1)]
+def _train(net, ptj: dict, run_dir: Path, home: Path, logs: Path,
+           kill_after: int | None = None) -> tuple[list[int], int | None]:
+    """The PyTorchJob's 2 pods; with ``kill_after``, worker-1 is killed once that iteration is logged and
+    re-created. Returns the pods' exit codes and the last iteration logged before the kill."""
+    pods, killed_at = [_worker(net, ptj, i, home, logs) for i in (0, 1)], None
     if kill_after is not None:
         deadline = time.monotonic() + 600
-        while max(_losses(run_dir), default=0) < kill_after:
+        while max(losses(run_dir, killed_writer=True), default=0) < kill_after:
             assert time.monotonic() < deadline, "training did not reach the kill point:\n" + _logs(logs)
             assert all(p.poll() is None for p in pods), "a pod ended before the kill:\n" + _logs(logs)
             time.sleep(0.2)
+        killed_at = max(losses(run_dir, killed_writer=True))
         net.kill_pod(pods[1])
         assert pods[0].poll() is None, "the surviving pod's agent stays up"
         pods[1] = _worker(net, ptj, 1, home, logs)  # the operator re-creates the pod: same env and command
-    return [p.wait(timeout=600) for p in pods]
+    return [p.wait(timeout=600) for p in pods], killed_at
 
 
 def test_j4_getdata_with_secret_indexed_preprocess_two_pods_kill_one_resumes(pod_net_factory, tmp_path):
@@ -174,8 +160,8 @@ def test_j4_getdata_with_secret_indexed_preprocess_two_pods_kill_one_resumes(pod
 
     with step("train 2 pods uninterrupted (reference)"):
         net.put_spec(next(o for k, o in ref_objs.items() if k.startswith("ConfigMap:"))["data"][names.SPEC_KEY])
-        assert _train(net, ref_ptj, ref_dir, tmp_path, logs) == [0, 0], _logs(logs)
-        reference = _losses(ref_dir)
+        assert _train(net, ref_ptj, ref_dir, tmp_path, logs)[0] == [0, 0], _logs(logs)
+        reference = losses(ref_dir)
         assert sorted(reference) == list(range(1, ITERS + 1)), reference
         ref_logs = "".join(f.read_text(errors="replace") for f in logs.glob("j4ref-*-worker-*.log"))
         # Really the etcd-v2 rendezvous at the Service name, with both pods in one world of 2.
@@ -184,14 +170,18 @@ def test_j4_getdata_with_secret_indexed_preprocess_two_pods_kill_one_resumes(pod
 
     with step("train 2 pods, kill one after a checkpoint, the replacement resumes on the same losses"):
         net.put_spec(next(o for k, o in objs.items() if k.startswith("ConfigMap:"))["data"][names.SPEC_KEY])
-        assert _train(net, ptj, run_dir, tmp_path, logs, kill_after=SAVE + 2) == [0, 0], _logs(logs)
+        codes, killed_at = _train(net, ptj, run_dir, tmp_path, logs, kill_after=SAVE + 2)
+        assert codes == [0, 0], _logs(logs)
         workers = "".join(f.read_text(errors="replace") for f in logs.glob("j4-*-worker-*.log"))
         assert f"[checkpoint] resumed from {fsx}/runs/j4/checkpoints/iter_" in workers, _logs(logs)
-        restarted = [r for r in _records(run_dir) if r.get("restart_count", 0) >= 1]
+        records = train_records(run_dir, killed_writer=True)
+        restarted = [i for i, r in records.items() if r.get("restart_count", 0) >= 1]
         assert restarted, "no iteration was logged by the restarted worker group:\n" + _logs(logs)
-        resumed_from = restarted[0]["iteration"] - 1
+        resumed_from = min(restarted) - 1  # the latest checkpoint before the kill, exactly
+        assert killed_at is not None and resumed_from >= killed_at - SAVE, (killed_at, resumed_from)  # no older one
         assert resumed_from % SAVE == 0 and f"at iteration {resumed_from}," in workers, (resumed_from, _logs(logs))
-        assert same_losses(_losses(run_dir), reference), (_losses(run_dir), reference)
+        resumed = {i: r["lm_loss"] for i, r in records.items()}
+        assert same_losses(resumed, reference), (resumed, reference)
     with step("the token is in no file the run wrote"):
         written = [f for f in fsx.rglob("*") if f.is_file() and "data" not in f.relative_to(fsx).parts[:1]]
         assert written and not [f for f in written if TOKEN in f.read_text(errors="replace")]

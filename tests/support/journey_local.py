@@ -36,16 +36,25 @@ def launch(spec: Path, *sets: str, follow: bool = True) -> tuple[subprocess.Comp
     return out, Path(runs[-1]) if runs else None
 
 
-def train_records(run_dir: Path) -> dict[int, dict]:
+def train_records(run_dir: Path, killed_writer: bool = False) -> dict[int, dict]:
+    """iteration -> the run's train record (after a resume the re-run iteration's record wins). Every line must
+    parse, except where the test killed a process that may have been writing one (``killed_writer``: a pod or
+    worker killed mid-line, or a line still being appended while the test polls) — those lines are skipped."""
     path = run_dir / "metrics.jsonl"
     if not path.exists():
         return {}
-    records = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    records = []
+    for line in filter(str.strip, path.read_text().splitlines()):
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            if not killed_writer:
+                raise
     return {r["iteration"]: r for r in records if r.get("kind", "train") == "train"}
 
 
-def losses(run_dir: Path) -> dict[int, float]:
-    return {i: r["lm_loss"] for i, r in train_records(run_dir).items()}
+def losses(run_dir: Path, killed_writer: bool = False) -> dict[int, float]:
+    return {i: r["lm_loss"] for i, r in train_records(run_dir, killed_writer).items()}
 
 
 def tracked(ckpt_dir: Path) -> str:

@@ -22,6 +22,7 @@ from mtk.k8s import names, yamlio
 from mtk.k8s.backend import EksBackend
 from mtk.launcher.paths import resolve_paths
 from support import operator_env
+from support.journey_local import losses as run_losses
 
 pytestmark = pytest.mark.integration
 
@@ -62,21 +63,6 @@ def _hosts(ptj) -> dict[str, str]:
     name = ptj["metadata"]["name"]
     return {ptj["spec"]["elasticPolicy"]["rdzvHost"]: "127.0.0.1",
             names.worker_pod(name, 0): "127.0.1.1", names.worker_pod(name, 1): "127.0.1.2"}
-
-
-def _train_records(run_dir: str) -> list[dict]:
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if rec.get("kind") == "train":
-            out.append(rec)
-    return out
 
 
 def _wait(pods, timeout: float, logs: Path) -> list[int]:
@@ -123,11 +109,6 @@ HANG_ITERATIONS = 12
 STEP_TIMEOUT = 15
 
 
-def _losses(run_dir: str) -> dict[int, float]:
-    """iteration -> lm loss; after a resume the re-run iterations' last records win."""
-    return {r["iteration"]: r["lm_loss"] for r in _train_records(run_dir)}
-
-
 def _node(name: str) -> dict[str, str]:
     """The downward API's spec.nodeName (MTK_NODE_NAME): the node the scheduler put the pod on."""
     return {"MTK_NODE_NAME": name}
@@ -154,7 +135,7 @@ def test_hung_pod_is_detected_its_node_avoided_and_the_replacement_resumes_on_th
     ref_logs.mkdir(parents=True)
     ref_pods = [_start(ref_net, ref_ptj, i, ref_root, ref_logs, _node(f"node-{i}")) for i in (0, 1)]
     assert _wait(ref_pods, 400, ref_logs) == [0, 0], _logs(ref_logs)
-    reference = _losses(ref_dir)
+    reference = run_losses(Path(ref_dir), killed_writer=True)
     assert sorted(reference) == list(range(1, HANG_ITERATIONS + 1))
 
     root = tmp_path / "hang"
@@ -186,7 +167,7 @@ def test_hung_pod_is_detected_its_node_avoided_and_the_replacement_resumes_on_th
         assert 'File "' in stacks, f"no stacks from rank {rank} in {pod}"
     excluded = (Path(run_dir) / exitcodes.EXCLUDED_FILE).read_text().splitlines()
     assert [line.split("\t")[0] for line in excluded] == ["node-1"] and "hang watchdog" in excluded[0]
-    losses_before = _losses(run_dir)
+    losses_before = run_losses(Path(run_dir), killed_writer=True)
     assert max(losses_before) == 6, sorted(losses_before)
 
     # The relaunch (same run dir, as `mtk launch --run-dir` renders it) avoids node-1; the scheduler puts the
@@ -202,7 +183,7 @@ def test_hung_pod_is_detected_its_node_avoided_and_the_replacement_resumes_on_th
     assert _wait(replaced, 400, logs) == [0, 0], _logs(logs)
     text = _logs(logs)
     assert "[checkpoint] resumed from" in text and "at iteration 4," in text, text
-    losses = _losses(run_dir)
+    losses = run_losses(Path(run_dir), killed_writer=True)
     assert sorted(losses) == sorted(reference)
     assert all(math.isclose(losses[i], reference[i], rel_tol=1e-6, abs_tol=1e-7) for i in reference), (
         losses, reference)
