@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -127,13 +128,39 @@ def split_sizes(job: Job) -> list[int]:
     return [train, evals * t.eval_iters * t.global_batch_size, 0]
 
 
+NULL_TOKENIZER_MODULE = "megatron.core.tokenizers.text.libraries.null_tokenizer"
+
+
+def null_tokenizer_class() -> Any:
+    """megatron-core's ``NullTokenizer``, the only tokenizer its datasets need here (ids and the EOD id).
+
+    Imported by file, not through its package: ``megatron.core.tokenizers.text``'s ``__init__`` imports the
+    Hugging Face tokenizer wrapper and with it ``transformers`` — 2.8 CPU s per rank of every launch, for a
+    class that imports nothing. The module keeps its own name (the datasets' cache keys name the class), and a
+    later import of the package finds it in ``sys.modules``.
+    """
+    import importlib.util
+    import sys
+
+    import megatron.core.tokenizers as tokenizers  # the base classes only: cheap
+
+    module = sys.modules.get(NULL_TOKENIZER_MODULE)
+    if module is None:
+        path = Path(tokenizers.__file__).parent / "text" / "libraries" / "null_tokenizer.py"
+        spec = importlib.util.spec_from_file_location(NULL_TOKENIZER_MODULE, path)
+        assert spec is not None and spec.loader is not None, path
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[NULL_TOKENIZER_MODULE] = module
+    return module.NullTokenizer
+
+
 def build_datasets(job: Job, info: TokenizerInfo, log: Callable[[str], None] | None = None,
                    run_dir: str | None = None) -> tuple[Any, Any]:
     """(train, valid) datasets; valid is None when the split gives it no data or eval is off."""
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig, MockGPTDataset
-    from megatron.core.tokenizers.text.libraries.null_tokenizer import NullTokenizer
-
+    NullTokenizer = null_tokenizer_class()
     prefixes, weights = blend(job, log)
     mock = not prefixes
     sizes = split_sizes(job)

@@ -124,12 +124,6 @@ class Trainer:
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
-        import torch.distributed as dist
-        from megatron.core import parallel_state as ps
-        from megatron.core.distributed import finalize_model_grads
-
-        from . import checkpoint, data, debug, device_plan, distributed, init_from, metrics, model, optim
-
         job = self.job
         if job.cluster.device == "cpu":
             # A CPU job on a GPU machine: hide the GPUs before torch initialises CUDA, so megatron's
@@ -139,7 +133,13 @@ class Trainer:
         if self.cpu and job.cluster.device == "gpu":
             _log(int(os.environ.get("RANK", "0")), "[mtk] cluster.device is gpu but CUDA is not available: "
                                                    "running on CPU with gloo")
-        self.strict = compat.install()
+        self.strict = compat.install()  # before megatron.core is imported (see compat's module docstring)
+        import torch.distributed as dist
+        from megatron.core import parallel_state as ps
+        from megatron.core.distributed import finalize_model_grads
+
+        from . import checkpoint, data, debug, device_plan, distributed, init_from, metrics, model, optim
+
         self.use_te = device_plan.have_transformer_engine()
         preflight(job, self.cpu, self.use_te)
         distributed.init(job, self.cpu)

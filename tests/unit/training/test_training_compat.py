@@ -58,7 +58,15 @@ def test_cpu_mapping_and_megatron_import_in_a_fresh_process():
         torch.cuda.synchronize()
         s = torch.cuda.current_stream(); s.wait_stream(s)
         triton = importlib.util.find_spec("triton") is not None
+        import sys
         import megatron.core
+        from megatron.core.models.gpt import GPTModel
+        from megatron.core.transformer.moe import router
+        # megatron decorates its fusions and the inference router with torch.compile at import: deferred
+        out["inductor_imported"] = sorted(m for m in ("torch._inductor", "torch._dynamo") if m in sys.modules)
+        twice = torch.compile(lambda x: x * 2, backend="eager")
+        out["deferred_call"] = twice(torch.ones(2)).tolist()
+        out["module_compiled"] = type(torch.compile(torch.nn.Linear(2, 2), backend="eager")).__name__
         from megatron.core.transformer.moe.ops import paged_stash
         out["stub"] = isinstance(paged_stash.__loader__, compat._PagedStashStub)
         out["triton"] = triton
@@ -80,6 +88,9 @@ def test_cpu_mapping_and_megatron_import_in_a_fresh_process():
     assert out["current_device"] == "cpu"
     assert out["stub"] is (not out["triton"])
     assert out["block"] == 1024
+    assert out["inductor_imported"] == []
+    assert out["deferred_call"] == [2.0, 2.0]  # a deferred function still compiles and runs when called
+    assert out["module_compiled"] == "OptimizedModule"  # modules are compiled as before
 
 
 def test_stub_kernels_refuse_to_run():
@@ -120,10 +131,12 @@ def test_install_is_a_noop_when_cuda_is_available():
         import torch
         torch.cuda.is_available = lambda: True
         original = torch.cuda.current_device
+        original_compile = torch.compile
         from mtk.training import compat
         assert compat.install() is False
         assert not compat.active()
         assert torch.cuda.current_device is original
+        assert torch.compile is original_compile
         assert torch.ones(1).type() == "torch.FloatTensor"
         print("ok")
     """)
