@@ -10,6 +10,14 @@ byte-level BPE trained on it with HF ``tokenizers``; then runs, interleaved, rou
 - ``mtk``: ``python -m mtk.data_jobs.preprocess_cli`` with Megatron's flags (default engine);
 - ``mtk-hf``: the same with ``--engine hf`` (reference libraries only), for information.
 
+``--limit`` measures instead what #27 holds mtk to: the tokenizer's own limit per core — the same BPE in tiktoken
+(the engine mtk uses), one thread, every document already parsed, nothing written, tokens per CPU-second of the
+encode calls alone — beside mtk end to end (``--workers N``, tokens incl. EOD per CPU-second of the whole process
+tree: start-up, checks, reading, parsing, encoding, writing, merging), their ratio, and where mtk's time goes (one
+``--workers 1`` run under cProfile, split by phase):
+
+    python benchmarks/preprocess.py --limit [--mb 100] [--rounds 3] [--workers 2]
+
 Each run is a fresh process tree; wall time includes imports. Peak RSS is sampled every 50 ms over the
 whole tree (sum) and per process (max). After the runs, the .bin/.idx of every run must be byte-identical
 to the reference's. Prints a table and the docs/s ratio of mtk over the reference.
@@ -106,6 +114,130 @@ def _digest(prefix: Path) -> str:
     return h.hexdigest()[:16]
 
 
+LIMIT_CHILD = """
+import json, sys, time
+from mtk.data_jobs.bpe_fast import fast_gpt2
+from mtk.data_jobs.tokenizers import build_tokenizer
+from mtk.launcher.spec.data import TokenizerSpec
+corpus, vocab, merges = sys.argv[1:4]
+tok = fast_gpt2(build_tokenizer(TokenizerSpec(type="GPT2BPETokenizer", vocab_file=vocab, merge_file=merges), "."),
+                check_every=0)
+assert type(tok).__name__ == "FastGPT2", tok
+enc = tok.encoding
+with open(corpus, encoding="utf-8") as fh:
+    texts = [json.loads(line)["text"] for line in fh if line.strip()]
+best = {}
+for name, encode in (("encode_ordinary_batch(num_threads=1)", lambda: enc.encode_ordinary_batch(texts, num_threads=1)),
+                     ("encode_ordinary per text", lambda: [enc.encode_ordinary(t) for t in texts])):
+    c0 = time.process_time()
+    ids = encode()
+    cpu = time.process_time() - c0
+    best[name] = (sum(map(len, ids)) + len(ids)) / cpu  # + one EOD per document, as mtk writes
+print(json.dumps(best))
+"""
+
+# phase -> functions (file suffix, name) whose cumulative time is that phase, in mtk's preprocess
+PHASES = {
+    "tokenizer load + self-test": [("data_jobs/preprocess_worker.py", "load_tokenizer")],
+    "shadow check (HF, 1 doc in check_every)": [("data_jobs/tokenizers.py", "encode_batch")],
+    "encode (tiktoken)": [("data_jobs/bpe_fast.py", "_encode")],
+    "read lines": [("data_jobs/jsonl.py", "_read_lines")],
+    "parse JSON": [("data_jobs/jsonl.py", "parse_document")],
+    "write ids": [("data_jobs/preprocess_worker.py", "add"), ("data_jobs/preprocess_worker.py", "finish"),
+                  ("data_jobs/indexed.py", "write_part")],
+    "merge parts": [("data_jobs/indexed.py", "merge_parts")],
+}
+
+PROFILE_CHILD = """
+import cProfile, json, pstats, sys
+from mtk.data_jobs import preprocess_cli
+argv = sys.argv[1:]
+prof = cProfile.Profile()
+prof.enable()
+code = preprocess_cli.main(argv)
+prof.disable()
+stats = pstats.Stats(prof).stats
+total = sum(tt for (_, _, _), (_, _, tt, _, _) in stats.items())
+cum = {f"{path}::{name}": ct for (path, _, name), (_, _, _, ct, _) in stats.items()}
+print("PROFILE " + json.dumps({"total": total, "cum": cum, "code": code}))
+"""
+
+
+def profile_split(mtk_argv: list[str], env: dict) -> tuple[float, dict[str, float]]:
+    """(total s, seconds per phase) of one inline (``--workers 1``) mtk run under cProfile; the rest of the
+    total is start-up (imports, planning) and what the phases do not name."""
+    proc = subprocess.run([sys.executable, "-c", PROFILE_CHILD, *mtk_argv], capture_output=True, text=True, env=env)
+    if proc.returncode:
+        raise SystemExit(f"profiled run failed: {proc.stderr[-3000:]}")
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("PROFILE "))
+    data = json.loads(line[len("PROFILE "):])
+    phases: dict[str, float] = {}
+    for phase, functions in PHASES.items():
+        phases[phase] = sum(ct for key, ct in data["cum"].items()
+                            for suffix, name in functions if key.split("::")[0].endswith(suffix)
+                            and key.split("::")[1] == name)
+    # the shadow check's HF encode runs inside FastGPT2.encode_batch, not inside _encode: no double count
+    return data["total"], phases
+
+
+def _tokens_written(prefix: Path) -> int:
+    import numpy as np
+
+    from mtk.megatron_index import DTYPES
+
+    idx = Path(f"{prefix}_text_document.idx").read_bytes()
+    itemsize = np.dtype(DTYPES[idx[17]]).itemsize  # header: magic (9 bytes), version (8), dtype code (1)
+    return Path(f"{prefix}_text_document.bin").stat().st_size // itemsize
+
+
+def limit_main(args: argparse.Namespace, corpus: Path, vocab: Path, docs: int, env: dict, mtk: list[str]) -> int:
+    """mtk's preprocess per core against the tokenizer's own limit (see the module docstring)."""
+    work = Path(args.workdir)
+    limits: list[dict[str, float]] = []
+    rates: list[float] = []
+    walls: list[float] = []
+    digests: set[str] = set()
+    for r in range(args.rounds):
+        proc = subprocess.run([sys.executable, "-c", LIMIT_CHILD, str(corpus), str(vocab / "vocab.json"),
+                               str(vocab / "merges.txt")], capture_output=True, text=True, env=env)
+        if proc.returncode:
+            raise SystemExit(f"limit run failed: {proc.stderr[-3000:]}")
+        limits.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        out = work / "out" / f"limit-mtk-{r}"
+        out.parent.mkdir(exist_ok=True)
+        for stale in out.parent.glob(f"{out.name}*"):
+            if stale.is_file():
+                stale.unlink()
+        wall, cpu, _, _, _ = _run([*mtk, "--output-prefix", str(out)], env)
+        tokens = _tokens_written(out)
+        digests.add(_digest(out))
+        rates.append(tokens / cpu)
+        walls.append(wall)
+        print(f"round {r + 1}: limit " + ", ".join(f"{k} {v / 1e6:.2f} M tok/CPU-s" for k, v in limits[-1].items())
+              + f" | mtk ({args.workers} workers) {tokens:,} tokens in {cpu:.1f} CPU-s = {rates[-1] / 1e6:.2f} M "
+              f"tok/CPU-s, wall {wall:.1f} s (load avg {os.getloadavg()[0]:.1f})", flush=True)
+    best_limit = statistics.median(max(x.values()) for x in limits)
+    rate = statistics.median(rates)
+    print(f"\ntokenizer limit (best single-thread call, median of {args.rounds}): {best_limit / 1e6:.2f} M tokens per "
+          f"CPU-second\nmtk end to end, {args.workers} workers: {rate / 1e6:.2f} M tokens per CPU-second\n"
+          f"mtk / limit: {rate / best_limit:.1%} (goal ≥ 90%)")
+    prof_out = work / "out" / "profiled"
+    for stale in prof_out.parent.glob(f"{prof_out.name}*"):
+        if stale.is_file():
+            stale.unlink()
+    argv = list(mtk[3:])
+    argv[argv.index("--workers") + 1] = "1"
+    total, phases = profile_split([*argv, "--output-prefix", str(prof_out)], env)
+    print(f"\nwhere mtk's time goes (one inline --workers 1 run under cProfile, {total:.1f} s profiled):")
+    for phase, seconds in sorted(phases.items(), key=lambda x: -x[1]):
+        print(f"  {phase:<42} {seconds:7.2f} s  {seconds / total:6.1%}")
+    rest = total - sum(phases.values())
+    print(f"  {'start-up, planning, rest':<42} {rest:7.2f} s  {rest / total:6.1%}")
+    digests.add(_digest(prof_out))
+    print("outputs byte-identical across all runs:", "yes" if len(digests) == 1 else f"NO {digests}")
+    return 0 if len(digests) == 1 else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", default="/tmp/mtk-bench")
@@ -113,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--variants", default="reference,mtk,mtk-hf")
+    ap.add_argument("--limit", action="store_true", help="mtk per core against the tokenizer's own limit")
     args = ap.parse_args(argv)
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -127,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         "mtk": lambda out: [*mtk, "--output-prefix", str(out)],
         "mtk-hf": lambda out: [*mtk, "--output-prefix", str(out), "--engine", "hf"],
     }
+    if args.limit:
+        return limit_main(args, corpus, vocab, docs, env, mtk)
     variants = args.variants.split(",")
     if "mtk" in variants:  # the fast engine's one-time self-test (cached per vocab + library versions)
         t0 = time.monotonic()

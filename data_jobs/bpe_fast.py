@@ -79,17 +79,38 @@ class FastGPT2(Tokenizer):
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         texts = list(texts)
         out = self._encode(texts)
-        if self.check_every:
-            start = (-self._seen) % self.check_every
-            picks = list(range(start, len(texts), self.check_every))
-            self._seen += len(texts)
-            if picks:
-                ref = self.reference.encode_batch([texts[i] for i in picks])
-                for i, ids in zip(picks, ref, strict=True):
-                    if out[i] != ids:
-                        raise FastPathMismatch(f"fast BPE engine differs from the reference on a document "
-                                               f"starting {texts[i][:40]!r}")
+        self._shadow_check(texts, out)
         return out
+
+    def encode_batch_arrays(self, texts: Sequence[str]) -> list[Any]:
+        """Like :meth:`encode_batch`, as uint32 numpy arrays straight from tiktoken's buffer: preprocess writes
+        arrays, and building a Python int per token only to convert it back cost ~15 % of the encoding."""
+        texts = list(texts)
+        out = self._encode_arrays(texts)
+        self._shadow_check(texts, out)
+        return out
+
+    def _encode_arrays(self, texts: list[str]) -> list[Any]:
+        enc = self.encoding
+        allowed = set() if self.legacy else enc.special_tokens_set
+        return [enc.encode_to_numpy(t, allowed_special=allowed, disallowed_special=()) for t in texts]
+
+    def _shadow_check(self, texts: list[str], out: Sequence[Any]) -> None:
+        """Every ``check_every``-th document (counted across calls) encoded again by the reference; a difference
+        raises :class:`FastPathMismatch`."""
+        if not self.check_every:
+            return
+        start = (-self._seen) % self.check_every
+        picks = list(range(start, len(texts), self.check_every))
+        self._seen += len(texts)
+        if not picks:
+            return
+        ref = self.reference.encode_batch([texts[i] for i in picks])
+        for i, ids in zip(picks, ref, strict=True):
+            got = out[i] if isinstance(out[i], list) else out[i].tolist()
+            if got != ids:
+                raise FastPathMismatch(f"fast BPE engine differs from the reference on a document "
+                                       f"starting {texts[i][:40]!r}")
 
 
 def _byte_decoder() -> dict[str, int]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -70,13 +71,22 @@ def load_tokenizer(spec: TokenizerSpec, data_dir: str, engine: str, verified: bo
     return tok
 
 
-def init_worker(spec_json: str, data_dir: str, engine: str) -> None:
-    from mtk.launcher.spec.data import TokenizerSpec
+def inherit_tokenizer(tok: Tokenizer) -> None:
+    """The tokenizer forked workers use: the coordinator's own, already loaded and checked."""
+    _WORKER["tok"] = tok
 
+
+def init_worker(spec_json: str | None = None, data_dir: str = "", engine: str = "auto") -> None:
+    """Start a pool worker: signals left to the coordinator; a spawned worker (no ``spec_json`` when forked
+    with the tokenizer inherited) loads the tokenizer once."""
     from .stopping import ignore_in_worker
 
     ignore_in_worker()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if spec_json is None:
+        return
+    from mtk.launcher.spec.data import TokenizerSpec
+
     spec = TokenizerSpec.model_validate_json(spec_json)
     _WORKER["tok"] = load_tokenizer(spec, data_dir, engine, verified=True, log=lambda *_: None)
 
@@ -105,8 +115,12 @@ class _KeyBuffer:
         self.doc_seqs: list[int] = []
         self.tokens = 0
 
-    def add(self, batch: list[list[int]], eod: int | None) -> None:
+    def add(self, batch: Sequence[Any], eod: int | None) -> None:
+        """Append one batch of documents' ids (lists, or numpy arrays from an engine that returns them)."""
         np = self.np
+        if batch and not isinstance(batch[0], list):
+            self._add_arrays(batch, eod)
+            return
         flat: list[int] = []
         for ids in batch:
             if ids:
@@ -120,6 +134,24 @@ class _KeyBuffer:
         self.fh.write(np.asarray(flat, dtype=self.dtype).tobytes())
         self.tokens += len(flat)
 
+    def _add_arrays(self, batch: Sequence[Any], eod: int | None) -> None:
+        np = self.np
+        pieces: list[Any] = []
+        tail = np.asarray([] if eod is None else [eod], dtype=batch[0].dtype)
+        for ids in batch:
+            if len(ids):
+                pieces += (ids, tail)
+                self.lengths.append(len(ids) + len(tail))
+                self.doc_seqs.append(1)
+            else:
+                self.doc_seqs.append(0)
+        if pieces:
+            flat = np.concatenate(pieces)
+            if flat.dtype != np.dtype(self.dtype):
+                flat = flat.astype(self.dtype)  # ids < vocabulary size, which the dtype was chosen to hold
+            self.fh.write(flat.tobytes())
+            self.tokens += len(flat)
+
     def finish(self) -> tuple[Any, Any]:
         self.fh.close()
         return self.np.asarray(self.lengths, dtype=self.np.int32), self.np.asarray(self.doc_seqs, dtype=self.np.int64)
@@ -131,6 +163,7 @@ def process_shard(shard: Shard, parts_dir: str, keys: list[str], append_eod: boo
     from .indexed import write_part
 
     tok = tok or _WORKER["tok"]
+    encode = getattr(tok, "encode_batch_arrays", tok.encode_batch)
     eod = tok.eod if append_eod else None
     res = ShardResult(shard.index)
     parts = {k: part_files(parts_dir, shard.index, k) for k in keys}
@@ -143,7 +176,7 @@ def process_shard(shard: Shard, parts_dir: str, keys: list[str], append_eod: boo
         if not batch:
             return
         for i, key in enumerate(keys):
-            bufs[key].add(tok.encode_batch([texts[i] for texts in batch]), eod)
+            bufs[key].add(encode([texts[i] for texts in batch]), eod)
         batch, chars = [], 0
 
     parquet = is_parquet(shard.path)

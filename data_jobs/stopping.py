@@ -56,8 +56,10 @@ def stop_on_signals() -> Iterator[None]:
 
 def ignore_in_worker() -> None:
     """Pool workers leave stopping to the coordinator: Ctrl-C reaches the whole process group, and the
-    coordinator then terminates the pool (SIGTERM, whose default action ends a worker without a traceback)."""
+    coordinator then terminates the pool (SIGTERM, whose default action ends a worker without a traceback; a
+    forked worker inherits the coordinator's handler, hence the reset)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @contextlib.contextmanager

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from mtk.data_jobs import bpe_fast
 from mtk.data_jobs.preprocess import PreprocessConfig, PreprocessError, preprocess
@@ -146,12 +147,16 @@ def test_shadow_check_mismatch_redoes_everything_with_the_reference(tmp_path, bp
     docs = [d for d in edge_docs if len(d) < 5000] * 10
     corpus = write_jsonl(tmp_path / "c.jsonl", docs)
     ref = preprocess(_cfg(tmp_path / "ref", corpus, bpe_dir, engine="hf"), log=lambda _m: None)
-    real = bpe_fast.FastGPT2._encode
+    real, real_arrays = bpe_fast.FastGPT2._encode, bpe_fast.FastGPT2._encode_arrays
 
     def corrupt(self, texts):
         return [[*ids, 7] for ids in real(self, texts)]
 
+    def corrupt_arrays(self, texts):  # what preprocess's writer calls
+        return [np.append(ids, np.uint32(7)) for ids in real_arrays(self, texts)]
+
     monkeypatch.setattr(bpe_fast.FastGPT2, "_encode", corrupt)
+    monkeypatch.setattr(bpe_fast.FastGPT2, "_encode_arrays", corrupt_arrays)
     monkeypatch.setattr(bpe_fast, "self_test", lambda *_: "")
     logs: list[str] = []
     got = preprocess(_cfg(tmp_path, corpus, bpe_dir, shard_mb=0.002), log=logs.append)
