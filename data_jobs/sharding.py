@@ -14,9 +14,6 @@ from . import sources
 from .corpus import Shard, compression, is_parquet
 from .parquet import row_group_bytes, row_group_ranges
 
-# Environment variables that carry a task's index, in the order they are consulted.
-INDEX_VARIABLES = ("SLURM_ARRAY_TASK_ID", "JOB_COMPLETION_INDEX")
-
 
 def plan_shards(files: list[str], shard_bytes: int) -> list[Shard]:
     """Deterministic shards for ``files``: the same inputs always give the same plan."""
@@ -57,11 +54,7 @@ def task_shards(shards: list[Shard], tasks: int, index: int) -> list[Shard]:
 
 
 def index_from_env() -> int | None:
-    """The task index the scheduler gave this process (Slurm array / Kubernetes Indexed Job), if any."""
-    for name in INDEX_VARIABLES:
-        value = os.environ.get(name, "").strip()
-        if value:
-            if not value.isdigit():
-                raise ValueError(f"{name}={value!r} is not a task index")
-            return int(value)
-    return None
+    """The task index the scheduler gave this process (a Slurm array task, a Kubernetes Indexed Job), if any."""
+    from mtk.launcher.rendezvous import node_place
+
+    return node_place(os.environ).task_index

@@ -72,6 +72,12 @@ class EksBackend(Backend):
 
         return rendezvous(job, env)
 
+    @classmethod
+    def node_place(cls, env: Mapping[str, str]):
+        from .environment import node_place
+
+        return node_place(env)
+
     def launch_options(self, wait: bool | None, timeout: str | None) -> dict[str, object]:
         """--wait (default) follows each step; --timeout (parsed before anything is rendered) bounds it."""
         if timeout is None:

@@ -1,4 +1,5 @@
-"""A PyTorchJob pod's environment: torchrun's rendezvous from the Kubeflow operator's ``PET_*`` variables."""
+"""A pod's environment: torchrun's rendezvous from the Kubeflow operator's ``PET_*`` variables, and the pod's
+place in its job (PyTorchJob or Indexed Job)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from mtk.launcher.rendezvous import Rendezvous, RendezvousError, int_var
+from mtk.launcher.rendezvous import NodePlace, Rendezvous, RendezvousError, digits, index_var, int_var
 
 if TYPE_CHECKING:
     from mtk.launcher.spec import Job
@@ -66,3 +67,16 @@ def rendezvous(job: Job, env: Mapping[str, str]) -> Rendezvous | None:
         str(port),
     ]
     return Rendezvous("kubeflow-static", args, node)
+
+
+def node_place(env: Mapping[str, str]) -> NodePlace | None:
+    """A PyTorchJob pod (``PET_*``) or an Indexed Job's pod (``JOB_COMPLETION_INDEX``); None outside both. The node
+    rank is known only to a static PyTorchJob (an elastic one learns it at the rendezvous); a PyTorchJob restarts
+    a container that exits non-zero."""
+    pytorchjob = any(key.startswith("PET_") for key in env)
+    if not pytorchjob and "JOB_COMPLETION_INDEX" not in env:
+        return None
+    elastic = bool(env.get("PET_RDZV_ENDPOINT"))
+    return NodePlace(job_id=env.get("POD_NAME", ""), node_rank=None if elastic else digits(env, "PET_NODE_RANK"),
+                     nnodes=digits(env, "PET_NNODES"), task_index=index_var(env, "JOB_COMPLETION_INDEX"),
+                     restarts_failed_containers=pytorchjob)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, ClassVar
 from mtk.files import atomic_write, current_umask  # noqa: F401  (re-exported; new code imports mtk.files)
 
 if TYPE_CHECKING:
-    from .rendezvous import Rendezvous
+    from .rendezvous import NodePlace, Rendezvous
     from .runs import Run
     from .spec import Job
     from .spec.errors import Problem
@@ -194,6 +194,17 @@ class Backend:
     def rendezvous(cls, job: Job, env: Mapping[str, str]) -> Rendezvous | None:
         """torchrun's rendezvous from this scheduler's variables on a node; None when ``env`` is not one of its."""
         return None
+
+    @classmethod
+    def node_place(cls, env: Mapping[str, str]) -> NodePlace | None:
+        """This node's place in a job of this scheduler, from its variables; None when ``env`` is not one of its."""
+        return None
+
+    @classmethod
+    def job_ended(cls, job_id: str) -> bool:
+        """True when this scheduler says ``job_id`` (a lease holder's) is no longer queued or running; False when
+        it cannot tell (not one of its ids, its commands unavailable)."""
+        return False
 
 
 @functools.cache

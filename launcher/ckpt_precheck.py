@@ -36,11 +36,9 @@ class CheckpointDamaged(ValueError):
 def reporting_node(env) -> bool:
     """Whether this node names an input error: node 0 of a multi-node job, or any node whose rank is unknown
     before the rendezvous (local; elastic Kubeflow, where each pod has its own log anyway)."""
-    if env.get("SLURM_JOB_ID") and env.get("SLURM_NODEID", "").isdigit():
-        return int(env["SLURM_NODEID"]) == 0
-    if env.get("PET_NODE_RANK", "").isdigit() and not env.get("PET_RDZV_ENDPOINT"):
-        return int(env["PET_NODE_RANK"]) == 0
-    return True
+    from .rendezvous import node_place
+
+    return node_place(env).node_rank in (None, 0)
 
 
 def check_resume_checkpoint_once(job, run_dir: str, env=os.environ) -> None:

@@ -159,12 +159,16 @@ def node_checks(job, run_dir: str) -> NodeHealth:
 
 # ------------------------------------------------------------------ across nodes
 def group_from_environment(env: dict[str, str]) -> tuple[int, int, str, int] | None:
-    """(node rank, nodes, master host, port) from torch-style or Slurm variables; None for a single node."""
+    """(node rank, nodes, master host, port) from torch-style variables, or from the scheduler's node numbering
+    and the run script's ``MTK_PREFLIGHT_HOST``/``PORT`` (Slurm); None for a single node."""
     if all(k in env for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")):
         return int(env["RANK"]), int(env["WORLD_SIZE"]), env["MASTER_ADDR"], int(env["MASTER_PORT"])
-    if "SLURM_NODEID" in env and "MTK_PREFLIGHT_HOST" in env and "MTK_PREFLIGHT_PORT" in env:
-        return (int(env["SLURM_NODEID"]), int(env.get("SLURM_NNODES", "1")), env["MTK_PREFLIGHT_HOST"],
-                int(env["MTK_PREFLIGHT_PORT"]))
+    if "MTK_PREFLIGHT_HOST" in env and "MTK_PREFLIGHT_PORT" in env:
+        from .rendezvous import node_place
+
+        place = node_place(env)
+        if place.node_rank is not None:
+            return place.node_rank, place.nnodes or 1, env["MTK_PREFLIGHT_HOST"], int(env["MTK_PREFLIGHT_PORT"])
     return None
 
 

@@ -1,7 +1,9 @@
-"""Derive torchrun's rendezvous arguments from where we are running: local, Slurm, or a Kubeflow PyTorchJob.
+"""Where this node runs: torchrun's rendezvous arguments, and the node's place in its scheduler's job.
 
 Pure functions of (job, environment) so every case is unit-tested without a cluster; each scheduler's variables
-are parsed in its own package (``mtk.slurm.environment``, ``mtk.k8s.environment``).
+are parsed in its own package (``mtk.slurm.environment``, ``mtk.k8s.environment``) behind its backend's
+``rendezvous`` and ``node_place``. The node-side steps (preflight, checkpoint precheck, train step, the engine's
+lease and metrics, sharded preprocess) ask :func:`node_place` and never read a scheduler's variables themselves.
 """
 
 from __future__ import annotations
@@ -25,6 +27,47 @@ class Rendezvous:
     kind: str  # local | slurm | kubeflow-elastic | kubeflow-static
     args: list[str]
     node: str  # a label for logs: hostname / node rank
+
+
+@dataclass(frozen=True)
+class NodePlace:
+    """This process's place in its scheduler's job, as the node-side steps need it (all unknown outside one)."""
+
+    job_id: str = ""  # the scheduler's name for the job or pod ("" when none)
+    node_rank: int | None = None  # this node's rank when the scheduler numbers nodes before any rendezvous
+    nnodes: int | None = None  # nodes in this job step, when the scheduler says
+    restarts: int = 0  # times the scheduler requeued or restarted this job
+    task_index: int | None = None  # an array task's (Indexed Job's) index
+    # The scheduler restarts this node's container when it exits non-zero (a PyTorchJob's restartPolicy
+    # OnFailure): a deliberate stop must exit 0 there, and a hang's blame travels in the run's state.
+    restarts_failed_containers: bool = False
+
+
+def node_place(env: Mapping[str, str]) -> NodePlace:
+    """The first backend (highest ``rendezvous_precedence``) that recognises ``env`` says where this node is."""
+    from .backends import backend_classes
+
+    for cls in sorted(backend_classes(), key=lambda c: -c.rendezvous_precedence):
+        place = cls.node_place(env)
+        if place is not None:
+            return place
+    return NodePlace()
+
+
+def digits(env: Mapping[str, str], name: str) -> int | None:
+    """``env[name]`` as a non-negative integer, None when unset or not one (a lenient read)."""
+    value = env.get(name, "").strip()
+    return int(value) if value.isdigit() else None
+
+
+def index_var(env: Mapping[str, str], name: str) -> int | None:
+    """A task index from ``env[name]``: None when unset; a ValueError naming the variable when not an index."""
+    value = env.get(name, "").strip()
+    if not value:
+        return None
+    if not value.isdigit():
+        raise ValueError(f"{name}={value!r} is not a task index")
+    return int(value)
 
 
 def int_var(env: Mapping[str, str], name: str, minimum: int = 0) -> int:

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from . import exitcodes
-from .rendezvous import RendezvousError, from_environment
+from .rendezvous import RendezvousError, from_environment, node_place
 
 FORWARDED = (signal.SIGUSR2, signal.SIGTERM)
 # Signals Slurm/Kubernetes use to end a step; handled, not fatal, so the workers can save first.
@@ -126,14 +126,14 @@ def read_last_exit(run_dir: str, since: float) -> dict | None:
         return None
 
 
-def outcome(agent_rc: int, last_exit: dict | None, signalled: bool, kubeflow: bool = False) -> int:
+def outcome(agent_rc: int, last_exit: dict | None, signalled: bool, restarts_failed_containers: bool = False) -> int:
     """One exit code for the scheduler: the engine's REQUEUE/STOPPED win over torchrun's generic failure.
 
-    Under a PyTorchJob (restartPolicy OnFailure) a deliberate stop must exit 0, or the container restarts and
-    trains on after ``mtk stop``.
+    Where the scheduler restarts a container that exits non-zero (a PyTorchJob's restartPolicy OnFailure), a
+    deliberate stop must exit 0, or the container restarts and trains on after ``mtk stop``.
     """
     if last_exit and last_exit.get("code") in (exitcodes.REQUEUE, exitcodes.STOPPED):
-        if kubeflow and last_exit["code"] == exitcodes.STOPPED:
+        if restarts_failed_containers and last_exit["code"] == exitcodes.STOPPED:
             return exitcodes.OK
         return int(last_exit["code"])
     if signalled and agent_rc != 0:
@@ -224,8 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         print(shlex.join(cmd))
         return exitcodes.OK
 
-    restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
-    print(f"mtk: node {socket.gethostname()} ({node}) restart {restarts}: {shlex.join(cmd)}", flush=True)
+    place = node_place(os.environ)
+    print(f"mtk: node {socket.gethostname()} ({node}) restart {place.restarts}: {shlex.join(cmd)}", flush=True)
     started = time.time()
     received: list[int] = []
     _become_subreaper()
@@ -244,11 +244,11 @@ def main(argv: list[str] | None = None) -> int:
     # If the agent died first, its ranks were re-parented to us: let them finish their save before we
     # read last_exit.json and report.
     _reap_orphans(ORPHAN_GRACE_SECONDS)
-    kubeflow = any(key.startswith("PET_") for key in os.environ)
-    code = outcome(rc, read_last_exit(run_dir, started), bool(received), kubeflow)
+    restarted = place.restarts_failed_containers
+    code = outcome(rc, read_last_exit(run_dir, started), bool(received), restarted)
     if hang.get("verdict") is not None:
         code = exitcodes.HANG
-        if kubeflow:  # no batch script here to record the blame: the run's state does, for the relaunch
+        if restarted:  # no batch script here to record the blame: the run's state does, for the relaunch
             _exclude_blamed(run_dir, hang["verdict"])
     print(f"mtk: node {node} torchrun exited {rc}; step exit code {code}", flush=True)
     return code

@@ -24,7 +24,7 @@ from .commands import JobInfo, Slurm
 from .render import gpus_requested_at_submit, job_base, plan, render, submit_argv
 
 if TYPE_CHECKING:
-    from mtk.launcher.rendezvous import Rendezvous
+    from mtk.launcher.rendezvous import NodePlace, Rendezvous
     from mtk.launcher.spec import Job
     from mtk.launcher.spec.errors import Problem
 
@@ -72,6 +72,18 @@ class SlurmBackend(Backend):
         from .environment import rendezvous
 
         return rendezvous(job, env)
+
+    @classmethod
+    def node_place(cls, env: Mapping[str, str]) -> NodePlace | None:
+        from .environment import node_place
+
+        return node_place(env)
+
+    @classmethod
+    def job_ended(cls, job_id: str) -> bool:
+        from .environment import job_ended
+
+        return job_ended(job_id)
 
     def __init__(self, slurm: Slurm | None = None):
         self._slurm = slurm

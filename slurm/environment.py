@@ -1,4 +1,5 @@
-"""Slurm's environment on a node: the allocation's host list and torchrun's rendezvous from ``SLURM_*``.
+"""Slurm's environment on a node: the allocation's host list, torchrun's rendezvous and the node's place in the
+job from ``SLURM_*``; whether a job is still in Slurm's queue.
 
 Pure functions of (job, environment), so every case is unit-tested without a cluster. The one impure input,
 the host list, is resolved by ``scontrol show hostnames`` when available (authoritative), else by a small
@@ -13,7 +14,7 @@ import subprocess
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from mtk.launcher.rendezvous import Rendezvous, RendezvousError, int_var
+from mtk.launcher.rendezvous import NodePlace, Rendezvous, RendezvousError, digits, index_var, int_var
 
 if TYPE_CHECKING:
     from mtk.launcher.spec import Job
@@ -101,3 +102,23 @@ def rendezvous(job: Job, env: Mapping[str, str]) -> Rendezvous | None:
         "0",
     ]
     return Rendezvous("slurm", args, env.get("SLURMD_NODENAME") or hosts[node_id])
+
+
+def node_place(env: Mapping[str, str]) -> NodePlace | None:
+    """Job id, node id and count, requeue count and array index from a Slurm job's variables; None outside one."""
+    if not any(key.startswith("SLURM_") for key in env):
+        return None
+    return NodePlace(job_id=env.get("SLURM_JOB_ID", ""), node_rank=digits(env, "SLURM_NODEID"),
+                     nnodes=digits(env, "SLURM_NNODES"), restarts=digits(env, "SLURM_RESTART_COUNT") or 0,
+                     task_index=index_var(env, "SLURM_ARRAY_TASK_ID"))
+
+
+def job_ended(job_id: str) -> bool:
+    """True when Slurm says the job is no longer queued or running (False when it cannot tell)."""
+    if not job_id.isdigit() or shutil.which("squeue") is None:
+        return False
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return (out.returncode == 0 and not out.stdout.strip()) or "Invalid job id" in out.stderr

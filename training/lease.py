@@ -27,7 +27,9 @@ class LeaseHeld(RuntimeError):
 
 
 def _holder_here(run_dir: str) -> dict:
-    job = os.environ.get("SLURM_JOB_ID") or os.environ.get("POD_NAME") or os.environ.get("HOSTNAME") or ""
+    from mtk.launcher.rendezvous import node_place
+
+    job = node_place(os.environ).job_id or os.environ.get("HOSTNAME") or ""
     return {"host": socket.gethostname(), "pid": os.getpid(), "job_id": job, "run_dir": str(run_dir),
             "since": time.time()}
 
@@ -42,18 +44,11 @@ def _alive_here(pid: int) -> bool:
     return True
 
 
-def _slurm_job_ended(job_id: str) -> bool:
-    """True when Slurm says the holder's job is no longer queued or running (False when it cannot tell)."""
-    import shutil
-    import subprocess
+def _job_ended(job_id: str) -> bool:
+    """True when a scheduler says the holder's job is no longer queued or running (False when none can tell)."""
+    from mtk.launcher.backends import backend_classes
 
-    if not job_id.isdigit() or shutil.which("squeue") is None:
-        return False
-    try:
-        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return (out.returncode == 0 and not out.stdout.strip()) or "Invalid job id" in out.stderr
+    return bool(job_id) and any(cls.job_ended(job_id) for cls in backend_classes())
 
 
 def _stale(holder: dict, me: dict) -> bool:
@@ -61,7 +56,7 @@ def _stale(holder: dict, me: dict) -> bool:
         return True  # the same run, restarted: its previous attempt is over
     if holder.get("host") == me["host"]:
         return not _alive_here(int(holder.get("pid", 0)))
-    return _slurm_job_ended(str(holder.get("job_id", "")))  # e.g. a run whose node died, resumed on another
+    return _job_ended(str(holder.get("job_id", "")))  # e.g. a run whose node died, resumed on another
 
 
 def describe(holder: dict) -> str:

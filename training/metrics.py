@@ -56,12 +56,11 @@ if TYPE_CHECKING:
 
 
 def restart_count(env: Mapping[str, str] | None = None) -> int:
+    """The scheduler's requeue count (its backend reads it), else torchrun's own restarts of this worker group."""
+    from mtk.launcher.rendezvous import digits, node_place
+
     env = os.environ if env is None else env
-    for name in ("SLURM_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"):
-        value = env.get(name, "")
-        if value.isdigit() and int(value) > 0:
-            return int(value)
-    return 0
+    return node_place(env).restarts or digits(env, "TORCHELASTIC_RESTART_COUNT") or 0
 
 
 FLOPS_CONVENTION = "megatron-lm"

@@ -242,3 +242,29 @@ def test_the_comparison_check_sees_each_form():
     code = ('if backend == "eks": pass\nif b != "slurm": pass\nif x in ("local", "slurm"): pass\n'
             'match b:\n    case "eks":\n        pass\nif layer == "transformer_engine": pass\n')
     assert _backend_name_comparisons(code, names) == [1, 2, 3, 5]
+
+
+# ---- ...and their schedulers' variables: the node-side steps ask launcher.rendezvous.node_place, never the env ----
+SCHEDULER_VARIABLE = re.compile(r"^(?:SLURM_\w*|PET_\w*|JOB_COMPLETION_INDEX|POD_NAME)$")
+# The one module outside the backends that names them, with why: the spec refuses cluster.env keys that these
+# programs set (it lists prefixes such as "SLURM_" and reads no variable).
+SCHEDULER_VARIABLE_LISTS = {"launcher/spec/env_names.py"}
+
+
+def _scheduler_variable_names(source: str) -> list[str]:
+    return sorted(f"{node.lineno}: {node.value}" for node in ast.walk(ast.parse(source))
+                  if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                  and SCHEDULER_VARIABLE.match(node.value))
+
+
+def test_no_scheduler_variable_is_read_outside_the_backends():
+    outside = [path for path in _package_files() if not str(path.relative_to(ROOT)).startswith(BACKEND_HOMES)
+               and str(path.relative_to(ROOT)) not in SCHEDULER_VARIABLE_LISTS]
+    found = [f"{path.relative_to(ROOT)}:{hit}" for path in outside
+             for hit in _scheduler_variable_names(path.read_text())]
+    assert found == []
+
+
+def test_the_scheduler_variable_check_sees_a_read():
+    code = 'a = os.environ.get("SLURM_NODEID")\nb = env["PET_NODE_RANK"]\nc = "JOB_COMPLETION_INDEX"\nd = "SLURMD"\n'
+    assert _scheduler_variable_names(code) == ["1: SLURM_NODEID", "2: PET_NODE_RANK", "3: JOB_COMPLETION_INDEX"]

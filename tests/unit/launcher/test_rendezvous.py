@@ -161,8 +161,8 @@ def test_outcome_prefers_engine_exit_reason(rc, last, signalled, expected):
 
 
 def test_kubeflow_stop_exits_zero_so_onfailure_does_not_restart():
-    assert outcome(0, {"code": exitcodes.STOPPED}, False, kubeflow=True) == exitcodes.OK
-    assert outcome(0, {"code": exitcodes.REQUEUE}, True, kubeflow=True) == exitcodes.REQUEUE
+    assert outcome(0, {"code": exitcodes.STOPPED}, False, restarts_failed_containers=True) == exitcodes.OK
+    assert outcome(0, {"code": exitcodes.REQUEUE}, True, restarts_failed_containers=True) == exitcodes.REQUEUE
 
 
 def test_signals_reach_only_training_workers():
@@ -205,3 +205,35 @@ def test_each_backend_parses_its_own_environment_in_precedence_order():
     assert from_environment(job(2, 1), {**SLURM, **PET}).kind == "kubeflow-elastic"
     assert from_environment(job(2, 1), SLURM).kind == "slurm"
     assert from_environment(job(1, 2), {}).kind == "local"
+
+
+# ---- the node's place in its scheduler's job: each backend reads its own variables -----------------------------
+def test_slurm_node_place_reads_the_job_the_node_and_the_requeues():
+    from mtk.launcher.rendezvous import NodePlace, node_place
+
+    env = {"SLURM_JOB_ID": "41", "SLURM_NODEID": "2", "SLURM_NNODES": "4", "SLURM_RESTART_COUNT": "3",
+           "SLURM_ARRAY_TASK_ID": "5"}
+    assert node_place(env) == NodePlace(job_id="41", node_rank=2, nnodes=4, restarts=3, task_index=5)
+    assert node_place({"SLURM_JOB_ID": "41"}) == NodePlace(job_id="41")
+
+
+def test_kubeflow_node_place_knows_the_rank_only_of_a_static_pytorchjob():
+    from mtk.launcher.rendezvous import node_place
+
+    static = node_place({"PET_NODE_RANK": "1", "PET_NNODES": "2", "POD_NAME": "run-worker-1"})
+    assert (static.job_id, static.node_rank, static.nnodes, static.restarts_failed_containers) == \
+        ("run-worker-1", 1, 2, True)
+    elastic = node_place({"PET_NODE_RANK": "1", "PET_RDZV_ENDPOINT": "etcd:2379", "PET_NNODES": "2"})
+    assert elastic.node_rank is None and elastic.restarts_failed_containers
+    indexed = node_place({"JOB_COMPLETION_INDEX": "3", "POD_NAME": "prep-3"})  # a data Job's pod: no PyTorchJob
+    assert (indexed.task_index, indexed.restarts_failed_containers) == (3, False)
+
+
+def test_no_scheduler_is_an_empty_place_and_a_bad_index_is_named():
+    from mtk.launcher.rendezvous import NodePlace, node_place
+
+    assert node_place({"HOME": "/root"}) == NodePlace()
+    with pytest.raises(ValueError, match="SLURM_ARRAY_TASK_ID='x' is not a task index"):
+        node_place({"SLURM_ARRAY_TASK_ID": "x"})
+    with pytest.raises(ValueError, match="JOB_COMPLETION_INDEX='-1' is not a task index"):
+        node_place({"JOB_COMPLETION_INDEX": "-1"})
