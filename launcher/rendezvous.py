@@ -43,11 +43,16 @@ class NodePlace:
     restarts_failed_containers: bool = False
 
 
-def node_place(env: Mapping[str, str]) -> NodePlace:
-    """The first backend (highest ``rendezvous_precedence``) that recognises ``env`` says where this node is."""
+def _by_precedence() -> list:
+    """The registered backends, the one whose environment wins when several match first."""
     from .backends import backend_classes
 
-    for cls in sorted(backend_classes(), key=lambda c: -c.rendezvous_precedence):
+    return sorted(backend_classes(), key=lambda cls: -cls.rendezvous_precedence)
+
+
+def node_place(env: Mapping[str, str]) -> NodePlace:
+    """The first backend (highest ``rendezvous_precedence``) that recognises ``env`` says where this node is."""
+    for cls in _by_precedence():
         place = cls.node_place(env)
         if place is not None:
             return place
@@ -88,8 +93,7 @@ def from_environment(job: Job, env: Mapping[str, str]) -> Rendezvous:
     highest ``rendezvous_precedence`` first (a PyTorchJob's, then Slurm's, then this machine alone)."""
     from .backends import backend_classes
 
-    ordered = sorted(backend_classes(), key=lambda cls: -cls.rendezvous_precedence)
-    for cls in ordered:
+    for cls in _by_precedence():
         found = cls.rendezvous(job, env)
         if found is not None:
             return found
