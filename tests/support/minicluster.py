@@ -120,7 +120,9 @@ def slurm_conf(root: Path, ctld_port: int, node_ports: dict[str, int], cpus: int
         "SlurmdUser=root",
         "AuthType=auth/munge",
         "CredType=cred/munge",
-        f"AuthInfo=socket={root}/munge/munged.sock,cred_expire=10",
+        # cred_expire: a requeued job may start again only after it (Slurm revokes the old credential for that
+        # long); 5 s is the least Slurm accepts (default 120) and each requeue in the suite waits it out.
+        f"AuthInfo=socket={root}/munge/munged.sock,cred_expire=5",
         f"StateSaveLocation={root}/state",
         f"SlurmdSpoolDir={root}/spool/%n",
         f"SlurmctldPidFile={root}/run/slurmctld.pid",

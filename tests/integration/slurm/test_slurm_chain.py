@@ -130,7 +130,7 @@ def test_usr2_is_forwarded_to_every_node_and_the_job_requeued(harness, stub_venv
     job = harness.run_record(run)["ids"]["train"]
     harness.wait("both nodes to wait for USR2", lambda: all((run / f"stub-argv.{i}").exists() for i in (0, 1)))
     harness.slurm("scancel", "--signal=USR2", "--batch", job)
-    # The requeued job waits for its BeginTime (~cred_expire, 10 s here): starting it earlier with
+    # The requeued job waits for its BeginTime (~cred_expire, 5 s here): starting it earlier with
     # `scontrol update starttime=now` gets it killed with "Job credential revoked".
     harness.wait("the requeue", lambda: "restart=1" in (run / "logs" / f"train-{job}.out").read_text(), timeout=90)
     log = (run / "logs" / f"train-{job}.out").read_text()
@@ -144,7 +144,8 @@ def test_usr2_is_forwarded_to_every_node_and_the_job_requeued(harness, stub_venv
 def test_guardrail_stops_a_run_that_keeps_failing(harness, stub_venv):
     run = harness.launch(harness.spec("guard", cluster={"slurm.max_failures": 2}), *stub_sets(stub_venv),
                          env={"MTK_STUB": "exit:1"})
-    final = harness.wait("the guardrail", lambda: (s := harness.state(run))["state"] == "FAILED" and s, timeout=120)
+    final = harness.wait("the guardrail", lambda: (s := harness.state(run, polled=True))["state"] == "FAILED" and s,
+                         timeout=120)
     assert final["exit_code"] == 44
     assert "guardrail: 2 failures in a row without checkpoint progress" in final["reason"]
     assert "restarts=1" in final["reason"]
@@ -166,11 +167,11 @@ def test_exit_code_43_stops_cleanly_and_cancels_the_queued_successor(harness, st
 def test_singleton_keeps_one_successor_queued(harness, stub_venv):
     run = harness.launch(harness.spec("single", cluster={"slurm.singleton": True}), *stub_sets(stub_venv),
                          env={"MTK_STUB": "sleep:8"})
-    rows = harness.wait("a queued successor", lambda: len(r := harness.status(run)) == 2 and r, timeout=60)
+    rows = harness.wait("a queued successor", lambda: len(r := harness.polled_status(run)) == 2 and r, timeout=60)
     assert rows[0]["state"] == "RUNNING" and rows[1]["state"] == "PENDING"
     assert "Dependency" in rows[1]["reason"]
     # A crash would let the successor start and resume; a completed run cancels it instead.
-    rows = harness.wait("the run to end", lambda: (r := harness.status(run))[0]["state"] == "COMPLETED"
+    rows = harness.wait("the run to end", lambda: (r := harness.polled_status(run))[0]["state"] == "COMPLETED"
                         and r[1]["state"] == "CANCELLED" and r, timeout=90)
     assert "not needed: the run completed" in rows[1]["reason"]
 
@@ -179,7 +180,7 @@ def test_singleton_successor_resumes_after_a_crash(harness, stub_venv):
     spec = harness.spec("single2", cluster={"slurm.singleton": True, "slurm.max_failures": 5})
     run = harness.launch(spec, *stub_sets(stub_venv), env={"MTK_STUB": "exit:1"})
     first = harness.run_record(run)["ids"]["train"]
-    rows = harness.wait("the successor to run", lambda: len(r := harness.status(run)) >= 2
+    rows = harness.wait("the successor to run", lambda: len(r := harness.polled_status(run)) >= 2
                         and r[1]["state"] in ("RUNNING", "FAILED") and r, timeout=90)
     assert rows[0]["state"] == "FAILED" and rows[0]["id"] == first
     log = (run / "logs" / f"train-{first}.out").read_text()

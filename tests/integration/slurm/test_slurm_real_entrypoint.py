@@ -69,13 +69,13 @@ def test_singleton_successor_waits_then_exit_43_cancels_it(harness, mtk_venv, re
                         cluster={"slurm.singleton": True})
     out = _launch_checked(harness, spec, f"cluster.slurm.venv={mtk_venv}")  # megatron-core accepted it
     run = Path(next(ln for ln in out.stdout.splitlines() if ln.startswith("run: ")).removeprefix("run: "))
-    rows = harness.wait("a queued successor", lambda: len(r := harness.status(run)) == 2 and r, timeout=300)
+    rows = harness.wait("a queued successor", lambda: len(r := harness.polled_status(run)) == 2 and r, timeout=300)
     assert rows[1]["state"] == "PENDING" and "Dependency" in rows[1]["reason"], rows
     harness.wait("iteration 2", lambda: max(read_metrics(run), default=0) >= 2, timeout=900)
     harness.mtk("stop", str(run))
     done = harness.wait_state(run, {"COMPLETED"}, timeout=600)
     assert "stopped by the exit trigger" in done["reason"], done
-    rows = harness.wait("the successor cancelled", lambda: (r := harness.status(run))[1]["state"] == "CANCELLED"
+    rows = harness.wait("the successor cancelled", lambda: (r := harness.polled_status(run))[1]["state"] == "CANCELLED"
                         and r, timeout=300)
     assert rows[0]["exit_code"] == 0 and len(rows) == 2, rows
     assert (run / "state" / "final").read_text() == "stopped\n"
@@ -87,7 +87,7 @@ def test_singleton_successor_resumes_a_crashed_real_run(harness, mtk_venv, read_
     spec = harness.spec("realsucc", train=TRAIN, cluster={"slurm.singleton": True, "slurm.max_failures": 3})
     run = harness.launch(spec, f"cluster.slurm.venv={mtk_venv}", env=_crash_env(harness, at=6, once=True))
     first = harness.run_record(run)["ids"]["train"]
-    rows = harness.wait("the successor to complete", lambda: len(r := harness.status(run)) >= 2
+    rows = harness.wait("the successor to complete", lambda: len(r := harness.polled_status(run)) >= 2
                         and r[1]["state"] == "COMPLETED" and r, timeout=1500)
     assert rows[0]["id"] == first and rows[0]["state"] == "FAILED", rows
     assert "injected crash" in (run / "logs" / f"train-{first}.out").read_text()
@@ -101,7 +101,7 @@ def test_singleton_successor_resumes_a_crashed_real_run(harness, mtk_venv, read_
 def test_guardrail_stops_a_real_run_that_keeps_crashing(harness, mtk_venv):
     spec = harness.spec("realguard", train=TRAIN, cluster={"slurm.max_failures": 2})
     run = harness.launch(spec, f"cluster.slurm.venv={mtk_venv}", env=_crash_env(harness, at=1, once=False))
-    final = harness.wait("the guardrail", lambda: (s := harness.state(run))["state"] == "FAILED"
+    final = harness.wait("the guardrail", lambda: (s := harness.state(run, polled=True))["state"] == "FAILED"
                          and (run / "state" / "final").exists() and s, timeout=1500)
     assert final["exit_code"] == exitcodes.GUARDRAIL, final
     assert "guardrail: 2 failures in a row without checkpoint progress" in final["reason"]

@@ -20,7 +20,7 @@ def stub_sets(stub_venv):
 def test_hang_excludes_the_blamed_node_and_the_restart_avoids_it(harness, stub_venv):
     run = harness.launch(harness.spec("hung"), *stub_sets(stub_venv), env={"MTK_STUB": "hang:1"})
     first = harness.run_record(run)["ids"]["train"]
-    rows = harness.wait("the replacement job to complete", lambda: len(r := harness.status(run)) >= 2
+    rows = harness.wait("the replacement job to complete", lambda: len(r := harness.polled_status(run)) >= 2
                         and r[-1]["state"] == "COMPLETED" and r, timeout=120)
     assert rows[0]["id"] == first and rows[0]["exit_code"] == exitcodes.HANG, rows
     first_nodes = (run / "state" / f"nodes.{first}").read_text().split()
@@ -41,7 +41,7 @@ def test_preflight_failure_excludes_the_node_and_training_runs_on_healthy_ones(h
     run = harness.launch(harness.spec("gate"), *stub_sets(stub_venv),
                          env={"MTK_STUB": "exit:0", "MTK_STUB_PREFLIGHT": "once:1"})
     first = harness.run_record(run)["ids"]["train"]
-    rows = harness.wait("the replacement job to complete", lambda: len(r := harness.status(run)) >= 2
+    rows = harness.wait("the replacement job to complete", lambda: len(r := harness.polled_status(run)) >= 2
                         and r[-1]["state"] == "COMPLETED" and r, timeout=120)
     assert rows[0]["exit_code"] == exitcodes.PREFLIGHT, rows
     blamed = (run / "state" / f"nodes.{first}").read_text().split()[1]

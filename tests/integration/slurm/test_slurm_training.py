@@ -144,7 +144,7 @@ def test_sigstop_of_one_rank_hangs_excludes_its_node_and_resumes(harness, mtk_ve
     harness.wait("the hang to be detected", lambda: "excluding node" in (run / "state" / "events.log").read_text(),
                  timeout=300)
     hang = json.loads((run / exitcodes.HANG_FILE).read_text())
-    rows = harness.wait("the replacement job to complete", lambda: len(r := harness.status(run)) >= 2
+    rows = harness.wait("the replacement job to complete", lambda: len(r := harness.polled_status(run)) >= 2
                         and r[-1]["state"] == "COMPLETED" and r, timeout=900)
     assert rows[0]["id"] == job and rows[0]["exit_code"] == exitcodes.HANG, rows
     # Exit 45 with the watchdog's verdict file: gloo's own timeout (600 s) writes no verdict and exits otherwise.
