@@ -16,10 +16,12 @@ exit status is the first failing lane's (a lane that selects no test is not a fa
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 DAEMONS = "integration or slurm or docker or etcd"
@@ -36,7 +38,50 @@ def pytest_argv(lane: str, extra: list[str], basetemp: Path | None = None) -> li
     return [*argv, *extra]
 
 
+def streamed(argv: list[str]) -> tuple[int, str]:
+    """Run ``argv`` with its output passed through as it comes (pytest's progress dots included); return its exit
+    status and the last of its output (where pytest's summary line is)."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert proc.stdout is not None
+    tail = b""
+    try:
+        for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+            tail = (tail + chunk)[-8192:]
+    finally:
+        code = proc.wait()
+    return code, tail.decode(errors="replace")
+
+
+SUMMARY = re.compile(r"^=+ (.+) in [\d.]+s(?: \([\d:]+\))? =+$", re.M)
+COUNT = re.compile(r"(\d+) (\w+)")
+
+
+def counts(output: str) -> dict[str, int]:
+    """The counts of pytest's final summary line (``3 passed, 1 failed, 2 deselected``)."""
+    lines = SUMMARY.findall(output)
+    return {word: int(n) for n, word in COUNT.findall(lines[-1])} if lines else {}
+
+
+def combined(lanes: dict[str, dict[str, int]], seconds: float) -> str:
+    """One summary line for the whole suite, as pytest writes it (deselected left out: each lane deselects the
+    other lane's tests)."""
+    total: dict[str, int] = {}
+    for found in lanes.values():
+        for word, n in found.items():
+            if word != "deselected":
+                total[word] = total.get(word, 0) + n
+    order = ["failed", "passed", "skipped", "xfailed", "xpassed", "warnings", "warning", "error", "errors"]
+    words = sorted(total, key=lambda w: order.index(w) if w in order else len(order))
+    body = ", ".join(f"{total[w]} {w}" for w in words) or "no tests ran"
+    each = "; ".join(f"{lane}: " + ", ".join(f"{n} {w}" for w, n in found.items() if w != "deselected")
+                     for lane, found in lanes.items())
+    return f"{'=' * 10} {body} in {seconds:.2f}s (two lanes at once: {each}) {'=' * 10}"
+
+
 def main(extra: list[str]) -> int:
+    start = time.monotonic()
     scratch = Path(tempfile.mkdtemp(prefix="mtk-unit-lane-"))
     log = scratch / "unit.log"
     with open(log, "w") as out:
@@ -44,21 +89,23 @@ def main(extra: list[str]) -> int:
     try:
         print(f"make test: lane 'unit' ({LANES['unit']}) runs beside this one; its output follows at the end",
               flush=True)
-        codes = {"daemons": subprocess.call(pytest_argv("daemons", extra))}
-        codes["unit"] = unit.wait()
+        code, tail = streamed(pytest_argv("daemons", extra))
+        codes = {"daemons": code, "unit": unit.wait()}
     finally:
         if unit.poll() is None:
             unit.kill()
             unit.wait()
     print(f"\n{'=' * 30} lane 'unit' ({LANES['unit']}) {'=' * 30}", flush=True)
-    sys.stdout.write(log.read_text(errors="replace"))
+    unit_output = log.read_text(errors="replace")
+    sys.stdout.write(unit_output)
     shutil.rmtree(scratch, ignore_errors=True)
-    for lane, code in codes.items():
-        print(f"make test: lane {lane!r} exited {code}", flush=True)
-    failed = [code for code in codes.values() if code not in (0, NO_TESTS)]
+    for lane, lane_code in codes.items():
+        print(f"make test: lane {lane!r} exited {lane_code}", flush=True)
+    print(combined({"daemons": counts(tail), "unit": counts(unit_output)}, time.monotonic() - start), flush=True)
+    failed = [c for c in codes.values() if c not in (0, NO_TESTS)]
     if failed:
         return failed[0]
-    return NO_TESTS if all(code == NO_TESTS for code in codes.values()) else 0
+    return NO_TESTS if all(c == NO_TESTS for c in codes.values()) else 0
 
 
 if __name__ == "__main__":
