@@ -42,10 +42,11 @@ def streamed(argv: list[str]) -> tuple[int, str]:
     """Run ``argv`` with its output passed through as it comes (pytest's progress dots included); return its exit
     status and the last of its output (where pytest's summary line is)."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    assert proc.stdout is not None
+    out = proc.stdout
+    assert out is not None
     tail = b""
     try:
-        for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
+        for chunk in iter(lambda: out.read1(65536), b""):
             sys.stdout.buffer.write(chunk)
             sys.stdout.buffer.flush()
             tail = (tail + chunk)[-8192:]
