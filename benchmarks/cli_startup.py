@@ -5,7 +5,9 @@ cache: the child imports megatron.core) and warm (verdict cached), next to Torch
 Goal on the reference machine (2 cores): --help ≤ 0.2 s, dry-run (tiny, --no-megatron-check) ≤ 0.5 s; warm
 `mtk launch --dry-run` of the p5 example ≤ 0.8× TorchX's dry run. Run on demand:
     python benchmarks/cli_startup.py [--repeat 15] [--cold-repeat 3] [--no-torchx]
-Prints the median wall time (and CPU time of the process tree) of each command and the ratios.
+Prints the median wall time (and CPU time of the process tree) of each command and the ratios, with two floors
+beside them: the interpreter with pydantic's ``BaseModel`` imported, and with mtk's spec models built (what every
+command that reads a spec pays before reading it).
 
 TorchX (pinned ``TORCHX``) is installed by this script into its own venv, ``benchmarks/.venvs/torchx``
 (git-ignored; never a dependency of mtk): ``python -m venv`` + ``pip install``. Every timed command runs with
@@ -109,6 +111,10 @@ def check_cache_rows(repeat: int, cold_repeat: int, with_torchx: bool) -> None:
             "mtk launch p5 --dry-run --no-megatron-check": [*mtk, "launch", P5, "--backend", "slurm", "--dry-run",
                                                             "--out", f"{tmp}/preview", "--no-megatron-check"],
         }
+        # the floor under any spec-validating command: the interpreter with pydantic's BaseModel, then with mtk's
+        # spec models built (what every `validate`/`launch` pays before it reads a spec)
+        commands["floor: python + pydantic BaseModel"] = [sys.executable, "-c", "from pydantic import BaseModel"]
+        commands["floor: python + mtk's spec models built"] = [sys.executable, "-c", "import mtk.launcher.spec"]
         if with_torchx:
             # the same shape as the p5 example: 2 nodes × 8 processes, torchrun under srun
             commands["torchx run --scheduler slurm --dryrun dist.ddp"] = [

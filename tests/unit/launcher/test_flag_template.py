@@ -1,0 +1,68 @@
+"""The flag renderer is Jinja's output, byte for byte, for the subset it accepts, and refuses the rest."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import jinja2
+import mtk.slurm.render as slurm_render
+import pytest
+from mtk.launcher.flag_template import TemplateError, render_flags, render_text
+from mtk.launcher.templating import render_template
+
+STEP_FLAGS = ("train", "pyxis", "singleton", "preflight", "spare", "sqsh")
+
+
+def jinja(text: str, **flags: bool) -> str:
+    """The reference: Jinja2 with mtk's template settings."""
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True,
+                             lstrip_blocks=True, autoescape=False)
+    return env.from_string(text).render(**flags)
+
+
+@pytest.mark.parametrize("combo", list(itertools.product([False, True], repeat=len(STEP_FLAGS))),
+                         ids=lambda c: "".join("1" if v else "0" for v in c))
+def test_sbatch_step_logic_equals_jinjas_render_for_every_flag_combination(combo: tuple[bool, ...]) -> None:
+    flags = dict(zip(STEP_FLAGS, combo, strict=True))
+    ours = render_flags(slurm_render.__file__, "step.sh.j2", **flags)
+    assert ours == render_template(slurm_render.__file__, "step.sh.j2", **flags)
+
+
+CASES = {
+    "nested, indented tags stripped, newline after each tag trimmed":
+        "a\n  {% if x %}\n  b\n    {% if y %}\n    c\n    {% endif %}\n  {% endif %}\nd\n",
+    "inline tags keep the blanks before them": "run {% if x %}--x {% endif %}{% if not y %}--no-y {% endif %}end\n",
+    "elif and else": "{% if x %}\nX\n{% elif y %}\nY\n{% else %}\nN\n{% endif %}\ntail",
+    "and/or/not precedence": "{% if x and not y or z %}\nhit\n{% endif %}\n",
+    "tag that ends the file without a newline": "a\n{% if x %}b{% endif %}",
+    "blank lines and tabs around tags": "\t{% if x %}\n\n\tb\n\t{% else %}\t\nc\n{% endif %}\n\n",
+}
+
+
+@pytest.mark.parametrize("text", list(CASES.values()), ids=list(CASES))
+def test_synthetic_templates_equal_jinjas_render(text: str) -> None:
+    for x, y, z in itertools.product([False, True], repeat=3):
+        assert render_text(text, x=x, y=y, z=z) == jinja(text, x=x, y=y, z=z), (x, y, z)
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("a {{ value }} b", "'{{' is not supported"),
+    ("{# note #}", "'{#' is not supported"),
+    ("{%- if x %}a{% endif %}", "'{%-' is not supported"),
+    ("{% for i in x %}a{% endfor %}", "'{% for i in x %}' is not supported"),
+    ("line\n{% if x %}a", "the 'if' of line 2 has no 'endif'"),
+    ("a\n{% endif %}", "2: 'endif' without an open 'if'"),
+    ("{% if x %}a{% else %}b{% elif y %}c{% endif %}", "'elif' after 'else'"),
+    ("{% if x == 1 %}a{% endif %}", "is not flags joined by and/or/not"),
+    ("{% if x and %}a{% endif %}", "ends without a flag"),
+    ("{% if %}a{% endif %}", "a condition is missing"),
+])
+def test_anything_outside_the_subset_is_refused_with_its_line(text: str, says: str) -> None:
+    with pytest.raises(TemplateError, match=re.escape(says)):
+        render_text(text, x=True, y=True)
+
+
+def test_a_flag_the_template_tests_must_be_given_even_in_a_branch_not_taken() -> None:
+    with pytest.raises(TemplateError, match="not given: tarin"):
+        render_text("{% if x %}a{% elif tarin %}b{% endif %}", x=True)
