@@ -60,7 +60,7 @@ def parse(text: str, where: str = "<template>") -> list[Node]:
         raise TemplateError(f"{where}:{_line(text, bad.start())}: '{bad.group()}' is not supported here "
                             "(only {% if %}/{% elif %}/{% else %}/{% endif %} over flags)")
     root: list[Node] = []
-    # each open block: (its branches, the list the next text goes to, the line it opened on, seen else)
+    # each open block: (its branches, the list it sits in, the line it opened on, whether its else was seen)
     stack: list[tuple[list, list, int, bool]] = []
     out = root
     pos = 0
