@@ -1,6 +1,8 @@
 """Jinja2 rendering with StrictUndefined and safe filters: ``q`` shell-quotes, ``tojson`` serialises.
 
 Every value interpolated into a shell script goes through ``q``; templates never paste raw strings.
+A template that only switches blocks on flags (the sbatch step logic) is rendered by
+:mod:`mtk.launcher.flag_template` instead, with these same settings, so a launch does not import Jinja2.
 """
 
 from __future__ import annotations
