@@ -108,9 +108,12 @@ def _as_list(value: Any) -> list[str]:
 
 def definition(dockerfile: str, context_dir: Path, build_args: dict[str, str] | None = None) -> str:
     """The Apptainer definition for ``dockerfile`` whose build context is ``context_dir``."""
-    from spython.logger import bot
-    from spython.main.parse.parsers import DockerParser
-    from spython.main.parse.writers import SingularityWriter
+    from mtk.launcher.extras import requires
+
+    with requires("image", "mtk build-image --sif"):
+        from spython.logger import bot
+        from spython.main.parse.parsers import DockerParser
+        from spython.main.parse.writers import SingularityWriter
 
     prepared = prepare_dockerfile(dockerfile, context_dir.absolute())
     level, bot.level = bot.level, -5  # quiet: "file doesn't exist" is about a context built later

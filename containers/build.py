@@ -57,8 +57,11 @@ class BuildResult:
 
 def docker_client(base_url: str | None = None):
     """A Docker SDK client (DOCKER_HOST, or ``base_url``); a clear error when no daemon answers."""
-    import docker
-    from docker.errors import DockerException
+    from mtk.launcher.extras import requires
+
+    with requires("image", "mtk build-image"):
+        import docker
+        from docker.errors import DockerException
 
     try:
         client = docker.DockerClient(base_url=base_url) if base_url else docker.from_env()

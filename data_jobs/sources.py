@@ -39,7 +39,10 @@ def _client() -> Any:
 
 @lru_cache(maxsize=4)
 def _client_for(endpoint: str | None) -> Any:
-    import boto3
+    from mtk.launcher.extras import requires
+
+    with requires("data", "reading s3:// data"):
+        import boto3
 
     return boto3.client("s3", endpoint_url=endpoint)
 

@@ -54,7 +54,10 @@ DELETE_ORDER = ("PyTorchJob", "Job", "Deployment", "Service", "NetworkPolicy", "
 
 def load_api_client():
     """An ApiClient from the in-cluster service account, else the kubeconfig (KUBECONFIG or ~/.kube/config)."""
-    from kubernetes import client, config
+    from mtk.launcher.extras import requires
+
+    with requires("eks", "the EKS backend"):
+        from kubernetes import client, config
 
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         try:

@@ -232,6 +232,21 @@ def backend_class(name: str) -> type[Backend]:
     return getattr(importlib.import_module(module), attr)
 
 
+def infer_backend(cluster: object, source: str | None = None) -> tuple[str, str]:
+    """(backend, why) for a spec given without ``--backend``: the built-in whose own block the spec's cluster
+    section carries (``cluster.slurm`` → slurm; each built-in's block is named after it), else the default with why
+    "". A spec with two such blocks names no one backend: SpecError naming the choice."""
+    from .spec.errors import Problem, SpecError
+
+    blocks = [n for n in REGISTRY if isinstance(cluster, dict) and isinstance(cluster.get(n), dict)]
+    if len(blocks) > 1:
+        raise SpecError([Problem("cluster", f"has a block for each of {', '.join(blocks)}, so the backend is not "
+                                 f"clear; choose one: --backend {'|'.join(blocks)}")], source)
+    if blocks and blocks[0] != next(iter(REGISTRY)):
+        return blocks[0], f"the spec's cluster.{blocks[0]} block"
+    return next(iter(REGISTRY)), ""
+
+
 def backend_classes() -> list[type[Backend]]:
     return [backend_class(name) for name in _registered()]
 

@@ -25,6 +25,12 @@ def classify(exc: BaseException) -> tuple[int, str] | None:
         return BAD_INPUT, str(exc)
     if isinstance(exc, KeyboardInterrupt):
         return INTERRUPTED, "interrupted"
+    if isinstance(exc, ModuleNotFoundError):
+        from .extras import explain
+
+        missing = explain(exc)
+        if missing is not None:  # an optional library (docker, kubernetes, ...): set-up, not a bug
+            return BAD_INPUT, str(missing)
     if getattr(exc, "user_facing", False):
         return int(getattr(exc, "exit_code", FAILED)), str(exc)
     if isinstance(exc, OSError) and (exc.filename or exc.strerror):

@@ -83,9 +83,10 @@ class DamagedRecord(ValueError):
 
 
 class RunNotFound(FileNotFoundError):
-    """RUN names no run record; the message says what was looked for."""
+    """RUN names no run record; the message says what was looked for. Bad input, as README's exit codes say (2)."""
 
     user_facing = True
+    exit_code = 2
 
 
 def find_run(ref: str | None, runs_dir: str | Path = "runs") -> Run:

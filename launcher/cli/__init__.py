@@ -40,6 +40,18 @@ class LazyGroup(click.Group):
         module, _, attr = VERBS[name][0].partition(":")
         return getattr(importlib.import_module(module), attr or "command")
 
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        """An unknown verb gets the closest one suggested ('lanch' → 'launch'), as an unknown option does."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as exc:
+            import difflib
+
+            close = difflib.get_close_matches(args[0] if args else "", list(VERBS), n=1, cutoff=0.5)
+            if close and "No such command" in exc.message:
+                exc.message = f"{exc.message.rstrip('.')}; did you mean '{close[0]}'?"
+            raise
+
     def invoke(self, ctx: click.Context):
         """The error boundary: expected failures become one message (bad input exits 2, a failed run 1);
         a traceback only with --debug / MTK_DEBUG=1, or for a bug."""

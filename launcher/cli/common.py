@@ -8,7 +8,22 @@ import sys
 import click
 
 
-class BackendChoice(click.Choice):
+class SuggestingChoice(click.Choice):
+    """A choice whose refusal suggests the closest valid value, as the spec's unknown keys do ('slrum' → 'slurm')."""
+
+    def convert(self, value, param, ctx):
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter as exc:
+            import difflib
+
+            close = difflib.get_close_matches(str(value), [str(c) for c in self.choices], n=1, cutoff=0.5)
+            if close:
+                exc.message = f"{exc.message.rstrip('.')}; did you mean '{close[0]}'?"
+            raise
+
+
+class BackendChoice(SuggestingChoice):
     """``--backend``: the registered backends, read when the option is used (not at start-up, where scanning the
     installed distributions' entry points would slow every ``mtk`` command)."""
 
@@ -35,16 +50,12 @@ class BackendChoice(click.Choice):
         return super().convert(value, param, ctx)
 
 
-def default_backend() -> str:
-    from ..backends import REGISTRY
-
-    return next(iter(REGISTRY))
-
 job_argument = click.argument("job_file", metavar="[JOB.yaml]", default="mtk.yaml", required=False)
 set_option = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
                           help="Override a spec field, e.g. --set train.iterations=50 (repeatable).")
-backend_option = click.option("--backend", "-b", type=BackendChoice(), default=default_backend(), show_default=True,
-                              help="Where to run.")
+backend_option = click.option("--backend", "-b", type=BackendChoice(), default=None,
+                              help="Where to run [default: from the spec's cluster block: slurm with cluster.slurm, "
+                                   "eks with cluster.eks, else local].")
 runs_dir_option = click.option("--runs-dir", default="runs", show_default=True,
                                help="Where run names are looked up when RUN is not a path.")
 
@@ -69,6 +80,20 @@ def handles_spec_errors(fn):
             sys.exit(report(exc, "mtk"))
 
     return wrapper
+
+
+def pick_backend(job_file: str, overrides, backend: str | None) -> str:
+    """--backend, else the one the spec's cluster block names (``cluster.slurm`` → slurm); said on stderr when it
+    is not the default, so the rules applied are never a surprise."""
+    if backend is not None:
+        return backend
+    from ..backends import infer_backend
+    from ..spec.loader import apply_overrides, read_yaml
+
+    name, why = infer_backend(apply_overrides(read_yaml(job_file), list(overrides)).get("cluster"), job_file)
+    if why:
+        click.echo(f"backend: {name} ({why}; --backend to choose another)", err=True)
+    return name
 
 
 def load(job_file: str, overrides, backend: str | None, check_files: bool = False):

@@ -3,7 +3,8 @@
 The direction follows the source: a directory with ``config.json`` is a Hugging Face model (→ a
 weights-only torch_dist checkpoint, Megatron-LM's ``release`` layout, usable as ``train.init_from`` or
 ``--load``); anything else is a checkpoint (its tracked iteration, or one ``iter_N`` dir) → a Hugging Face
-directory loadable with ``transformers.AutoModelForCausalLM.from_pretrained``.
+directory loadable with ``transformers.AutoModelForCausalLM.from_pretrained``. SOURCE may also be a run (its dir
+or its name under --runs-dir, as for the other verbs): its newest checkpoint is converted.
 """
 
 from __future__ import annotations
@@ -13,29 +14,35 @@ from pathlib import Path
 
 import click
 
+from .common import SuggestingChoice, runs_dir_option
+
 # What the conversion imports besides torch + megatron-core: pyproject.toml's `convert` extra.
 CONVERT_NEEDS = ("safetensors", "tqdm", "tokenizers")
 
 
 @click.command("convert")
-@click.argument("source", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("source", metavar="SOURCE")
 @click.argument("dest", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,
+@runs_dir_option
+@click.option("--dtype", type=SuggestingChoice(["float32", "bfloat16", "float16"]), default=None,
               help="Checkpoint → HF: cast the weights (default: as stored).")
 @click.option("--make-vocab-size-divisible-by", type=int, default=128, show_default=True,
               help="HF → checkpoint: pad the vocabulary like model.make_vocab_size_divisible_by.")
 @click.option("--max-shard-size", type=int, default=2048, show_default=True,
               help="Checkpoint → HF: largest safetensors file, in MiB.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def command(source: Path, dest: Path, dtype, make_vocab_size_divisible_by, max_shard_size, quiet):
-    """Convert SOURCE (checkpoint dir or HF model dir) into DEST (a new directory)."""
-    import importlib.util
+def command(source: str, dest: Path, runs_dir: str, dtype, make_vocab_size_divisible_by, max_shard_size, quiet):
+    """Convert SOURCE (a run dir or name: its newest checkpoint; a checkpoint dir; or an HF model dir) into DEST
+    (a new directory)."""
     import warnings
 
-    missing = [m for m in CONVERT_NEEDS if importlib.util.find_spec(m) is None]
-    if missing:
-        raise click.ClickException(f"mtk convert needs {' and '.join(missing)}, not installed in this Python "
-                                   f"({sys.executable}): pip install 'mtk[convert]' (or make demo in a checkout)")
+    from ..extras import MissingExtra, install_command, missing
+
+    absent = missing(CONVERT_NEEDS)
+    if absent:
+        raise MissingExtra(f"mtk convert needs {' and '.join(absent)}, not installed in this Python "
+                           f"({sys.executable}): {install_command('convert')} (or make demo in a checkout)")
+    path = _source_dir(source, runs_dir)
     from mtk.training import compat
 
     compat.install()  # megatron.core's checkpoint code calls CUDA APIs; on a CPU-only machine they become no-ops
@@ -45,11 +52,41 @@ def command(source: Path, dest: Path, dtype, make_vocab_size_divisible_by, max_s
     warnings.filterwarnings("ignore", category=FutureWarning)
 
     try:
-        if (source / hf.CONFIG).is_file():
-            hf.import_hf(source, dest, make_vocab_size_divisible_by=make_vocab_size_divisible_by,
+        if (path / hf.CONFIG).is_file():
+            hf.import_hf(path, dest, make_vocab_size_divisible_by=make_vocab_size_divisible_by,
                          progress=not quiet, log=click.echo)
         else:
-            hf.export_hf(source, dest, dtype=dtype, progress=not quiet, max_shard_bytes=max_shard_size * 1024**2,
+            hf.export_hf(path, dest, dtype=dtype, progress=not quiet, max_shard_bytes=max_shard_size * 1024**2,
                          log=click.echo)
     except (hf.ConversionError, hf.hf_tokenizer.TokenizerExportError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def _source_dir(source: str, runs_dir: str) -> Path:
+    """SOURCE as a directory: a checkpoint or HF dir as given; a run (dir with run.json, or name) → the checkpoint
+    dir its job.json names, whose tracker points at the newest checkpoint."""
+    from ..runs import RECORD, RunNotFound, find_run
+
+    path = Path(source)
+    if path.is_dir() and not (path / RECORD).is_file():
+        return path
+    try:
+        run = find_run(source, runs_dir)
+    except RunNotFound:
+        raise click.BadParameter(
+            f"'{source}' is neither a directory (a checkpoint or Hugging Face model dir) nor a run: run names are "
+            f"looked up under {Path(runs_dir).absolute()}/ (--runs-dir to look elsewhere), and a run's checkpoints "
+            "are in the dir its job.json names as train.checkpoint.dir (default <runs_dir>/<name>/checkpoints)",
+            param_hint="SOURCE") from None
+    from ..spec.loader import load_job_json
+
+    record = Path(run.record_dir or run.run_dir)
+    job = load_job_json(record / "job.json" if (record / "job.json").is_file() else run.job_file)
+    ckpt = Path(job.train.checkpoint.dir or Path(job.cluster.runs_dir) / job.name / "checkpoints")
+    if not ckpt.is_dir():
+        raise click.BadParameter(
+            f"run {run.name} ({record}) has no checkpoint here: its checkpoint dir {ckpt} does not exist on this "
+            "machine (not saved yet, or on the cluster's filesystem: copy it here and pass that dir)",
+            param_hint="SOURCE")
+    click.echo(f"source: {ckpt} (the checkpoints of run {run.name})", err=True)
+    return ckpt

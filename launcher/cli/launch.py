@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .common import backend_option, handles_spec_errors, job_argument, load, set_option
+from .common import backend_option, handles_spec_errors, job_argument, load, pick_backend, set_option
 
 
 @click.command("launch")
@@ -48,6 +48,7 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
 
     if megatron_recheck and megatron_check is False:
         raise click.UsageError("--megatron-recheck runs the check that --no-megatron-check turns off: pass one")
+    backend = pick_backend(job_file, overrides, backend)
     impl = get_backend(backend)
     try:  # the backend's own launch options, checked before anything is rendered or submitted
         options = impl.launch_options(wait, timeout)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .common import backend_option, handles_spec_errors, job_argument, load, set_option
+from .common import backend_option, handles_spec_errors, job_argument, load, pick_backend, set_option
 
 
 @click.command("render")
@@ -20,6 +20,7 @@ def command(job_file, overrides, backend, out):
     from ..backends import get_backend
     from ..paths import resolve_paths
 
+    backend = pick_backend(job_file, overrides, backend)
     job = resolve_paths(load(job_file, overrides, backend), backend)
     artifacts = get_backend(backend).render(job, str(Path(out).absolute()))
     for path in artifacts.write():

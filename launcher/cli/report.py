@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .common import fail, pick_run, runs_dir_option
+from .common import SuggestingChoice, fail, pick_run, runs_dir_option
 
 
 def _resolve(run_ref: str | None, runs_dir: str):
@@ -18,7 +18,7 @@ def _resolve(run_ref: str | None, runs_dir: str):
     except FileNotFoundError as exc:
         if run_ref is not None and (Path(run_ref) / METRICS_FILE).is_file():  # e.g. copied off a cluster
             return Path(run_ref)
-        fail(str(exc))
+        fail(str(exc), 2)
     local = Path(run.run_dir)
     return local if local.is_dir() or not run.record_dir else Path(run.record_dir)
 
@@ -29,7 +29,7 @@ def _resolve(run_ref: str | None, runs_dir: str):
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Where to write plots and summary files (default: RUN_DIR/report; for several runs "
                    "<runs-dir>/compare-<UTC time>).")
-@click.option("--x", "x_axis", type=click.Choice(["iteration", "tokens"]), default="iteration", show_default=True,
+@click.option("--x", "x_axis", type=SuggestingChoice(["iteration", "tokens"]), default="iteration", show_default=True,
               help="x axis when comparing runs: iteration or tokens consumed.")
 @click.option("--gpu", default=None, metavar="NAME",
               help="GPU model for MFU, e.g. H100, A100, B200 (default: from the run's env dump).")
@@ -73,7 +73,7 @@ def _compare(run_refs, runs_dir, out, gpu, peak_tflops, x_axis, no_plots, as_jso
 
     dirs = [_resolve(ref, runs_dir) for ref in run_refs]
     if len(set(dirs)) != len(dirs):
-        fail(f"the same run is named twice: {', '.join(run_refs)}")
+        fail(f"the same run is named twice: {', '.join(run_refs)}", 2)
     try:
         runs = [load_run(d, d.name, gpu, peak_tflops) for d in dirs]
     except FileNotFoundError as exc:

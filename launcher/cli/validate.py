@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .common import backend_option, handles_spec_errors, job_argument, load, set_option
+from .common import backend_option, handles_spec_errors, job_argument, load, pick_backend, set_option
 
 
 def _human(n: int) -> str:
@@ -35,6 +35,7 @@ def command(job_file, overrides, backend, check_files, quiet, by_megatron, megat
 
     if megatron_recheck and not by_megatron:
         raise click.UsageError("--megatron-recheck runs the check that --no-megatron turns off: pass one")
+    backend = pick_backend(job_file, overrides, backend)
     job = load(job_file, overrides, backend, check_files)
     per_rank, note = None, "megatron-core checks not run (--no-megatron)"
     if by_megatron:

@@ -20,7 +20,10 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def _pyplot():
-    import matplotlib
+    from ..extras import requires
+
+    with requires("report", "mtk report"):
+        import matplotlib
 
     matplotlib.use("Agg", force=True)  # never needs a display, safe in threads-free batch jobs
     import matplotlib.pyplot as plt

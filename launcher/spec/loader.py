@@ -168,6 +168,8 @@ def _problem_from_error(err: Any) -> Problem:  # one of ValidationError.errors()
     if kind == "missing":
         return Problem(path, "required field is missing; add it (or set model.preset for model sizes)")
     msg = err["msg"].removeprefix("Value error, ")
+    if kind == "string_pattern_mismatch" and loc == ("name",):
+        msg = _name_hint(str(err.get("input")))
     if "unknown preset" in msg:
         path = f"{path}.preset"
     value = err.get("input")
@@ -175,6 +177,13 @@ def _problem_from_error(err: Any) -> Problem:  # one of ValidationError.errors()
     if any(looks_secret(str(p)) for p in loc):
         shown = None  # never echo what may be a credential
     return Problem(path, msg, shown)
+
+
+def _name_hint(given: str) -> str:
+    """The job name's rule in words with a valid example made from what was given (never the regex)."""
+    example = re.sub(r"[^a-z0-9]+", "-", given.lower()).strip("-")[:40].strip("-") or "my-job"
+    return (f"use lowercase letters, digits and '-' (at most 40, starting and ending with a letter or digit; it names "
+            f"Kubernetes objects), e.g. name: {example}")
 
 
 def validate(data: dict, source: str | None = None, backend: str | None = None,

@@ -36,7 +36,7 @@ DELETE = object()
 CASES = [
     ({"nme": "x"}, None, "nme", "unknown key; did you mean 'name'"),
     ({"name": DELETE}, None, "name", "required field is missing"),
-    ({"name": "Bad_Name"}, None, "name", "should match pattern"),
+    ({"name": "Bad_Name"}, None, "name", "e.g. name: bad-name"),
     ({"model.preset": "gpt-7b"}, None, "model.preset", "did you mean 'gpt-7.5b'"),
     ({"model.hidden_sise": 10}, None, "model.hidden_sise", "did you mean 'hidden_size'"),
     ({"model.num_layers": "many"}, None, "model.num_layers", "valid integer"),
