@@ -33,8 +33,11 @@ PYTHON_VERSION = "3.11"
 # editable install without build isolation), uv (the installer; a sync would otherwise remove it).
 TOOLING = ["pip", "setuptools>=68", "wheel", "uv"]
 # (lock file, extras it covers). The demo lock is resolved inside the test lock, so both agree on versions.
-# The demo set carries what the README's commands use: training, preprocessing, `mtk report`'s plots, `mtk convert`.
-LOCKS = [("test.lock", ["all", "test"]), ("demo.lock", ["train", "data", "report", "convert"])]
+# The demo set carries what the README's commands use: training, preprocessing, `mtk report`'s plots, `mtk convert`
+# and transformers to load its output, and the small clients of `mtk build-image` (Docker SDK) and
+# `mtk launch --backend eks` (Kubernetes): every verb of the README runs in the Quick start's environment.
+LOCKS = [("test.lock", ["all", "test"]),
+         ("demo.lock", ["train", "data", "report", "convert", "hf", "image", "eks"])]
 SPECIAL = "megatron-core"
 INDEX = "https://pypi.org/simple"
 

@@ -82,18 +82,16 @@ def handles_spec_errors(fn):
     return wrapper
 
 
-def pick_backend(job_file: str, overrides, backend: str | None) -> str:
-    """--backend, else the one the spec's cluster block names (``cluster.slurm`` → slurm); said on stderr when it
-    is not the default, so the rules applied are never a surprise."""
+def pick_backend(job_file: str, overrides, backend: str | None) -> tuple[str, str]:
+    """(--backend, "") or, without it, the backend the spec's cluster block names (``cluster.slurm`` → slurm) and a
+    line saying so when it is not the default, for the verb to print once the spec is accepted."""
     if backend is not None:
-        return backend
+        return backend, ""
     from ..backends import infer_backend
     from ..spec.loader import apply_overrides, read_yaml
 
     name, why = infer_backend(apply_overrides(read_yaml(job_file), list(overrides)).get("cluster"), job_file)
-    if why:
-        click.echo(f"backend: {name} ({why}; --backend to choose another)", err=True)
-    return name
+    return name, f"backend: {name} ({why}; --backend to choose another)" if why else ""
 
 
 def load(job_file: str, overrides, backend: str | None, check_files: bool = False):

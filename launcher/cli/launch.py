@@ -48,7 +48,7 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
 
     if megatron_recheck and megatron_check is False:
         raise click.UsageError("--megatron-recheck runs the check that --no-megatron-check turns off: pass one")
-    backend = pick_backend(job_file, overrides, backend)
+    backend, inferred = pick_backend(job_file, overrides, backend)
     impl = get_backend(backend)
     try:  # the backend's own launch options, checked before anything is rendered or submitted
         options = impl.launch_options(wait, timeout)
@@ -57,6 +57,12 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
     if preflight is not None:
         overrides = [*overrides, f"resilience.preflight.enabled={str(preflight).lower()}"]
     job = load(job_file, overrides, backend, check_files=not impl.remote_paths)
+    if inferred:
+        click.echo(inferred)
+    from ..spec.fetch_checks import unverified_fetches
+
+    for line in unverified_fetches(job):
+        click.echo(line, err=True)
     if megatron_recheck or (megatron_check if megatron_check is not None else impl.megatron_check_by_default):
         from ..megatron_check import enforce
 

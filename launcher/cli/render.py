@@ -20,7 +20,7 @@ def command(job_file, overrides, backend, out):
     from ..backends import get_backend
     from ..paths import resolve_paths
 
-    backend = pick_backend(job_file, overrides, backend)
+    backend, _ = pick_backend(job_file, overrides, backend)
     job = resolve_paths(load(job_file, overrides, backend), backend)
     artifacts = get_backend(backend).render(job, str(Path(out).absolute()))
     for path in artifacts.write():

@@ -14,6 +14,20 @@ def _human(n: int) -> str:
     return str(n)
 
 
+def _fit_line(job, per_rank: int | None) -> str:
+    """The estimate against one GPU's memory (the check that refuses a spec over it: spec/memory_checks.py)."""
+    from ..spec.memory_checks import estimate_gib, gpu_memory
+
+    total = estimate_gib(job, per_rank)[0]
+    known = gpu_memory(job)
+    if known is None:
+        return (f"fits the GPU:            not checked ({total} GiB estimated; set cluster.instance_type or "
+                "cluster.gpu_memory_gib)")
+    gib, source = known
+    verdict = "yes" if total <= gib else "no, accepted by cluster.allow_memory_overcommit"
+    return f"fits the GPU:            {verdict}: {total} of {gib} GiB ({source})"
+
+
 @click.command("validate")
 @job_argument
 @set_option
@@ -35,8 +49,14 @@ def command(job_file, overrides, backend, check_files, quiet, by_megatron, megat
 
     if megatron_recheck and not by_megatron:
         raise click.UsageError("--megatron-recheck runs the check that --no-megatron turns off: pass one")
-    backend = pick_backend(job_file, overrides, backend)
+    backend, inferred = pick_backend(job_file, overrides, backend)
     job = load(job_file, overrides, backend, check_files)
+    if inferred:
+        click.echo(inferred)
+    from ..spec.fetch_checks import unverified_fetches
+
+    for line in unverified_fetches(job):
+        click.echo(line, err=True)
     per_rank, note = None, "megatron-core checks not run (--no-megatron)"
     if by_megatron:
         from ..megatron_check import enforce
@@ -64,6 +84,8 @@ def command(job_file, overrides, backend, check_files, quiet, by_megatron, megat
                f"first pipeline stage, recompute {recompute}, fused attention); total "
                f"{f.gib_per_gpu + f.activation_gib_per_gpu:.2f} GiB, with distributed optimizer "
                f"{f.gib_per_gpu_distributed_optimizer + f.activation_gib_per_gpu:.2f} GiB")
+    if job.cluster.device == "gpu":
+        click.echo(_fit_line(job, per_rank))
     from mtk.training.device_plan import describe_for_validate
 
     for line in describe_for_validate(job):

@@ -222,6 +222,12 @@ class ClusterSpec(Section):
     device: Literal["gpu", "cpu"] = Field("gpu", description="cpu runs the same code with gloo (CI, laptops).")
     instance_type: str | None = Field(None, description="e.g. p5.48xlarge: selects NCCL/EFA settings and EFA count.")
     efa_per_node: int | None = Field(None, ge=0, description="EFA devices per node (default: from instance_type).")
+    gpu_memory_gib: float | None = Field(
+        None, gt=0, description="Memory of one GPU in GiB, for validate's fit check of the per-GPU estimate (default: "
+        "from instance_type, e.g. p5: 79.6, p4d: 40, p5e/p5en: 140.4; unknown without either: not checked).")
+    allow_memory_overcommit: bool = Field(
+        False, description="Accept a spec whose per-GPU memory estimate exceeds the GPU's memory (validate refuses it "
+        "otherwise): for a layout the estimate over-counts, e.g. CPU offloading.")
     runs_dir: str = Field("runs", description="Where run dirs go; must be shared storage on clusters.")
     pg_timeout_s: int = Field(
         600, ge=60, le=30 * 24 * 3600, description="torch.distributed timeout (s, at most 30 days) for every process "

@@ -11,7 +11,11 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from ..secrets import looks_secret
-from . import recipe_checks  # noqa: F401  (registers its checks with run_checks)
+from . import (
+    fetch_checks,  # noqa: F401  (registers the plain-HTTP fetch check)
+    memory_checks,  # noqa: F401  (registers the GPU memory fit check)
+    recipe_checks,  # noqa: F401  (registers its checks with run_checks)
+)
 from .checks import run_checks
 from .errors import Problem, SpecError
 from .job import Job
@@ -100,6 +104,8 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
             value = parse_yaml(raw, f"--set {key}") if raw.strip() else ""
         except SpecError:
             value = raw  # not YAML (e.g. 'a: b: c'): the text itself
+        if isinstance(value, dict) and not _appends(data, key):
+            raise SpecError([Problem(f"--set {item}", _whole_section(key, value))])
         node: Any = data
         parts = key.split(".")
         for i, part in enumerate(parts[:-1]):
@@ -124,6 +130,45 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
         else:
             raise SpecError([Problem(key, f"cannot set a field inside a {type(node).__name__}")])
     return data
+
+
+def _appends(data: dict, key: str) -> bool:
+    """``key`` names the next item of an existing list (``data.blend.2`` of a 2-item blend): a whole new item."""
+    *parents, last = key.split(".")
+    node: Any = data
+    for part in parents:
+        if node is None:
+            break
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return False
+    if node is None:  # the list does not exist yet: --set creates it with this first item
+        return last == "0"
+    return isinstance(node, list) and last.isdigit() and int(last) == len(node)
+
+
+def _whole_section(key: str, value: dict) -> str:
+    """Why a mapping is refused: it would replace every field of ``key``, and those not given would fall back to
+    their defaults without a word (``train={iterations: 5}`` would reset the micro batch and the learning rate)."""
+    one_by_one = " ".join(f"--set {k}={_scalar(v)}" for k, v in _dotted(key, value)) or f"--set {key}.FIELD=VALUE"
+    return (f"would replace all of {key}: its other fields would silently fall back to their defaults. Set the fields "
+            f"one by one: {one_by_one}")
+
+
+def _dotted(prefix: str, value: dict) -> list[tuple[str, object]]:
+    out: list[tuple[str, object]] = []
+    for k, v in value.items():
+        out += _dotted(f"{prefix}.{k}", v) if isinstance(v, dict) and v else [(f"{prefix}.{k}", v)]
+    return out
+
+
+def _scalar(value: object) -> str:
+    if isinstance(value, (dict, list)):
+        return yaml.safe_dump(value, default_flow_style=True).strip()
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _index(node: list, part: str, key: str) -> int:

@@ -32,19 +32,21 @@ def test_demo_lock_holds_what_report_and_convert_import():
     assert set(CONVERT_NEEDS) <= demo  # what `mtk convert` checks for before it starts
     assert _extra("report") | _extra("convert") <= demo
     assert {"torch", "numpy", "tokenizers", "psutil"} <= demo  # training and preprocessing, as before
-    assert "transformers" not in demo  # the export writes tokenizer files without it: the demo set stays lean
+    assert "transformers" in demo  # README loads the export with AutoModelForCausalLM / AutoTokenizer
+    assert _extra("image") | _extra("eks") | _extra("hf") <= demo  # build-image, launch --backend eks
     assert demo <= _locked("test.lock")  # the demo set is resolved inside the test set
 
 
 def test_missing_convert_dependency_names_the_install_command(tmp_path):
-    """With safetensors hidden from the import system, `mtk convert` stops at once with one line (exit 1)."""
+    """With safetensors hidden from the import system, `mtk convert` stops at once with one line (exit 2: set-up,
+    like any missing optional library)."""
     hide = ("import sys\n"
             "sys.modules['safetensors'] = None  # as if not installed: find_spec None, import fails\n"
             "from mtk.launcher.cli import main\n"
             "sys.exit(main(sys.argv[1:]))\n")
     res = subprocess.run([sys.executable, "-c", hide, "convert", str(tmp_path), str(tmp_path / "out")],
                          capture_output=True, text=True, timeout=120)
-    assert res.returncode == 1
+    assert res.returncode == 2
     assert "mtk convert needs safetensors" in res.stderr
     assert "pip install 'mtk[convert]'" in res.stderr
     assert res.stderr.endswith("\n") and res.stderr.count("\n") == 1, repr(res.stderr)
