@@ -15,6 +15,13 @@ Rules (megatron-core 0.19.2):
   ``overlap_grad_reduce``) on GPU whenever data parallelism > 1; parameter all-gather overlap with the next
   forward (``overlap_param_gather`` + ``align_param_gather``) only with the distributed optimizer. Both
   need the streams/events of CUDA, so CPU runs reduce synchronously.
+* Core attention (``model.attention_backend``, auto): Transformer Engine's where TE imports; else on GPU torch's
+  ``scaled_dot_product_attention`` (:mod:`mtk.training.sdpa_attention`; flash/cuDNN kernels, no s×s scores), on
+  CPU megatron-core's unfused ``DotProductAttention``, the computation Megatron-LM's local spec runs, so CPU runs
+  compare bit for bit with it. Context parallelism needs TE's attention (the engine refuses it without TE).
+* Adam: TE's FusedAdam, else Apex's (what megatron-core imports); without either torch's Adam, switched to its
+  fused kernel on GPU (:mod:`mtk.training.fused_adam`; ~3× faster than the ``foreach`` default at 1.3B) and left
+  on ``foreach`` on CPU.
 * NVIDIA's H100 recipe (``train_llama3_8b_h100_fp8.sh``) where the spec leaves the choice to the device:
   gradients accumulated and reduced in bf16 (``train.grad_reduce_dtype: auto``) and the fused cross entropy
   (``train.cross_entropy_fusion`` unset) on GPU; fp32 buffers and the plain loss on CPU. FP8 parameter
@@ -51,6 +58,8 @@ class DevicePlan:
     cross_entropy_loss_fusion: bool = False
     fp8_param: bool = False
     check_for_nan_in_grad: bool = True
+    attention: str = "unfused"       # "te", "sdpa" (torch SDPA) or "unfused" (megatron-core's DotProductAttention)
+    adam: str = "torch-foreach"      # "te-fused", "apex-fused", "torch-fused" or "torch-foreach"
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -66,10 +75,37 @@ class DevicePlan:
         if self.cross_entropy_loss_fusion:
             fused.append("cross-entropy")
         spec = "TE" if self.layer_spec == "transformer_engine" else "local"
-        return (f"{spec} layer spec; fused: {', '.join(fused) or 'none'}; "
+        return (f"{spec} layer spec; attention: {ATTENTION_NAMES[self.attention]}; "
+                f"Adam: {ADAM_NAMES[self.adam]}; fused: {', '.join(fused) or 'none'}; "
                 f"overlap: {', '.join(overlap) or 'off'}; grad reduce: {'fp32' if self.grad_reduce_in_fp32 else 'bf16'}"
                 f"{'; fp8 param gather' if self.fp8_param else ''}; "
                 f"NaN grad check: {'on' if self.check_for_nan_in_grad else 'off'}")
+
+
+ATTENTION_NAMES = {"te": "Transformer Engine", "sdpa": "torch SDPA (flash/cuDNN)",
+                   "unfused": "megatron-core unfused"}
+ADAM_NAMES = {"te-fused": "TE FusedAdam", "apex-fused": "Apex FusedAdam", "torch-fused": "torch fused",
+              "torch-foreach": "torch foreach"}
+
+
+def attention_choice(job: Job, gpu: bool, te: bool) -> str:
+    """Which module computes core attention: the spec's ``model.attention_backend``, or for ``auto`` TE where it
+    imports, torch SDPA on a GPU (unless context parallelism needs TE's), megatron-core's unfused one on CPU."""
+    asked = job.model.attention_backend
+    if asked != "auto":
+        return asked
+    if te:
+        return "te"
+    return "sdpa" if gpu and job.parallel.cp == 1 else "unfused"
+
+
+def adam_choice(gpu: bool, te: bool, apex: bool) -> str:
+    """The Adam megatron-core builds (TE's, else Apex's FusedAdam, else torch's) and mtk's kernel for torch's."""
+    if te:
+        return "te-fused"
+    if apex:
+        return "apex-fused"
+    return "torch-fused" if gpu else "torch-foreach"
 
 
 def have_transformer_engine() -> bool:
@@ -142,6 +178,8 @@ def plan(job: Job, gpu: bool, te: bool, apex: bool = False, grad_accum_kernel: b
         cross_entropy_loss_fusion=ce_fusion,
         fp8_param=fp8_param,
         check_for_nan_in_grad=t.check_nan_in_grad if t.check_nan_in_grad is not None else t.precision != "fp16",
+        attention=attention_choice(job, gpu, te),
+        adam=adam_choice(gpu, te, apex),
     )
 
 

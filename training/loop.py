@@ -42,6 +42,9 @@ def preflight(job: Job, cpu: bool, use_te: bool) -> None:
         raise EngineError(f"parallel.cp={job.parallel.cp}: context parallelism needs Transformer Engine's "
                           "attention (megatron.core's local DotProductAttention asserts cp == 1); use cp: 1 "
                           "or an image with transformer_engine")
+    if job.model.attention_backend == "te" and not use_te:
+        raise EngineError("model.attention_backend=te needs Transformer Engine, which does not import here; use "
+                          "attention_backend: auto (torch SDPA on a GPU) or an image with transformer_engine")
     if job.train.precision == "fp8" and not use_te:
         raise EngineError("train.precision=fp8 needs Transformer Engine; use bf16 or an image with TE")
     if cpu and job.train.precision == "fp16":
@@ -158,7 +161,7 @@ class Trainer:
         self.config = model.transformer_config(job, self.plan)
         chunks = model.build_model(job, self.config, self.tok.vocab_size, self.plan)
         self.model = optim.wrap_ddp(job, self.config, chunks, self.plan)
-        self.optimizer = optim.build_optimizer(job, self.model)
+        self.optimizer = optim.build_optimizer(job, self.model, self.plan)
         self.scheduler = optim.build_scheduler(job, self.optimizer)
         optim.set_sync_funcs(self.config, self.model, self.plan)
         self.config.finalize_model_grads_func = finalize_model_grads
@@ -295,7 +298,8 @@ class Trainer:
         if self.rank != 0:
             return {}
         argv = megatron_lm.pretrain_gpt_argv(common["args"], self.job, str(self.ckpt.root.resolve()))
-        return {megatron_lm.ARGS_FILE: megatron_lm.args_file_text(argv, self.iteration, self.job)}
+        return {megatron_lm.ARGS_FILE: megatron_lm.args_file_text(argv, self.iteration, self.job,
+                                                                    self.plan.attention)}
 
     def save(self, blocking: bool = True) -> None:
         """Checkpoint the current iteration. ``blocking=False`` (periodic saves) writes in the background

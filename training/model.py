@@ -108,8 +108,9 @@ def transformer_config(job: Job, plan: DevicePlan):
     return TransformerConfig(**transformer_config_kwargs(job, plan.device == "cpu", plan))
 
 
-def layer_spec(job: Job, use_te: bool, config=None, vp_stage: int | None = None):
-    """The module spec: TE when available, megatron.core's local modules otherwise.
+def layer_spec(job: Job, use_te: bool, config=None, vp_stage: int | None = None, attention: str | None = None):
+    """The module spec: TE when available, megatron.core's local modules otherwise, with the core attention the
+    device plan chose (``attention``: "te", "sdpa" or "unfused"; None keeps the spec's own).
 
     Local spec + sequence parallel without Apex, or + layernorm-1p: the norms are swapped for mtk's
     ``TorchNorm`` (megatron's torch fallback refuses both), which needs a block-level spec to reach the final
@@ -119,9 +120,12 @@ def layer_spec(job: Job, use_te: bool, config=None, vp_stage: int | None = None)
 
     experts = job.model.moe.num_experts or None
     if use_te:
-        return specs.get_gpt_layer_with_transformer_engine_spec(num_experts=experts, moe_grouped_gemm=False)
+        spec = specs.get_gpt_layer_with_transformer_engine_spec(num_experts=experts, moe_grouped_gemm=False)
+        set_core_attention(spec, attention)
+        return spec
     spec = specs.get_gpt_layer_local_spec(num_experts=experts, moe_grouped_gemm=False,
                                           normalization=job.model.normalization)
+    set_core_attention(spec, attention)
     if not ((job.parallel.sequence_parallel and not have_apex()) or job.model.layernorm_1p):
         return spec
     from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
@@ -132,6 +136,23 @@ def layer_spec(job: Job, use_te: bool, config=None, vp_stage: int | None = None)
     spec.submodules.pre_mlp_layernorm = TorchNorm
     n = get_num_layers_to_build(config, vp_stage=vp_stage)
     return TransformerBlockSubmodules(layer_specs=[spec] * n, layer_norm=TorchNorm)
+
+
+def set_core_attention(spec, attention: str | None) -> None:
+    """Put the chosen core-attention module in the layer spec's ``core_attention`` slot ("te" with a TE spec
+    keeps TE's own)."""
+    if attention is None or attention == "te":
+        return
+    module: type
+    if attention == "sdpa":
+        from .sdpa_attention import SDPAttention
+
+        module = SDPAttention
+    else:
+        from megatron.core.transformer.dot_product_attention import DotProductAttention
+
+        module = DotProductAttention
+    spec.submodules.self_attention.submodules.core_attention = module
 
 
 def model_vocab_size(job: Job, vocab_size: int | None = None) -> int:
@@ -155,7 +176,8 @@ def build_model(job: Job, config, vocab_size: int | None, plan: DevicePlan, on_d
     vp = job.parallel.virtual_pp
     chunks = []
     for stage in range(vp or 1):
-        spec = layer_spec(job, plan.layer_spec == "transformer_engine", config, stage if vp else None)
+        spec = layer_spec(job, plan.layer_spec == "transformer_engine", config, stage if vp else None,
+                          plan.attention)
         pre = ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=stage if vp else None)
         post = ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=stage if vp else None)
         chunks.append(GPTModel(

@@ -47,6 +47,9 @@ def ddp_config(job: Job, plan: DevicePlan):
         align_param_gather=plan.align_param_gather,
         use_distributed_optimizer=job.parallel.distributed_optimizer,
         check_for_nan_in_grad=plan.check_for_nan_in_grad,
+        # Megatron-LM sets both from --fp8-param-gather: the distributed optimizer's copy of main params into
+        # the model's branches on the DDP flag, the model's fp8 weights on TransformerConfig.fp8_param
+        fp8_param_gather=plan.fp8_param,
         bucket_size=None,
     )
 
@@ -111,12 +114,18 @@ def optimizer_config(job: Job):
     )
 
 
-def build_optimizer(job: Job, model: list):
+def build_optimizer(job: Job, model: list, plan: DevicePlan | None = None):
+    """megatron-core's optimizer; with ``plan.adam == "torch-fused"`` its torch Adam steps in one fused kernel."""
     from megatron.core.optimizer import get_megatron_optimizer
 
     config = optimizer_config(job)
     config.overlap_param_gather = model[0].ddp_config.overlap_param_gather  # megatron wants both to agree
-    return get_megatron_optimizer(config, model)
+    optimizer = get_megatron_optimizer(config, model)
+    if plan is not None and plan.adam == "torch-fused":
+        from .fused_adam import use_fused_kernel
+
+        use_fused_kernel(optimizer)
+    return optimizer
 
 
 def build_scheduler(job: Job, optimizer):

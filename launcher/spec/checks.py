@@ -14,6 +14,7 @@ from mtk.megatron_index import pair_problem
 
 from .errors import Problem
 from .parallel_checks import (
+    attention_fits_parallelism,
     global_batch_divisible,
     gpus_divisible_by_model_parallel,
     heads_divisible_by_tp,
@@ -32,7 +33,7 @@ Check = Callable[["Job", "str | None"], list[Problem]]
 # In the order problems are reported: the parallel arithmetic first.
 CHECKS: list[Check] = [gpus_divisible_by_model_parallel, heads_divisible_by_tp, layers_divisible_by_pp,
                        global_batch_divisible, spare_nodes_keep_the_batch, seq_fits_positions,
-                       sequence_parallel_needs_tp, moe_sizes]
+                       sequence_parallel_needs_tp, attention_fits_parallelism, moe_sizes]
 
 
 def check(fn: Check) -> Check:

@@ -51,6 +51,12 @@ class ModelSpec(Section):
         "Megatron-LM: the local layer spec then runs the softmax in the model's dtype; on, it upcasts the "
         "[batch, heads, seq, seq] scores (on an H200 mtk ran a GPT-125M 16% slower with it on). Transformer "
         "Engine's fused attention keeps its own fp32 accumulation either way.")
+    attention_backend: Literal["auto", "sdpa", "unfused", "te"] = Field(
+        "auto", description="Core attention. auto: Transformer Engine's fused attention where TE is installed, "
+        "else torch's scaled_dot_product_attention (flash/cuDNN kernels) on a GPU and megatron-core's "
+        "unfused DotProductAttention on CPU (the computation Megatron-LM's local spec runs, so CPU runs compare "
+        "bit for bit). sdpa/unfused/te ask for one; te stops a run whose image lacks Transformer Engine. Core "
+        "attention holds no parameters: checkpoints are the same whichever computes it.")
     add_bias_linear: bool = True
     hidden_dropout: float = Field(0.1, ge=0, le=1)
     attention_dropout: float = Field(0.1, ge=0, le=1)

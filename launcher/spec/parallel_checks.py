@@ -110,6 +110,16 @@ def seq_fits_positions(job: Job, backend) -> list[Problem]:
     return out
 
 
+def attention_fits_parallelism(job: Job, backend) -> list[Problem]:
+    """torch SDPA and megatron-core's unfused attention both compute a whole sequence on one rank."""
+    m, cp = job.model, job.parallel.cp
+    if cp > 1 and m.attention_backend in ("sdpa", "unfused"):
+        return [Problem("model.attention_backend", f"{m.attention_backend} attention runs without context "
+                        "parallelism; use attention_backend: te (Transformer Engine) or parallel.cp: 1",
+                        m.attention_backend)]
+    return []
+
+
 def sequence_parallel_needs_tp(job: Job, backend) -> list[Problem]:
     p = job.parallel
     if p.sequence_parallel and p.tp == 1:

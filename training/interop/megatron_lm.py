@@ -406,8 +406,19 @@ def _data_flags(job: Job) -> list[Any]:
             "--data-cache-path", data.cache_dir(job), *evals]
 
 
-def args_file_text(argv: list[str], iteration: int, job: Job) -> str:
-    """A bash array holding ``argv`` (every value shell-quoted), with how to use it."""
+ATTENTION_NOTES = {
+    "sdpa": "# mtk computed core attention with torch SDPA; Megatron-LM has no SDPA path: its Transformer Engine "
+            "spec (default) or\n#   --transformer-impl local (megatron-core's unfused attention) continues it "
+            "with the same math; core attention\n#   holds no parameters, so the checkpoint is the same.",
+    "unfused": "# mtk computed core attention with megatron-core's unfused DotProductAttention, as Megatron-LM's "
+               "--transformer-impl local\n#   does; its default Transformer Engine spec continues it too (core "
+               "attention holds no parameters).",
+}
+
+
+def args_file_text(argv: list[str], iteration: int, job: Job, attention: str | None = None) -> str:
+    """A bash array holding ``argv`` (every value shell-quoted), with how to use it; ``attention`` (the device
+    plan's core attention) adds a line on what Megatron-LM's command computes it with."""
     import shlex
 
     lines = [f"# Megatron-LM pretrain_gpt.py arguments that continue mtk run {job.name!r} from this checkpoint "
@@ -415,6 +426,7 @@ def args_file_text(argv: list[str], iteration: int, job: Job) -> str:
              f"# at world size {job.cluster.world_size} (tp × pp × cp × dp), with Megatron-LM core_r0.19.0:",
              f'#   . {ARGS_FILE} && torchrun --nnodes N --nproc-per-node G ... pretrain_gpt.py "${{{ARGS_ARRAY}[@]}}"',
              "# Written by mtk from the checkpoint's args, so Megatron-LM's checkpoint-args checks agree.",
+             *([ATTENTION_NOTES[attention]] if attention in ATTENTION_NOTES else []),
              f"{ARGS_ARRAY}=("]
     i = 0
     while i < len(argv):  # one flag and its values per line

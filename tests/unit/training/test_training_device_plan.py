@@ -71,13 +71,58 @@ def test_validate_prints_what_a_gpu_run_will_use():
     line = next(ln for ln in out.splitlines() if ln.startswith("device plan"))
     assert "gpu/nccl, with Transformer Engine" in line and "TE layer spec" in line
     assert "grad-accum" in line and "overlap: grad-reduce, param-gather" in line
-    assert "if the image is without Transformer Engine: local layer spec" in out
+    assert "if the image is without Transformer Engine: local layer spec; attention: torch SDPA (flash/cuDNN); " \
+        "Adam: torch fused" in out
+    assert "TE layer spec; attention: Transformer Engine; Adam: TE FusedAdam" in line
 
 
 @pytest.mark.megatron  # mtk validate builds the model with megatron-core (child process)
 def test_validate_prints_the_cpu_plan_for_cpu_jobs():
     out = _validate("examples/tiny.yaml")
-    assert "device plan (cpu/gloo):  local layer spec; fused: none; overlap: off" in out
+    assert "device plan (cpu/gloo):  local layer spec; attention: megatron-core unfused; Adam: torch foreach; " \
+        "fused: none; overlap: off" in out
+
+
+@pytest.mark.parametrize(("gpu", "te", "apex", "asked", "attention", "adam"), [
+    (True, False, False, "auto", "sdpa", "torch-fused"),
+    (True, True, True, "auto", "te", "te-fused"),
+    (True, False, True, "auto", "sdpa", "apex-fused"),
+    (False, False, False, "auto", "unfused", "torch-foreach"),
+    (True, False, False, "unfused", "unfused", "torch-fused"),
+    (True, True, False, "sdpa", "sdpa", "te-fused"),
+    (False, False, False, "sdpa", "sdpa", "torch-foreach"),
+])
+def test_attention_and_adam_follow_the_spec_and_the_libraries(gpu, te, apex, asked, attention, adam):
+    p = device_plan.plan(_job({"attention_backend": asked}), gpu=gpu, te=te, apex=apex, dp_size=1)
+    assert (p.attention, p.adam) == (attention, adam)
+
+
+def test_auto_attention_keeps_megatron_core_where_sdpa_cannot_and_explicit_choices_are_refused():
+    from mtk.launcher.spec.errors import SpecError
+    from mtk.launcher.spec.loader import validate
+
+    cp2 = {"name": "t", "model": {"preset": "tiny"}, "parallel": {"cp": 2, "tp": 1},
+           "cluster": {"nodes": 1, "procs_per_node": 2, "device": "gpu"}}
+    assert device_plan.plan(validate(cp2), gpu=True, te=False).attention == "unfused"
+    assert device_plan.plan(validate(cp2), gpu=True, te=True).attention == "te"
+    for asked in ("sdpa", "unfused"):
+        with pytest.raises(SpecError, match=r"model\.attention_backend .*context parallelism"):
+            validate({**cp2, "model": {"preset": "tiny", "attention_backend": asked}})
+
+
+@pytest.mark.megatron  # builds megatron-core's layer specs
+def test_layer_spec_puts_the_planned_core_attention_in_its_slot():
+    from mtk.training import compat
+
+    compat.install_import_stubs()  # megatron-core imports triton for one GPU-only module; absent here
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+    from mtk.training.sdpa_attention import SDPAttention
+
+    slot = lambda spec: spec.submodules.self_attention.submodules.core_attention  # noqa: E731
+    assert slot(model.layer_spec(_job(), False, attention="sdpa")) is SDPAttention
+    assert slot(model.layer_spec(_job(), False, attention="unfused")) is DotProductAttention
+    moe = _job({"moe": {"num_experts": 4}})
+    assert slot(model.layer_spec(moe, False, attention="sdpa")) is SDPAttention
 
 
 class FusedAdamLike(torch.optim.Optimizer):

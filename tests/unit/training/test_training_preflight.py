@@ -25,3 +25,10 @@ def test_fp8_needs_te_and_fp16_needs_a_gpu():
     with pytest.raises(EngineError, match=r"train\.precision=fp16 needs a GPU"):
         preflight(_job(train={"precision": "fp16"}), cpu=True, use_te=False)
     preflight(_job(train={"precision": "bf16"}), cpu=True, use_te=False)
+
+
+def test_te_attention_asked_without_transformer_engine_is_refused_with_the_alternative():
+    job = Job.model_validate({"name": "t", "model": {"preset": "tiny", "attention_backend": "te"}})
+    with pytest.raises(EngineError, match=r"model\.attention_backend=te needs Transformer Engine.*auto"):
+        preflight(job, cpu=False, use_te=False)
+    preflight(job, cpu=False, use_te=True)

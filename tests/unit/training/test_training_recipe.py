@@ -263,3 +263,39 @@ def test_megatron_lm_args_carry_the_recipe_flags():
         off, "/ckpt"))
     assert "--no-check-for-nan-in-loss-and-grad" in off_argv and "--manual-gc" not in off_argv
     assert "--grad-reduce-in-bf16" not in off_argv and "--cross-entropy-loss-fusion" not in off_argv
+
+
+_DDP_FROM_MEGATRON_LM = """
+import json, sys, typing
+if not hasattr(typing, "override"):
+    typing.override = lambda f: f
+from mtk.training import compat
+compat.install()
+from megatron.training import arguments, training
+out = {}
+for name, argv in json.loads(sys.argv[1]).items():
+    sys.argv = ["pretrain_gpt.py", *argv]
+    out[name] = training.get_megatron_ddp_config(arguments.parse_args()).fp8_param_gather
+print(json.dumps(out))
+"""
+
+
+def test_fp8_param_gather_reaches_the_ddp_config_as_megatron_lm_sets_it():
+    """Megatron-LM sets ``DistributedDataParallelConfig.fp8_param_gather`` from --fp8-param-gather (the
+    distributed optimizer's copy of main params into the model branches on it); mtk's DDP config carries the
+    same value, read here through Megatron-LM's own parser and ``get_megatron_ddp_config``."""
+    import subprocess
+    import sys
+
+    jobs = {"on": _job(train=FP8, parallel=DIST),
+            "off": _job(train={**FP8, "fp8": {"param_gather": False}}, parallel=DIST),
+            "bf16": _job(train={"precision": "bf16"}, parallel=DIST)}
+    argvs = {name: [str(a) for a in megatron_lm.pretrain_gpt_argv(megatron_lm.megatron_args(
+        job, data_parallel_size=8, vocab_size=1000, padded_vocab_size=1024, consumed_train_samples=0, iteration=0),
+        job, "/ckpt")] for name, job in jobs.items()}
+    proc = subprocess.run([sys.executable, "-c", _DDP_FROM_MEGATRON_LM, json.dumps(argvs)], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    theirs = json.loads(proc.stdout.strip().splitlines()[-1])
+    ours = {name: optim.ddp_config(job, _plan(job)).fp8_param_gather for name, job in jobs.items()}
+    assert ours == theirs == {"on": True, "off": False, "bf16": False}
