@@ -63,13 +63,26 @@ def docker_client(base_url: str | None = None):
         import docker
         from docker.errors import DockerException
 
+    import os
+
     try:
         client = docker.DockerClient(base_url=base_url) if base_url else docker.from_env()
         client.ping()
     except DockerException as exc:
-        raise BuildError(f"cannot reach the Docker daemon ({exc}); start dockerd or point DOCKER_HOST at "
-                         "its socket (e.g. DOCKER_HOST=unix:///var/run/docker.sock)") from None
+        where = base_url or os.environ.get("DOCKER_HOST")
+        looked = f"at {where}" + ("" if base_url else " (DOCKER_HOST)") if where else \
+            "at unix:///var/run/docker.sock (the default: DOCKER_HOST is not set)"
+        raise DaemonUnreachable(f"cannot reach the Docker daemon {looked}: {exc}. Start dockerd there, or point "
+                                "DOCKER_HOST at a running one (rootless Docker: DOCKER_HOST=unix:///run/user/$UID/"
+                                "docker.sock; a remote one: DOCKER_HOST=ssh://user@host); --dry-run writes the "
+                                "build context without a daemon") from None
     return client
+
+
+class DaemonUnreachable(BuildError):
+    """No Docker daemon answers where mtk looked: set-up, not a failed build (exit 2)."""
+
+    exit_code = 2
 
 
 class StreamParser:

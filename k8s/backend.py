@@ -111,7 +111,7 @@ class EksBackend(Backend):
     # ----------------------------------------------------------------------------------------------- render
     def launch_problems(self, job, run_dir: str) -> list:
         """Before a real launch writes anything: a damaged kubeconfig, named (in a pod the service account
-        is used instead)."""
+        is used instead), and an API server that does not answer — so no run dir claims a submission."""
         import os
 
         from .client import KubeconfigError, broken_kubeconfig
@@ -119,6 +119,9 @@ class EksBackend(Backend):
         broken = None if os.environ.get("KUBERNETES_SERVICE_HOST") else broken_kubeconfig()
         if broken:
             raise KubeconfigError(broken)
+        kube = self._kube(job.cluster.eks.namespace)
+        if hasattr(kube, "probe"):
+            kube.probe()
         return []
 
     def render(self, job, run_dir: str) -> Artifacts:

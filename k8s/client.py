@@ -72,8 +72,9 @@ def load_api_client():
         broken = broken_kubeconfig()
         if broken:
             raise KubeconfigError(broken) from None
-        raise KubeError(f"no Kubernetes credentials: {exc}. Set KUBECONFIG or run "
-                        "`aws eks update-kubeconfig --name <cluster>` first") from None
+        raise KubeconfigError(f"no Kubernetes credentials: looked in {_where_looked()} ({exc}). Point KUBECONFIG at "
+                              "a kubeconfig, or write one with `aws eks update-kubeconfig --name <cluster>`; "
+                              "--dry-run renders the manifests without a cluster") from None
     except Exception as exc:  # the client's parser on a damaged file: yaml errors, TypeError, AttributeError, ...
         raise KubeconfigError(broken_kubeconfig() or f"{_kubeconfig_paths()[0]}: not a kubeconfig the Kubernetes "
                               f"client can read ({type(exc).__name__}: {exc}); {_KUBECONFIG_FIX}") from None
@@ -88,6 +89,13 @@ class KubeconfigError(KubeError):
 
 _KUBECONFIG_FIX = ("regenerate it with `aws eks update-kubeconfig --name <cluster>` or point KUBECONFIG at a "
                    "working kubeconfig")
+
+
+def _where_looked() -> str:
+    env = os.environ.get("KUBECONFIG")
+    files = ", ".join(_kubeconfig_paths())
+    incluster = "" if os.environ.get("KUBERNETES_SERVICE_HOST") else "; not in a pod (KUBERNETES_SERVICE_HOST unset)"
+    return f"{files} ({'KUBECONFIG' if env else 'the default: KUBECONFIG is not set'}){incluster}"
 
 
 def _kubeconfig_paths() -> list[str]:
@@ -172,6 +180,26 @@ class Kube:
             reason = getattr(exc, "reason", None) or exc
             raise KubeError(f"{verb} {kind}: cannot reach the Kubernetes API server at "
                             f"{self.api_client.configuration.host}: {reason}") from None
+
+    def probe(self) -> None:
+        """One cheap request (GET /version) before a launch writes anything: no answer means bad set-up (exit 2),
+        named with the server, the kubeconfig it came from and how to point elsewhere."""
+        from mtk.launcher.extras import requires
+
+        with requires("eks", "the EKS backend"):
+            from kubernetes import client
+            from kubernetes.client.exceptions import ApiException
+            from urllib3.exceptions import HTTPError
+
+        host = self.api_client.configuration.host
+        try:
+            client.VersionApi(self.api_client).get_code(_request_timeout=30)
+        except (HTTPError, ApiException, OSError) as exc:
+            reason = getattr(exc, "reason", None) or exc
+            raise KubeconfigError(f"cannot reach the Kubernetes API server at {host} (from {_where_looked()}): "
+                                  f"{reason}. Check the cluster is up and this machine reaches it (VPN, endpoint "
+                                  "access), or point KUBECONFIG (or its current-context) at another cluster; "
+                                  "--dry-run renders the manifests without a cluster") from None
 
     def apply(self, body: dict) -> dict:
         """Server-side apply: creates or updates, and a repeat with the same body changes nothing."""

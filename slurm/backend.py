@@ -100,10 +100,20 @@ class SlurmBackend(Backend):
         return render(job, run_dir)
 
     def launch_problems(self, job: Job, run_dir: str) -> list[Problem]:
-        """Before a real launch writes or submits anything: the Pyxis image must be a readable file here."""
+        """Before a real launch writes or submits anything: sbatch must be on PATH (else no run dir is written that
+        claims a submission) and the Pyxis image a readable file here."""
+        import shutil
+
+        from .commands import SlurmUnreachable, not_on_path
         from .image_check import image_problems
 
-        return image_problems(job)
+        problems = image_problems(job)
+        if problems:  # the spec's own problems first: they need no cluster to be found
+            return problems
+        if self._slurm is None and shutil.which("sbatch") is None:
+            raise SlurmUnreachable(not_on_path("sbatch"))
+        self._client().ping()
+        return []
 
     def submit(self, job: Job, artifacts: Artifacts) -> Run:
         """sbatch each step after the previous one; if a later sbatch is refused, cancel the earlier ones."""

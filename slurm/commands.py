@@ -51,11 +51,25 @@ def run(argv: list[str], slurm_conf: str | None = None, timeout: float = TIMEOUT
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env,
                               stdin=subprocess.DEVNULL)
     except FileNotFoundError:
-        raise SlurmError(f"{argv[0]} not found: run mtk on a Slurm login node (or put Slurm's "
-                         "client commands on PATH)") from None
+        raise SlurmUnreachable(not_on_path(argv[0])) from None
     except subprocess.TimeoutExpired:
-        raise SlurmError(f"`{' '.join(argv[:3])} ...` did not answer in {timeout:.0f} s; is slurmctld up?") \
-            from None
+        conf = env.get("SLURM_CONF") or "the default slurm.conf (SLURM_CONF is not set)"
+        raise SlurmUnreachable(f"`{' '.join(argv[:3])} ...` did not answer in {timeout:.0f} s: is slurmctld up and "
+                               f"reachable? The controller comes from {conf}; point SLURM_CONF at another "
+                               "cluster's slurm.conf, or run mtk on its login node") from None
+
+
+class SlurmUnreachable(SlurmError):
+    """No Slurm to talk to from here (client commands missing, controller silent): set-up, exit 2."""
+
+    exit_code = 2
+
+
+def not_on_path(command: str) -> str:
+    """Why ``command`` cannot run here: where it was looked for and how to point elsewhere."""
+    return (f"{command} not found on PATH ({os.environ.get('PATH', '')}): run mtk on a Slurm login node, or put "
+            "Slurm's client commands on PATH (e.g. PATH=/opt/slurm/bin:$PATH); --dry-run renders the batch "
+            "scripts without Slurm")
 
 
 # sbatch's error text -> the spec field a user changes to fix it.
@@ -167,6 +181,19 @@ class Slurm:
 
     def submit(self, argv: list[str], values: Mapping[str, object] | None = None) -> str:
         return parse_submit(self.run(argv), values)
+
+    def ping(self) -> None:
+        """``scontrol ping``: raise SlurmUnreachable (exit 2) naming where the controller was looked for when no
+        controller answers, so a launch stops before it writes a run dir."""
+        out = self.run(["scontrol", "ping"])
+        if out.returncode == 0:
+            return
+        conf = os.environ.get("SLURM_CONF") or self.slurm_conf
+        where = f"SLURM_CONF={conf}" if conf else "the default slurm.conf or DNS SRV records (SLURM_CONF is not set)"
+        said = " ".join(line.strip() for line in (out.stderr or out.stdout).strip().splitlines()[-2:])
+        raise SlurmUnreachable(f"no Slurm controller answers (`scontrol ping`: {said or out.returncode}); looked it "
+                               f"up from {where}. Point SLURM_CONF at the cluster's slurm.conf or run mtk on its "
+                               "login node; --dry-run renders the batch scripts without Slurm")
 
     def squeue(self, ids: Iterable[str]) -> dict[str, JobInfo]:
         ids = [i for i in ids if i]

@@ -75,7 +75,7 @@ def command(job_file, overrides, out, source, base_image, build_args, network, p
         report = run(job, opts, click.echo)
     except Exception as exc:
         if isinstance(exc, ImageError) or _is_expected(exc):
-            fail(str(exc))
+            fail(str(exc), getattr(exc, "exit_code", 1))
         raise
     if not dry_run:
         click.echo(f"image: {report.tags[0]} ({report.image_id[:19]})")

@@ -104,8 +104,9 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
             value = parse_yaml(raw, f"--set {key}") if raw.strip() else ""
         except SpecError:
             value = raw  # not YAML (e.g. 'a: b: c'): the text itself
-        if isinstance(value, dict) and not _appends(data, key):
-            raise SpecError([Problem(f"--set {item}", _whole_section(key, value))])
+        dropped = _dropped(_existing(data, key), value, key) if isinstance(value, dict) else []
+        if dropped:
+            raise SpecError([Problem(f"--set {item}", _whole_section(key, value, dropped))])
         node: Any = data
         parts = key.split(".")
         for i, part in enumerate(parts[:-1]):
@@ -132,30 +133,36 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
-def _appends(data: dict, key: str) -> bool:
-    """``key`` names the next item of an existing list (``data.blend.2`` of a 2-item blend): a whole new item."""
-    *parents, last = key.split(".")
+def _existing(data: dict, key: str) -> object:
+    """What ``key`` holds before the override (None where it is not set)."""
     node: Any = data
-    for part in parents:
-        if node is None:
-            break
+    for part in key.split("."):
         if isinstance(node, dict):
             node = node.get(part)
         elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
             node = node[int(part)]
         else:
-            return False
-    if node is None:  # the list does not exist yet: --set creates it with this first item
-        return last == "0"
-    return isinstance(node, list) and last.isdigit() and int(last) == len(node)
+            return None
+    return node
 
 
-def _whole_section(key: str, value: dict) -> str:
-    """Why a mapping is refused: it would replace every field of ``key``, and those not given would fall back to
-    their defaults without a word (``train={iterations: 5}`` would reset the micro batch and the learning rate)."""
+def _dropped(old: object, new: object, prefix: str) -> list[str]:
+    """The dotted keys set in ``old`` that replacing it by ``new`` would lose."""
+    if not isinstance(old, dict):
+        return []
+    if not isinstance(new, dict):
+        return [prefix]
+    return [lost for k, v in old.items() for lost in
+            ([f"{prefix}.{k}"] if k not in new else _dropped(v, new[k], f"{prefix}.{k}"))]
+
+
+def _whole_section(key: str, value: dict, dropped: list[str]) -> str:
+    """Why a mapping over a section is refused: the fields it leaves out would fall back to their defaults without
+    a word (``train={iterations: 5}`` would reset the micro batch and the learning rate)."""
     one_by_one = " ".join(f"--set {k}={_scalar(v)}" for k, v in _dotted(key, value)) or f"--set {key}.FIELD=VALUE"
-    return (f"would replace all of {key}: its other fields would silently fall back to their defaults. Set the fields "
-            f"one by one: {one_by_one}")
+    shown = ", ".join(dropped[:4]) + (f" and {len(dropped) - 4} more" if len(dropped) > 4 else "")
+    return (f"would replace all of {key}, silently dropping {shown} (back to defaults). Set fields one by one: "
+            f"{one_by_one}")
 
 
 def _dotted(prefix: str, value: dict) -> list[tuple[str, object]]:

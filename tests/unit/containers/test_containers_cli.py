@@ -58,6 +58,8 @@ def test_user_errors_are_one_clear_line(tmp_path):
 
 
 def test_no_daemon_is_a_clear_error(tmp_path):
+    """Set-up, not a failed build: exit 2, the address tried and how to point elsewhere."""
     proc = mtk("build-image", JOB, "--out", str(tmp_path))
-    assert proc.returncode == 1 and "cannot reach the Docker daemon" in proc.stderr and "DOCKER_HOST" in proc.stderr
+    assert proc.returncode == 2 and "cannot reach the Docker daemon" in proc.stderr and "DOCKER_HOST" in proc.stderr
+    assert "unix:///nonexistent/docker.sock" in proc.stderr
     assert "Traceback" not in proc.stderr
