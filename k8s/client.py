@@ -193,8 +193,15 @@ class Kube:
 
         host = self.api_client.configuration.host
         try:
-            client.VersionApi(self.api_client).get_code(_request_timeout=30)
-        except (HTTPError, ApiException, OSError) as exc:
+            client.VersionApi(self.api_client).get_code(_preload_content=False, _request_timeout=30)
+        except ApiException as exc:
+            if exc.status not in (401, 403):
+                return  # the server answered: anything else is for the calls that follow to report
+            raise KubeconfigError(f"the Kubernetes API server at {host} refused the credentials from "
+                                  f"{_where_looked()} ({exc.status} {exc.reason}): refresh them with `aws eks "
+                                  "update-kubeconfig --name <cluster>`, or point KUBECONFIG at another "
+                                  "kubeconfig") from None
+        except (HTTPError, OSError) as exc:
             reason = getattr(exc, "reason", None) or exc
             raise KubeconfigError(f"cannot reach the Kubernetes API server at {host} (from {_where_looked()}): "
                                   f"{reason}. Check the cluster is up and this machine reaches it (VPN, endpoint "

@@ -67,9 +67,10 @@ def test_unreachable_cluster_is_one_clear_line(tmp_path, monkeypatch):
     out = _mtk("launch", str(REPO / "examples" / "tiny.yaml"), "--backend", "eks", "--run-dir",
                str(fsx / "runs" / "tiny-x"), *EKS_SET, "--set", f"cluster.runs_dir={fsx}/runs",
                "--set", f"data.dir={fsx}/data", "--set", f"cluster.eks.fsx_mount={fsx}", cwd=tmp_path)
-    assert out.returncode == 1, out.stdout + out.stderr
+    assert out.returncode == 2, out.stdout + out.stderr  # set-up, not a failed run
     # Besides the megatron-core check's one line on where its verdict came from (ran now, or the cache a test
     # before left), stderr is the one error line: no traceback, no retry noise.
     lines = [ln for ln in out.stderr.splitlines() if not ln.startswith("megatron-core check: ")]
     assert len(lines) == 1 and lines[0].startswith("error: "), out.stderr
-    assert "127.0.0.1:9" in lines[0]
+    assert "127.0.0.1:9" in lines[0] and str(kubeconfig) in lines[0] and "KUBECONFIG" in lines[0]
+    assert not (tmp_path / "runs").exists(), "a launch that reached no cluster left a run record"
