@@ -48,9 +48,9 @@ class LazyGroup(click.Group):
             import difflib
 
             close = difflib.get_close_matches(args[0] if args else "", list(VERBS), n=1, cutoff=0.5)
-            if close and "No such command" in exc.message:
-                exc.message = f"{exc.message.rstrip('.')}; did you mean '{close[0]}'?"
-            raise
+            if not close or "No such command" not in exc.message:
+                raise
+            raise click.UsageError(f"{exc.message.rstrip('.')}; did you mean '{close[0]}'?", exc.ctx) from None
 
     def invoke(self, ctx: click.Context):
         """The error boundary: expected failures become one message (bad input exits 2, a failed run 1);

@@ -18,9 +18,10 @@ class SuggestingChoice(click.Choice):
             import difflib
 
             close = difflib.get_close_matches(str(value), [str(c) for c in self.choices], n=1, cutoff=0.5)
-            if close:
-                exc.message = f"{exc.message.rstrip('.')}; did you mean '{close[0]}'?"
-            raise
+            if not close:
+                raise
+            raise click.BadParameter(f"{exc.message.rstrip('.')}; did you mean '{close[0]}'?", ctx=exc.ctx,
+                                     param=exc.param, param_hint=exc.param_hint) from None
 
 
 class BackendChoice(SuggestingChoice):

@@ -104,9 +104,10 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
             value = parse_yaml(raw, f"--set {key}") if raw.strip() else ""
         except SpecError:
             value = raw  # not YAML (e.g. 'a: b: c'): the text itself
-        dropped = _dropped(_existing(data, key), value, key) if isinstance(value, dict) else []
-        if dropped:
-            raise SpecError([Problem(f"--set {item}", _whole_section(key, value, dropped))])
+        if isinstance(value, dict):
+            dropped = _dropped(_existing(data, key), value, key)
+            if dropped:
+                raise SpecError([Problem(f"--set {item}", _whole_section(key, value, dropped))])
         node: Any = data
         parts = key.split(".")
         for i, part in enumerate(parts[:-1]):
