@@ -247,7 +247,9 @@ def format_report(checks: list[Check], expect: Expect) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="mtk-entrypoint doctor", description=__doc__.split("\n\n")[0])
+    from mtk.launcher.suggest import ArgumentParser
+
+    parser = ArgumentParser(prog="mtk-entrypoint doctor", description=__doc__.split("\n\n")[0])
     parser.add_argument("--job", help="job.json of the run: sets the device, GPU and EFA expectations")
     parser.add_argument("--run-dir", help="accepted for symmetry with the other steps; unused")
     parser.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",

@@ -13,6 +13,8 @@ import argparse
 import os
 import sys
 
+from mtk.launcher.suggest import ArgumentParser
+
 from .preprocess import ON_ERROR, PreprocessConfig, PreprocessError, preprocess
 
 
@@ -30,7 +32,7 @@ def _number(kind: type, low: float, strict: bool = False):
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="mtk-entrypoint preprocess", description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="mtk-entrypoint preprocess", description=__doc__.split("\n\n")[0])
     ap.add_argument("--job", help="job.json: take data.corpus and data.tokenizer from the spec")
     ap.add_argument("--run-dir", help="run directory (accepted for symmetry with other steps)")
     meg = ap.add_argument_group("Megatron tools/preprocess_data.py flags")

@@ -47,7 +47,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     step, rest = argv[0], argv[1:]
     if step not in STEPS:
-        print(f"mtk-entrypoint: unknown step '{step}'\n\n{usage()}", file=sys.stderr)
+        from .suggest import did_you_mean
+
+        print(f"mtk-entrypoint: unknown step '{step}'{did_you_mean(step, STEPS)}\n\n{usage()}", file=sys.stderr)
         return 2
     if step in CUDA_STEPS:
         from .cuda_compat import reexec_if_needed

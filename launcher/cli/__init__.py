@@ -45,12 +45,12 @@ class LazyGroup(click.Group):
         try:
             return super().resolve_command(ctx, args)
         except click.UsageError as exc:
-            import difflib
+            from ..suggest import did_you_mean
 
-            close = difflib.get_close_matches(args[0] if args else "", list(VERBS), n=1, cutoff=0.5)
-            if not close or "No such command" not in exc.message:
+            hint = did_you_mean(args[0] if args else "", VERBS)
+            if not hint or "No such command" not in exc.message:
                 raise
-            raise click.UsageError(f"{exc.message.rstrip('.')}; did you mean '{close[0]}'?", exc.ctx) from None
+            raise click.UsageError(f"{exc.message.rstrip('.')}{hint}", exc.ctx) from None
 
     def invoke(self, ctx: click.Context):
         """The error boundary: expected failures become one message (bad input exits 2, a failed run 1);

@@ -15,13 +15,13 @@ class SuggestingChoice(click.Choice):
         try:
             return super().convert(value, param, ctx)
         except click.BadParameter as exc:
-            import difflib
+            from ..suggest import did_you_mean
 
-            close = difflib.get_close_matches(str(value), [str(c) for c in self.choices], n=1, cutoff=0.5)
-            if not close:
+            hint = did_you_mean(value, self.choices)
+            if not hint:
                 raise
-            raise click.BadParameter(f"{exc.message.rstrip('.')}; did you mean '{close[0]}'?", ctx=exc.ctx,
-                                     param=exc.param, param_hint=exc.param_hint) from None
+            raise click.BadParameter(f"{exc.message.rstrip('.')}{hint}", ctx=exc.ctx, param=exc.param,
+                                     param_hint=exc.param_hint) from None
 
 
 class BackendChoice(SuggestingChoice):

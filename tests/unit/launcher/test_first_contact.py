@@ -121,6 +121,16 @@ def test_the_override_accepts_an_estimate_over_the_gpus_memory_and_says_so():
     assert "fits the GPU:            no, accepted by cluster.allow_memory_overcommit: 111.77 of 80.0 GiB" in proc.stdout
 
 
+def test_readme_names_the_gpu_memory_the_check_uses():
+    from mtk.launcher.spec.memory_checks import GPU_GIB_BY_FAMILY
+
+    readme = (REPO / "README.md").read_text()
+    for family, shown in (("p5", "p5 79.6 GiB"), ("p4d", "p4d 40"), ("p4de", "p4de 80"), ("p5e", "p5e/p5en 140.4"),
+                          ("g5", "g5 22.5")):
+        assert shown in readme and f"{GPU_GIB_BY_FAMILY[family][0]:g}" in shown, family
+    assert "cluster.allow_memory_overcommit: true" in readme
+
+
 @pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.yaml")))
 def test_every_gpu_example_fits_its_gpu(example):
     proc = mtk("validate", str(EXAMPLES / example), "--no-megatron", "-q")
@@ -139,6 +149,17 @@ def test_every_gpu_example_fits_its_gpu(example):
 ])
 def test_every_enumerated_option_suggests_the_closest_value(args, suggestion):
     proc = mtk(*args)
+    assert proc.returncode == 2 and suggestion in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(("args", "suggestion"), [
+    (["trian"], "unknown step 'trian'; did you mean 'train'?"),
+    (["preprocess", "--engine", "hff"], "invalid choice: 'hff'; did you mean 'hf'?"),
+    (["doctor", "--device", "gpuu"], "invalid choice: 'gpuu'; did you mean 'gpu'?"),
+])
+def test_the_entrypoint_steps_suggest_too(args, suggestion):
+    proc = subprocess.run([sys.executable, "-m", "mtk.launcher.entrypoint", *args], capture_output=True, text=True,
+                          timeout=120)
     assert proc.returncode == 2 and suggestion in proc.stderr, proc.stderr
 
 
