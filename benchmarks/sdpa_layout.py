@@ -26,25 +26,29 @@ def ms_per_call(fn, n: int = 20) -> float:
     return (time.perf_counter() - start) / n * 1e3
 
 
+def time_shape(b: int, h: int, s: int, d: int) -> dict[str, float]:
+    q, k, v = (torch.randn(s, b, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    grad = torch.randn(s, b, h * d, device="cuda", dtype=torch.bfloat16)
+
+    def views():
+        out = F.scaled_dot_product_attention(*(t.permute(1, 2, 0, 3) for t in (q, k, v)), is_causal=True)
+        out.permute(2, 0, 1, 3).reshape(s, b, h * d).backward(grad)
+
+    def contiguous():
+        out = F.scaled_dot_product_attention(*(t.permute(1, 2, 0, 3).contiguous() for t in (q, k, v)),
+                                             is_causal=True)
+        out.permute(2, 0, 1, 3).reshape(s, b, h * d).backward(grad)
+
+    res = {"views (mtk)": ms_per_call(views), "contiguous": ms_per_call(contiguous)}
+    for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION):
+        with sdpa_kernel([backend]):
+            res[f"views, {backend.name}"] = ms_per_call(views)
+    return res
+
+
 def main() -> None:
-    for name, (b, h, s, d) in SHAPES.items():
-        q, k, v = (torch.randn(s, b, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-        grad = torch.randn(s, b, h * d, device="cuda", dtype=torch.bfloat16)
-
-        def views():
-            out = F.scaled_dot_product_attention(*(t.permute(1, 2, 0, 3) for t in (q, k, v)), is_causal=True)
-            out.permute(2, 0, 1, 3).reshape(s, b, h * d).backward(grad)
-
-        def contiguous():
-            out = F.scaled_dot_product_attention(*(t.permute(1, 2, 0, 3).contiguous() for t in (q, k, v)),
-                                                 is_causal=True)
-            out.permute(2, 0, 1, 3).reshape(s, b, h * d).backward(grad)
-
-        res = {"views (mtk)": ms_per_call(views), "contiguous": ms_per_call(contiguous)}
-        for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION):
-            with sdpa_kernel([backend]):
-                res[f"views, {backend.name}"] = ms_per_call(views)
-        print(name, (b, h, s, d), {k: round(t, 3) for k, t in res.items()}, flush=True)
+    for name, shape in SHAPES.items():
+        print(name, shape, {k: round(t, 3) for k, t in time_shape(*shape).items()}, flush=True)
 
 
 if __name__ == "__main__":
