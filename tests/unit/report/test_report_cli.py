@@ -34,7 +34,7 @@ def test_cli_json_and_run_name_lookup(resumed_run):
 
 def test_cli_unknown_run_is_a_clear_error(tmp_path):
     result = CliRunner().invoke(cli, ["report", str(tmp_path / "nope"), "--runs-dir", str(tmp_path)])
-    assert result.exit_code == 1 and "no run" in result.output
+    assert result.exit_code == 2 and "no run" in result.output  # bad input, as README's exit codes say
 
 
 def test_cli_run_without_metrics(tmp_path):
