@@ -221,14 +221,14 @@ def _done_record(cfg: PreprocessConfig, record_path: str, plan_id: str) -> dict 
 def _run_task(cfg: PreprocessConfig, tok: Tokenizer, plan: dict, plan_id: str, record_path: str, log: Any,
               t0: float) -> dict:
     """One task of a sharded job: its slice of the plan, a task marker, then the merge if it is the last."""
-    from .sharding import owner
+    from .sharding import owner, task_shards
 
     parts_dir = f"{cfg.output_prefix}.mtk-parts"
     shards = [Shard(**s) for s in plan["shards"]]
     task: dict = {}
     if not cfg.merge_only:
         index = int(cfg.task_index or 0)
-        mine = [s for s in shards if owner(shards, cfg.tasks)[s.index] == index]
+        mine = task_shards(shards, cfg.tasks, index)
         with _exclusive(f"{cfg.output_prefix}.mtk-lock.task-{index}"):
             _ensure_manifest(parts_dir, plan, plan_id)
             log(f"preprocess: task {index} of {cfg.tasks}: {len(mine)} of {len(shards)} shards "

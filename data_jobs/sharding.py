@@ -49,6 +49,7 @@ def owner(shards: list[Shard], tasks: int) -> dict[int, int]:
 
 
 def task_shards(shards: list[Shard], tasks: int, index: int) -> list[Shard]:
+    """The shards task ``index`` of ``tasks`` owns, in plan order (one pass over the plan)."""
     own = owner(shards, tasks)
     return [s for s in shards if own[s.index] == index]
 

@@ -67,8 +67,3 @@ def data_job(run: str, step: str) -> str:
 
 def pytorchjob(run: str) -> str:
     return run
-
-
-def worker_pod(run: str, index: int) -> str:
-    """The pod (and per-replica Service) name the training operator gives worker ``index``."""
-    return f"{pytorchjob(run)}-worker-{index}"

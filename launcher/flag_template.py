@@ -34,11 +34,6 @@ def render_flags(package_file: str, name: str, **flags: bool) -> str:
     return _render_checked(_parsed(str(Path(package_file).parent / "templates" / name)), flags)
 
 
-def render_text(text: str, **flags: bool) -> str:
-    """Render template ``text`` (see :func:`render_flags`)."""
-    return _render_checked(parse(text), flags)
-
-
 def _render_checked(nodes: list[Node], flags: dict[str, bool]) -> str:
     """Every flag the template tests must be given (Jinja's StrictUndefined would raise on the first it
     evaluates; here a branch not taken cannot hide a misspelt flag)."""

@@ -21,7 +21,6 @@ AWS = "aws-samples/awsome-distributed-training"
 SRC_NCCL_TESTS = f"{AWS} micro-benchmarks/nccl-tests/slurm/nccl-tests-container.sbatch"
 SRC_LLAMA2 = f"{AWS} 3.test_cases/megatron/megatron-lm/slurm/llama2/pretrain-llama2.sbatch"
 SRC_CHEATSHEET = f"{AWS} 1.architectures/efa-cheatsheet.md"
-SRC_PROFILES = f"{AWS} 4.validation_and_observability/2.gpu-cluster-healthcheck/instance-profiles.conf"
 # Where aws-ofi-nccl (EFA installer >= 1.36, and mtk's image, which links it there when the plugin lives
 # elsewhere) puts the algorithm/protocol tuner; every instance type below is x86_64.
 TUNER_PLUGIN = "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/libnccl-ofi-tuner.so"

@@ -43,10 +43,6 @@ def sh(value: object) -> str:
     return "$'" + "".join(out) + "'"
 
 
-def sh_words(values: list[object]) -> str:
-    return " ".join(sh(v) for v in values)
-
-
 def directive_value(value: str, field: str) -> str:
     """A value for an ``#SBATCH --opt=VALUE`` line that sbatch parses back verbatim."""
     if "\n" in value or "\r" in value or "\x00" in value:

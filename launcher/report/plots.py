@@ -16,8 +16,6 @@ from mtk.files import atomic_write
 
 from .records import Metrics, Record
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
 
 def _pyplot():
     from ..extras import requires

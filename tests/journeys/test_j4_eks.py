@@ -87,7 +87,7 @@ def _logs(logs: Path) -> str:
 
 def _worker(net, ptj: dict, index: int, home: Path, logs: Path):
     env = {**_image_env(home), **operator_env.worker_pod_env(ptj, index)}
-    name = names.worker_pod(ptj["metadata"]["name"], index)
+    name = operator_env.worker_pod(ptj["metadata"]["name"], index)
     return net.start_pod(name, env, operator_env.worker_command(ptj), logs / f"{name}.log")
 
 
@@ -131,7 +131,7 @@ def test_j4_getdata_with_secret_indexed_preprocess_two_pods_kill_one_resumes(pod
         hosts = {SERVER: "127.0.0.1"}
         for p in (ptj, ref_ptj):
             hosts[p["spec"]["elasticPolicy"]["rdzvHost"]] = "127.0.0.1"
-            hosts.update({names.worker_pod(p["metadata"]["name"], i): f"127.0.1.{i + 1}" for i in (0, 1)})
+            hosts.update({operator_env.worker_pod(p["metadata"]["name"], i): f"127.0.1.{i + 1}" for i in (0, 1)})
         net = pod_net_factory(hosts)
         net.put_spec(next(o for k, o in objs.items() if k.startswith("ConfigMap:"))["data"][names.SPEC_KEY])
         seen = tmp_path / "seen.txt"
@@ -166,7 +166,7 @@ def test_j4_getdata_with_secret_indexed_preprocess_two_pods_kill_one_resumes(pod
         ref_logs = "".join(f.read_text(errors="replace") for f in logs.glob("j4ref-*-worker-*.log"))
         # Really the etcd-v2 rendezvous at the Service name, with both pods in one world of 2.
         rdzv = f"--rdzv-backend etcd-v2 --rdzv-endpoint {ref_ptj['spec']['elasticPolicy']['rdzvHost']}:2379"
-        assert rdzv in ref_logs and names.worker_pod(ref_ptj["metadata"]["name"], 1) in ref_logs, _logs(logs)
+        assert rdzv in ref_logs and operator_env.worker_pod(ref_ptj["metadata"]["name"], 1) in ref_logs, _logs(logs)
 
     with step("train 2 pods, kill one after a checkpoint, the replacement resumes on the same losses"):
         net.put_spec(next(o for k, o in objs.items() if k.startswith("ConfigMap:"))["data"][names.SPEC_KEY])

@@ -10,6 +10,12 @@ from __future__ import annotations
 from mtk.k8s import manifests
 
 
+def worker_pod(job_name: str, index: int) -> str:
+    """The pod (and per-replica Service) name the training operator gives worker ``index`` of PyTorchJob
+    ``job_name``: ``<job>-worker-<index>``."""
+    return f"{job_name}-worker-{index}"
+
+
 def _policy_port(job: dict) -> int:
     policy = job["spec"]["elasticPolicy"]
     if policy.get("rdzvPort") is not None:
@@ -29,7 +35,7 @@ def injected_env(job: dict) -> dict[str, str]:
     env = {"PYTHONUNBUFFERED": "0"}
     if policy is None:
         raise ValueError("not an elastic PyTorchJob: spec.elasticPolicy is missing")
-    host = policy.get("rdzvHost") or f"{job['metadata']['name']}-worker-0"
+    host = policy.get("rdzvHost") or worker_pod(job["metadata"]["name"], 0)
     env["PET_RDZV_ENDPOINT"] = f"{host}:{_policy_port(job)}"
     env["PET_RDZV_BACKEND"] = policy.get("rdzvBackend") or "c10d"
     if policy.get("minReplicas") is None and policy.get("maxReplicas") is None:
@@ -57,7 +63,7 @@ def worker_pod_env(job: dict, index: int) -> dict[str, str]:
     """
     template = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
     container = next(c for c in template["spec"]["containers"] if c["name"] == manifests.CONTAINER)
-    env = {"HOSTNAME": f"{job['metadata']['name']}-worker-{index}"}
+    env = {"HOSTNAME": worker_pod(job["metadata"]["name"], index)}
     env.update({e["name"]: str(e.get("value", "")) for e in container.get("env") or []})
     env.update(injected_env(job))
     return env

@@ -55,14 +55,14 @@ def _image_env(home: Path) -> dict[str, str]:
 
 def _start(net, ptj, index: int, home: Path, logs: Path, extra_env: dict[str, str] | None = None):
     env = {**_image_env(home), **operator_env.worker_pod_env(ptj, index), **(extra_env or {})}
-    hostname = names.worker_pod(ptj["metadata"]["name"], index)
+    hostname = operator_env.worker_pod(ptj["metadata"]["name"], index)
     return net.start_pod(hostname, env, operator_env.worker_command(ptj), logs / f"{hostname}.log")
 
 
 def _hosts(ptj) -> dict[str, str]:
     name = ptj["metadata"]["name"]
     return {ptj["spec"]["elasticPolicy"]["rdzvHost"]: "127.0.0.1",
-            names.worker_pod(name, 0): "127.0.1.1", names.worker_pod(name, 1): "127.0.1.2"}
+            operator_env.worker_pod(name, 0): "127.0.1.1", operator_env.worker_pod(name, 1): "127.0.1.2"}
 
 
 def _wait(pods, timeout: float, logs: Path) -> list[int]:
@@ -160,8 +160,8 @@ def test_hung_pod_is_detected_its_node_avoided_and_the_replacement_resumes_on_th
     stopped_rank = int(mark.read_text())
     # Exit 45 with the watchdog's verdict file is the watchdog's doing: gloo's timeout writes none, exits otherwise.
     assert hang["blamed_hosts"] == ["node-1"] and hang["blamed_ranks"] == [stopped_rank], hang
-    pod_of = {stopped_rank: names.worker_pod(ptj["metadata"]["name"], 1),
-              1 - stopped_rank: names.worker_pod(ptj["metadata"]["name"], 0)}
+    pod_of = {stopped_rank: operator_env.worker_pod(ptj["metadata"]["name"], 1),
+              1 - stopped_rank: operator_env.worker_pod(ptj["metadata"]["name"], 0)}
     for rank, pod in pod_of.items():
         stacks = (Path(run_dir) / exitcodes.DEBUG_DIR / f"stacks-{pod}-rank{rank}.txt").read_text()
         assert 'File "' in stacks, f"no stacks from rank {rank} in {pod}"

@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from mtk.launcher.report.plots import PNG_SIGNATURE
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"  # the first 8 bytes of every PNG file (its specification, 5.2)
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -127,7 +127,7 @@ def test_pytorchjob_validates_against_operator_crd(which, tiny_eks, example_7b):
     k8s_schema.pytorchjob_validator().validate(ptj)
     # What the v1.9.0 webhook also checks: DNS-1035 name, a Worker spec, no nProcPerNode clash.
     assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", ptj["metadata"]["name"])
-    assert len(names.worker_pod(ptj["metadata"]["name"], 99)) <= 63
+    assert len(operator_env.worker_pod(ptj["metadata"]["name"], 99)) <= 63
     assert "nProcPerNode" not in ptj["spec"]["elasticPolicy"]
 
 
@@ -294,7 +294,7 @@ def test_run_id_is_always_a_short_dns_label(base):
     run = names.run_id(f"/fsx/runs/{base}")
     assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", run), run
     assert len(run) <= names.MAX_RUN_ID
-    assert len(names.worker_pod(run, 999)) <= 63
+    assert len(operator_env.worker_pod(run, 999)) <= 63
     assert names.run_id(f"/fsx/runs/{base}") == run
 
 

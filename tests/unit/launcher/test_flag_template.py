@@ -8,17 +8,27 @@ from pathlib import Path
 
 import mtk.slurm.render as slurm_render
 import pytest
-from mtk.launcher.flag_template import TemplateError, render_flags, render_text
+from mtk.launcher.flag_template import TemplateError, render_flags
 from mtk.launcher.templating import render_template
 
 STEP_FLAGS = ("train", "pyxis", "singleton", "preflight", "spare", "sqsh")
 
 
-def jinja(folder: Path, text: str, **flags: bool) -> str:
-    """The reference: ``text`` rendered by mtk's own Jinja2 path (``templating.render_template``, its settings)."""
+def _case(folder: Path, text: str) -> str:
+    """``text`` as ``templates/case.j2`` beside ``folder/owner.py``, the layout both renderers read."""
     (folder / "templates").mkdir(exist_ok=True)
     (folder / "templates" / "case.j2").write_text(text)
-    return render_template(str(folder / "owner.py"), "case.j2", **flags)
+    return str(folder / "owner.py")
+
+
+def jinja(folder: Path, text: str, **flags: bool) -> str:
+    """The reference: ``text`` rendered by mtk's own Jinja2 path (``templating.render_template``, its settings)."""
+    return render_template(_case(folder, text), "case.j2", **flags)
+
+
+def ours(folder: Path, text: str, **flags: bool) -> str:
+    """``text`` rendered by the flag renderer, as the sbatch renderer calls it (``render_flags``)."""
+    return render_flags(_case(folder, text), "case.j2", **flags)
 
 
 @pytest.mark.parametrize("combo", list(itertools.product([False, True], repeat=len(STEP_FLAGS))),
@@ -43,7 +53,7 @@ CASES = {
 @pytest.mark.parametrize("text", list(CASES.values()), ids=list(CASES))
 def test_synthetic_templates_equal_jinjas_render(text: str, tmp_path: Path) -> None:
     for x, y, z in itertools.product([False, True], repeat=3):
-        assert render_text(text, x=x, y=y, z=z) == jinja(tmp_path, text, x=x, y=y, z=z), (x, y, z)
+        assert ours(tmp_path, text, x=x, y=y, z=z) == jinja(tmp_path, text, x=x, y=y, z=z), (x, y, z)
 
 
 @pytest.mark.parametrize(("text", "says"), [
@@ -58,11 +68,11 @@ def test_synthetic_templates_equal_jinjas_render(text: str, tmp_path: Path) -> N
     ("{% if x and %}a{% endif %}", "ends without a flag"),
     ("{% if %}a{% endif %}", "a condition is missing"),
 ])
-def test_anything_outside_the_subset_is_refused_with_its_line(text: str, says: str) -> None:
+def test_anything_outside_the_subset_is_refused_with_its_line(text: str, says: str, tmp_path: Path) -> None:
     with pytest.raises(TemplateError, match=re.escape(says)):
-        render_text(text, x=True, y=True)
+        ours(tmp_path, text, x=True, y=True)
 
 
-def test_a_flag_the_template_tests_must_be_given_even_in_a_branch_not_taken() -> None:
+def test_a_flag_the_template_tests_must_be_given_even_in_a_branch_not_taken(tmp_path: Path) -> None:
     with pytest.raises(TemplateError, match="not given: tarin"):
-        render_text("{% if x %}a{% elif tarin %}b{% endif %}", x=True)
+        ours(tmp_path, "{% if x %}a{% elif tarin %}b{% endif %}", x=True)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 from mtk.launcher.report import build_report, read_metrics
-from mtk.launcher.report.plots import PNG_SIGNATURE
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"  # the first 8 bytes of every PNG file (its specification, 5.2)
 
 PLOTS = ("loss.png", "lr.png", "grad_norm.png", "throughput.png", "step_time_hist.png")
 
