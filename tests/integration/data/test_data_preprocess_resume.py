@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from mtk.data_jobs.preprocess import PreprocessConfig, preprocess
 from mtk.launcher.spec.data import TokenizerSpec
+from support.faults import ShardHold
 
 
 @pytest.mark.integration
@@ -28,14 +29,16 @@ def test_killed_run_resumes_to_identical_files(tmp_path, small_bpe, corpus):
             str(prefix), "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", str(small_bpe / "vocab.json"),
             "--merge-file", str(small_bpe / "merges.txt"), "--append-eod", "--workers", "1",
             "--shard-mb", str(shard_mb), "--no-progress"]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    hold = ShardHold(tmp_path / "hold", count=3)  # preprocess waits after its third shard until killed there
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                            env={**os.environ, **hold.env()})
     try:
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + 300  # only a hung preprocess takes this long
         while time.monotonic() < deadline and proc.poll() is None:
-            if parts.is_dir() and len(list(parts.glob("*.done"))) >= 3:
+            if hold.held():
                 os.killpg(proc.pid, signal.SIGKILL)
                 break
-            time.sleep(0.005)
+            time.sleep(0.05)
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
@@ -43,6 +46,7 @@ def test_killed_run_resumes_to_identical_files(tmp_path, small_bpe, corpus):
             proc.wait()
     assert proc.returncode == -signal.SIGKILL, f"preprocess was not killed mid-run: {proc.stderr.read()!r}"
     done_before = len(list(parts.glob("*.done")))
+    assert done_before == 3
     assert not Path(f"{prefix}_text_document.idx").exists(), "a killed run leaves no final .idx"
     assert not Path(f"{prefix}.mtk-preprocess.json").exists()
 

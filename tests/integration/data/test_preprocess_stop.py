@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+from support.faults import ShardHold
+
 
 def test_sigterm_stops_preprocess_cleanly_and_the_rerun_resumes(tmp_path, corpus, small_bpe):
     prefix = tmp_path / "out" / "stdlib"
@@ -18,13 +20,14 @@ def test_sigterm_stops_preprocess_cleanly_and_the_rerun_resumes(tmp_path, corpus
             "--vocab-file", str(small_bpe / "vocab.json"), "--merge-file", str(small_bpe / "merges.txt"),
             "--workers", "2", "--shard-mb", "0.1", "--no-progress"]
     parts = tmp_path / "out" / "stdlib.mtk-parts"
+    hold = ShardHold(tmp_path / "hold", count=1)  # each worker waits after its first shard: the stop lands mid-run
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, env={**os.environ, **hold.env()})
     try:
         deadline = time.monotonic() + 300  # only a hung preprocess takes this long
-        while not list(parts.glob("shard-*.done")) and proc.poll() is None and time.monotonic() < deadline:
+        while not hold.held() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert proc.poll() is None, "preprocess ended before any shard was done; the corpus is too small"
+        assert hold.held() and proc.poll() is None, "no worker waits after a shard; the corpus is too small"
         proc.send_signal(signal.SIGTERM)  # the coordinator alone, as docker stop / kubelet / timeout do
         _, err = proc.communicate(timeout=120)
     finally:

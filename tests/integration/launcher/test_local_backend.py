@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.faults import Hold
 
 ROOT = Path(__file__).resolve().parents[3]
 TINY = str(ROOT / "examples" / "tiny.yaml")
@@ -126,10 +127,11 @@ def test_kill_and_relaunch_resumes_exactly(uninterrupted, tmp_path):
 
 def test_cancel_leaves_nothing_running(tmp_path):
     runs = tmp_path / "runs"
-    _, run_dir = launch(runs, "cancelled", "train.iterations=500", follow=False)
+    hold = Hold(tmp_path / "hold", after=[1])  # both ranks wait after iteration 1: the cancel lands mid-run
+    _, run_dir = launch(runs, "cancelled", "train.iterations=500", follow=False, env={**os.environ, **hold.env()})
     deadline = time.time() + 600  # only fails a hung test
-    while "iteration        1/" not in (run_dir / "logs" / "train.log").read_text() and time.time() < deadline:
-        time.sleep(0.5)
+    while not hold.held(1, ranks=2) and time.time() < deadline:
+        time.sleep(0.2)
     assert "iteration        1/" in (run_dir / "logs" / "train.log").read_text(), "never trained: nothing to cancel"
     assert [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p).count(str(run_dir))], "no process to end"
     runner = int(json.loads((run_dir / "run.json").read_text())["ids"]["runner"])

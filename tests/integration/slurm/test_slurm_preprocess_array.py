@@ -10,7 +10,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from support.faults import crash_env
+from support.faults import ShardHold
 
 pytestmark = pytest.mark.integration
 
@@ -84,8 +84,9 @@ def test_four_task_array_merges_byte_identical_and_training_reads_it(harness, mt
 def test_killed_array_task_is_redone_alone_on_relaunch(harness, mtk_venv, dataset):
     data, ref = dataset
     spec = _spec(harness, data, "killed", shard_mb=0.05, max_parallel=4)
-    # Task 1 pauses after each shard (a test-only hook), so the kill lands mid-slice on any machine speed.
-    run = harness.launch(spec, f"cluster.slurm.venv={mtk_venv}", env=crash_env("slow-shard:1:3"))
+    # Task 1 waits after its first shard (a test-only hook) until it is killed there, on any machine speed.
+    hold = ShardHold(harness.root / "hold", count=1, task=1)
+    run = harness.launch(spec, f"cluster.slurm.venv={mtk_venv}", env=hold.env())
     array_id = harness.run_record(run)["ids"]["preprocess"]
     parts = data / "killed" / "c.mtk-parts"
     manifest = parts / "manifest.json"
@@ -101,7 +102,7 @@ def test_killed_array_task_is_redone_alone_on_relaunch(harness, mtk_venv, datase
     def task1_done() -> int:
         return sum((parts / f"shard-{i:06d}.done").exists() for i in of_1)
 
-    harness.wait("task 1 to finish a shard", lambda: task1_done() >= 1, timeout=300, every=0.02)
+    harness.wait("task 1 to wait after a shard", hold.held, timeout=300)
     harness.slurm("scancel", "--signal=KILL", f"{array_id}_1")
 
     def task1_ended() -> bool:  # the event the count waits for: the task is no longer pending, running or ending
@@ -111,7 +112,7 @@ def test_killed_array_task_is_redone_alone_on_relaunch(harness, mtk_venv, datase
 
     harness.wait("task 1 to end", task1_ended, timeout=300)
     kept = task1_done()
-    assert 1 <= kept < len(of_1), "killed mid-way through its slice"
+    assert kept == 1 < len(of_1), "killed mid-way through its slice"
     harness.wait_state(run, {"CANCELLED"}, timeout=300)  # train: its dependency can no longer be met
     assert not (data / "killed" / "c_text_document.idx").exists(), "no merge without task 1"
 

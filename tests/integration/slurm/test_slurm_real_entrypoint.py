@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from mtk.launcher import exitcodes
+from support.faults import Hold
 
 pytestmark = pytest.mark.integration
 
@@ -48,12 +49,12 @@ def _crash_env(harness, at: int, once: bool) -> dict[str, str]:
     return env
 
 
-def _launch_checked(harness, spec: Path, *sets: str, check: bool = True):
+def _launch_checked(harness, spec: Path, *sets: str, check: bool = True, env: dict | None = None):
     """`mtk launch` with the megatron-core check ON (the default for slurm): no --no-megatron-check."""
     args = ["launch", str(spec), "--backend", "slurm"]
     for s in sets:
         args += ["--set", s]
-    return harness.mtk(*args, check=check, timeout=600)
+    return harness.mtk(*args, check=check, timeout=600, env=env)
 
 
 def test_megatron_check_on_refuses_before_queueing(harness, mtk_venv):
@@ -67,19 +68,21 @@ def test_megatron_check_on_refuses_before_queueing(harness, mtk_venv):
 def test_singleton_successor_waits_then_exit_43_cancels_it(harness, mtk_venv, read_metrics):
     spec = harness.spec("real43", train={**TRAIN, "iterations": 200, "checkpoint.save_interval": None},
                         cluster={"slurm.singleton": True})
-    out = _launch_checked(harness, spec, f"cluster.slurm.venv={mtk_venv}")  # megatron-core accepted it
+    hold = Hold(harness.root / "hold", after=[2])  # the exit trigger is written while both ranks wait
+    out = _launch_checked(harness, spec, f"cluster.slurm.venv={mtk_venv}", env=hold.env())  # megatron-core accepted it
     run = Path(next(ln for ln in out.stdout.splitlines() if ln.startswith("run: ")).removeprefix("run: "))
     rows = harness.wait("a queued successor", lambda: len(r := harness.polled_status(run)) == 2 and r, timeout=300)
     assert rows[1]["state"] == "PENDING" and "Dependency" in rows[1]["reason"], rows
-    harness.wait("iteration 2", lambda: max(read_metrics(run), default=0) >= 2, timeout=900)
+    harness.wait("both ranks to wait after iteration 2", lambda: hold.held(2, ranks=2), timeout=900)
     harness.mtk("stop", str(run))
+    hold.release(2)
     done = harness.wait_state(run, {"COMPLETED"}, timeout=600)
     assert "stopped by the exit trigger" in done["reason"], done
     rows = harness.wait("the successor cancelled", lambda: (r := harness.polled_status(run))[1]["state"] == "CANCELLED"
                         and r, timeout=300)
     assert rows[0]["exit_code"] == 0 and len(rows) == 2, rows
     assert (run / "state" / "final").read_text() == "stopped\n"
-    assert max(read_metrics(run)) < 200
+    assert max(read_metrics(run)) == 3  # the exit trigger is read at the first iteration after the release
     harness.wait("the chain to drain", lambda: harness.active_jobs() == [], timeout=120)
 
 

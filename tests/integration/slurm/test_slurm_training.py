@@ -11,6 +11,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from support.faults import Hold
 
 pytestmark = pytest.mark.integration
 
@@ -54,16 +55,21 @@ def _workers_on(node_id: str, run: Path) -> list[int]:
 
 
 def test_kill_9_of_one_nodes_workers_requeues_and_resumes(harness, mtk_venv, reference, read_metrics):
-    run = harness.launch(harness.spec("ft", train=FT_TRAIN), f"cluster.slurm.venv={mtk_venv}")
+    # Both ranks wait after iteration FT_SAVE + 2 (the checkpoint and two more) until the kill has landed.
+    hold = Hold(harness.root / "hold", after=[FT_SAVE + 2])
+    run = harness.launch(harness.spec("ft", train=FT_TRAIN), f"cluster.slurm.venv={mtk_venv}", env=hold.env())
     job = harness.run_record(run)["ids"]["train"]
     ckpt = harness.root / "runs" / "ft" / "checkpoints" / "latest_checkpointed_iteration.txt"
-    harness.wait("a checkpoint and two more iterations", lambda: ckpt.exists()
-                 and _iteration(read_metrics, run) >= int(ckpt.read_text()) + 2, timeout=600)
+    harness.wait("both ranks to wait after a checkpoint and two more iterations",
+                 lambda: hold.held(FT_SAVE + 2, ranks=2), timeout=600)
+    assert int(ckpt.read_text()) == FT_SAVE
     killed_at = _iteration(read_metrics, run)
+    assert killed_at == FT_SAVE + 2
     victims = _workers_on("1", run)
     assert victims, "no training worker found on node2"
     for pid in victims:
         os.kill(pid, signal.SIGKILL)
+    hold.release(FT_SAVE + 2)  # node1's rank goes on into a collective with the dead rank
 
     harness.wait("the failure to be noticed and requeued", lambda: "failed exit=" in (run / "state" / "events.log")
                  .read_text(), timeout=300)
@@ -81,21 +87,26 @@ def test_kill_9_of_one_nodes_workers_requeues_and_resumes(harness, mtk_venv, ref
 def test_save_trigger_checkpoints_without_stopping_and_exit_trigger_stops_cleanly(harness, mtk_venv,
                                                                                      read_metrics):
     train = {**FT_TRAIN, "iterations": 200, "checkpoint.save_interval": None}
-    run = harness.launch(harness.spec("trig", train=train), f"cluster.slurm.venv={mtk_venv}")
+    hold = Hold(harness.root / "hold", after=[3, 8])  # each trigger is written while both ranks wait
+    run = harness.launch(harness.spec("trig", train=train), f"cluster.slurm.venv={mtk_venv}", env=hold.env())
     tracker = harness.root / "runs" / "trig" / "checkpoints" / "latest_checkpointed_iteration.txt"
-    harness.wait("iteration 3", lambda: _iteration(read_metrics, run) >= 3, timeout=600)
+    harness.wait("both ranks to wait after iteration 3", lambda: hold.held(3, ranks=2), timeout=600)
     harness.mtk("save", str(run))
+    hold.release(3)
     harness.wait("the save trigger's checkpoint", tracker.exists, timeout=300)
     saved = int(tracker.read_text())
+    assert saved == 4  # the trigger is read every log_interval (1): at the first iteration after the release
     assert harness.state(run)["state"] == "RUNNING"
-    harness.wait("training to go on", lambda: _iteration(read_metrics, run) > saved + 1, timeout=300)
+    harness.wait("both ranks to wait after iteration 8", lambda: hold.held(8, ranks=2), timeout=300)
+    assert _iteration(read_metrics, run) == 8 > saved + 1  # training went on after the save
 
     harness.mtk("stop", str(run))
+    hold.release(8)
     done = harness.wait_state(run, {"COMPLETED"}, timeout=300)
     assert "stopped by the exit trigger" in done["reason"] and "restarts" not in done["reason"]
     assert (run / "state" / "final").read_text() == "stopped\n"
     last = _iteration(read_metrics, run)
-    assert last < 200 and int(tracker.read_text()) == last
+    assert last == 9 and int(tracker.read_text()) == last  # the exit trigger is read at the next iteration
     assert harness.active_jobs() == []
 
 

@@ -126,6 +126,18 @@ def wait_for_iteration(proc: subprocess.Popen, run_dir: Path, iteration: int, ti
     raise AssertionError(f"iteration {iteration} not reached in {timeout}s")
 
 
+def wait_until(proc: subprocess.Popen, what: str, ready, timeout: float = RUN_TIMEOUT) -> None:
+    """Poll ``ready()`` while the run lives; the deadline only fails a hung run."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if proc.poll() is not None:
+            raise AssertionError(f"run ended (rc={proc.returncode}) before {what}:\n{tail(proc)}")
+        if time.monotonic() > deadline:
+            kill_tree(proc)
+            raise AssertionError(f"{what}: not within {timeout:.0f}s")
+        time.sleep(0.05)
+
+
 def last_exit(run_dir: Path) -> dict:
     return json.loads((run_dir / "state" / "last_exit.json").read_text())
 
@@ -156,7 +168,7 @@ def tr():
     return types.SimpleNamespace(
         make_job=make_job, start=start, finish=finish, run=run, tail=tail, kill_tree=kill_tree,
         signal_workers=signal_workers, records=records, by_iteration=by_iteration,
-        wait_for_iteration=wait_for_iteration, last_exit=last_exit, tracker=tracker,
+        wait_for_iteration=wait_for_iteration, wait_until=wait_until, last_exit=last_exit, tracker=tracker,
         copy_checkpoint=copy_checkpoint, env=_env, RUN_TIMEOUT=RUN_TIMEOUT)
 
 

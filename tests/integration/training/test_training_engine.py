@@ -19,7 +19,7 @@ import statistics
 
 import pytest
 from mtk.launcher import exitcodes
-from support.faults import crash_env
+from support.faults import Hold, crash_env
 
 pytestmark = pytest.mark.integration
 
@@ -42,16 +42,20 @@ def _falling(losses: list[float]) -> bool:
     return statistics.mean(losses[-k:]) < statistics.mean(losses[:k]) - 0.05
 
 
-def _interrupt_and_resume(tr, run_dir, sig_or_trigger, at: int, env=None) -> dict:
-    """Start, wait for iteration ``at``, interrupt (signal to the workers or a trigger file), restart."""
-    proc = tr.start(run_dir, env=env, tag="first")
-    tr.wait_for_iteration(proc, run_dir, at)
+def _interrupt_and_resume(tr, run_dir, sig_or_trigger, at: int) -> dict:
+    """Start; while both ranks wait after iteration ``at``, interrupt (signal to the workers or a trigger file),
+    then let them go on (the interruption is acted on at iteration ``at + 1``); restart."""
+    hold = Hold(run_dir.parent / f"{run_dir.name}-hold", after=[at])
+    proc = tr.start(run_dir, env=hold.env(), tag="first")
+    tr.wait_until(proc, f"both ranks to wait after iteration {at}", lambda: hold.held(at, ranks=2))
     if isinstance(sig_or_trigger, str):
         trigger = run_dir / sig_or_trigger
         trigger.parent.mkdir(parents=True, exist_ok=True)
         trigger.touch()
     else:
         assert tr.signal_workers(proc, sig_or_trigger) == 2
+        tr.wait_until(proc, "the workers to catch the signal", lambda: hold.signalled(at))
+    hold.release(at)
     rc1 = tr.finish(proc)
     first = {"rc": rc1, "last_exit": tr.last_exit(run_dir), "log": (run_dir / "first.log").read_text(),
              "records": tr.by_iteration(run_dir)}
@@ -225,7 +229,7 @@ def test_sigterm_saves_exits_42_and_resume_is_exact_plain_fp32(tp_ref, tp_sigter
     le = first["last_exit"]
     assert le["code"] == exitcodes.REQUEUE and le["reason"].startswith("signal SIGTERM")
     k = le["iteration"]
-    assert le["checkpoint_iteration"] == k and k >= 4
+    assert le["checkpoint_iteration"] == k == 5  # held after 4: the signal is acted on at the next iteration
     assert max(first["records"]) == k  # the iteration in flight finished, nothing after it ran
     assert res["rc2"] == 0 and f"at iteration {k}," in res["log2"]
     assert res["last_exit2"] == res["last_exit2"] | {"code": 0, "iteration": 20, "reason": "completed"}
@@ -238,7 +242,7 @@ def test_sigusr2_saves_exits_42_and_resume_is_exact_distributed_bf16(dp_ref, dp_
     assert le["code"] == exitcodes.REQUEUE and le["reason"].startswith("signal SIGUSR2")
     assert "exitcode  : 42" in res["first"]["log"]
     k = le["iteration"]
-    assert le["checkpoint_iteration"] == k
+    assert le["checkpoint_iteration"] == k == 6
     assert res["rc2"] == 0
     _assert_resume_exact(dp_ref, d, k)
 
@@ -275,7 +279,7 @@ def test_exit_trigger_saves_exits_43_and_resume_is_exact_distributed_fp32(dist_f
     assert le["code"] == exitcodes.STOPPED and le["reason"] == "exit trigger"
     assert "exitcode  : 43" in first["log"]
     k = le["iteration"]
-    assert le["checkpoint_iteration"] == k >= 3
+    assert le["checkpoint_iteration"] == k == 4
     assert not (d / exitcodes.EXIT_TRIGGER).exists()  # consumed, so the restart runs
     assert res["rc2"] == 0
     _assert_resume_exact(dist_fp32_ref, d, k)

@@ -44,8 +44,8 @@ def _job(tmp: Path, bpe_dir: Path, corpus: str, shards: int, **corpus_fields) ->
     return tmp / "job.json"
 
 
-def _task(job: Path, index: int | None, *extra: str) -> subprocess.Popen:
-    env = {**os.environ}
+def _task(job: Path, index: int | None, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    env = {**os.environ, **(env or {})}
     if index is not None:
         env["JOB_COMPLETION_INDEX"] = str(index)  # what an Indexed Job's pod gets
     return subprocess.Popen([sys.executable, "-m", "mtk.launcher.entrypoint", "preprocess", "--job", str(job),
@@ -87,6 +87,8 @@ def test_killed_task_redoes_only_its_unfinished_shards_and_merge_waits_for_it(tm
     import signal
     import time
 
+    from support.faults import ShardHold
+
     docs = docs * 8
     ref = _reference(tmp_path, bpe_dir, docs, corpus_formats)
     job = _job(tmp_path, bpe_dir, "corpus", shards=3)
@@ -96,14 +98,15 @@ def test_killed_task_redoes_only_its_unfinished_shards_and_merge_waits_for_it(tm
         out = _task(job, i).communicate(timeout=300)[0]
         assert "other tasks still running" in out
     others = {p.name: p.stat().st_mtime_ns for p in parts.glob("shard-*.done")}
-    victim = _task(job, 1)
-    deadline = time.monotonic() + 120
-    while len(list(parts.glob("shard-*.done"))) < len(others) + 2 and time.monotonic() < deadline:
-        time.sleep(0.005)
+    hold = ShardHold(tmp_path / "hold", count=2)  # task 1 waits after its second shard until killed there
+    victim = _task(job, 1, env=hold.env())
+    deadline = time.monotonic() + 120  # only a hung task takes this long
+    while not hold.held() and victim.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
     victim.send_signal(signal.SIGKILL)
     victim.communicate(timeout=60)
     survived = len(list(parts.glob("shard-*.done"))) - len(others)
-    assert survived >= 2, "task 1 was killed after finishing some shards"
+    assert survived == 2, "task 1 was killed after finishing two shards"
 
     merge = _task(job, None, "--merge")
     text = merge.communicate(timeout=120)[0]
