@@ -72,4 +72,4 @@ def test_tokens_axis_scales_by_each_runs_sequence_length(tmp_path):
 def test_same_run_twice_is_refused(tmp_path):
     a = _run(tmp_path, "a", 0.0)
     result = CliRunner().invoke(cli, ["report", str(a), str(a), "--no-wandb"])
-    assert result.exit_code == 1 and "named twice" in result.output
+    assert result.exit_code == 2 and "named twice" in result.output  # bad input (README: exit 2)
