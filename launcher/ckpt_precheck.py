@@ -20,9 +20,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .exitcodes import CHECKPOINTS_DIR
+from mtk.checkpoint_paths import TRACKER, checkpoint_dir
 
-TRACKER = "latest_checkpointed_iteration.txt"
 RELEASE = "release"
 
 
@@ -53,7 +52,7 @@ def check_resume_checkpoint_once(job, run_dir: str, env=os.environ) -> None:
 
 
 def checkpoint_root(job, run_dir: str) -> Path:
-    return Path(job.train.checkpoint.dir or os.path.join(run_dir, CHECKPOINTS_DIR))
+    return Path(checkpoint_dir(job.train.checkpoint.dir, run_dir))
 
 
 def check_resume_checkpoint(job, run_dir: str) -> None:

@@ -3,6 +3,8 @@
 The Slurm script, the PyTorchJob restart policy and ``mtk status`` all read these; change them only here.
 """
 
+from mtk import checkpoint_paths
+
 OK = 0
 FAILED = 1
 USAGE = 2
@@ -21,7 +23,7 @@ PREFLIGHT = 46
 # Paths inside a run dir.
 JOB_FILE = "job.json"
 METRICS_FILE = "metrics.jsonl"
-CHECKPOINTS_DIR = "checkpoints"
+CHECKPOINTS_DIR = checkpoint_paths.CHECKPOINTS_DIR  # a run's own checkpoints when train.checkpoint.dir is unset
 TENSORBOARD_DIR = "tensorboard"
 LOGS_DIR = "logs"
 DEBUG_DIR = "debug"

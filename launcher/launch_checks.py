@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .exitcodes import CHECKPOINTS_DIR
+from mtk.checkpoint_paths import checkpoint_dir
+
 from .spec.errors import Problem, SpecError
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ def running_writer(job: Job, run_dir: str) -> list[Problem]:
     from mtk.training.lease import LEASE, describe, live_holder
 
     field = "train.checkpoint.dir"
-    root = job.train.checkpoint.dir or f"{run_dir.rstrip('/')}/{CHECKPOINTS_DIR}"
+    root = checkpoint_dir(job.train.checkpoint.dir, run_dir)
     holder = live_holder(root, run_dir)
     if holder is None:
         return []

@@ -1,15 +1,17 @@
 """Make a job's paths explicit at launch, so every node and the engine read the same absolute values.
 
 Relative ``cluster.runs_dir`` and ``data.dir`` are taken relative to where ``mtk launch`` runs (a cluster node's
-working directory differs). Checkpoints default to ``<runs_dir>/<name>/checkpoints``: shared by every run of
-the same job name, so launching the same spec again resumes from the latest checkpoint (as Megatron's
-``--save``/``--load`` pair does).
+working directory differs). Checkpoints default to ``<runs_dir>/<name>/checkpoints``
+(:func:`mtk.checkpoint_paths.default_dir`: shared by every run of the same job name, so launching the same spec
+again resumes from the latest checkpoint).
 """
 
 from __future__ import annotations
 
 import os
 from typing import TYPE_CHECKING
+
+from mtk import checkpoint_paths
 
 if TYPE_CHECKING:
     from .spec import Job
@@ -32,7 +34,7 @@ def resolve_paths(job: Job, backend: str, cwd: str | None = None) -> Job:
         job.data.dir = _absolute(job.data.dir, base)
     ckpt = job.train.checkpoint
     if ckpt.dir is None:
-        ckpt.dir = f"{job.cluster.runs_dir.rstrip('/')}/{job.name}/checkpoints"
+        ckpt.dir = checkpoint_paths.default_dir(job.cluster.runs_dir, job.name)
     elif not remote:
         ckpt.dir = _absolute(ckpt.dir, cwd or os.getcwd())
     return job

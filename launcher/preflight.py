@@ -30,6 +30,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from mtk import checkpoint_paths
 from mtk.files import atomic_write
 
 from . import exitcodes
@@ -149,7 +150,7 @@ def node_checks(job, run_dir: str) -> NodeHealth:
         health.checks.append(asdict(c))
         if c.status == doctor.FAIL:
             health.problems.append(f"doctor {c.name}: {c.detail}" + (f" -> {c.fix}" if c.fix else ""))
-    ckpt = job.train.checkpoint.dir or str(Path(job.cluster.runs_dir) / job.name / exitcodes.CHECKPOINTS_DIR)
+    ckpt = job.train.checkpoint.dir or checkpoint_paths.default_dir(job.cluster.runs_dir, job.name)
     health.problems += storage_problems({"run dir": run_dir, "train.checkpoint.dir": ckpt, "data.dir": job.data.dir})
     problems, checks = tool_problems(job)
     health.problems += problems

@@ -20,6 +20,8 @@ from mtk.launcher.flag_template import render_flags
 from mtk.launcher.netenv import network_env
 from mtk.launcher.spec.errors import Problem, SpecError
 
+from mtk.checkpoint_paths import checkpoint_dir as _checkpoint_dir
+
 from .directives import check_extra, directive
 from .quoting import QuotingError, sh
 
@@ -102,7 +104,7 @@ def render(job: Job, run_dir: str) -> Artifacts:
 
 
 def checkpoint_dir(job: Job, run_dir: str) -> str:
-    return job.train.checkpoint.dir or f"{run_dir}/{exitcodes.CHECKPOINTS_DIR}"
+    return _checkpoint_dir(job.train.checkpoint.dir, run_dir)
 
 
 def render_script(job: Job, run_dir: str, sub: Submission) -> str:

@@ -1,6 +1,7 @@
 """The on-disk layout of a checkpoint dir, and publishing into it with an atomically updated tracker.
 
-Layout of the checkpoint dir (``train.checkpoint.dir`` or ``<run_dir>/checkpoints``)::
+Layout of the checkpoint dir (``train.checkpoint.dir``: a launch sets it, by default to
+``<runs_dir>/<name>/checkpoints``; see :mod:`mtk.checkpoint_paths`)::
 
     iter_0000010/                     a published checkpoint (model, optimizer, scheduler, RNG, data position)
     iter_0000020.partial/             being written; never read; removed at the next start
@@ -21,11 +22,11 @@ import re
 import shutil
 from pathlib import Path
 
+from mtk.checkpoint_paths import TRACKER
 from mtk.files import atomic_write
 
 # mtk's namespace in a checkpoint's common state (Megatron-LM ignores keys it does not know).
 MTK_KEY = "mtk"
-TRACKER = "latest_checkpointed_iteration.txt"
 PARTIAL_SUFFIX = ".partial"
 _ITER_DIR = re.compile(r"^iter_(\d{7,})$")
 

@@ -11,7 +11,7 @@ class CheckpointSpec(Section):
     """Where and how often to save. Resume is automatic from ``dir``'s latest-iteration tracker."""
 
     dir: str | None = Field(
-        None, description="Checkpoint directory on shared storage (default: <run dir>/checkpoints)."
+        None, description="Checkpoint directory on shared storage (default: <runs_dir>/<name>/checkpoints)."
     )
     save_interval: int | None = Field(
         None, ge=1, description="Iterations between saves (None: only at the end/on signal)."
