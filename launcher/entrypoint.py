@@ -3,7 +3,8 @@
     mtk-entrypoint getdata    --job JOB.json   fetch corpus + tokenizer files
     mtk-entrypoint preprocess --job JOB.json   JSONL -> Megatron .bin/.idx (also takes Megatron's own flags)
     mtk-entrypoint train      --job JOB.json   derive rendezvous from the environment, run torchrun
-    mtk-entrypoint worker     --job JOB.json   one training rank (what torchrun starts)
+    mtk-entrypoint worker     --job JOB.json   one training rank (torchrun starts the same module directly:
+                                               ``-m mtk.training.worker``)
     mtk-entrypoint doctor                      pre-flight: torch/CUDA/NCCL/EFA/megatron.core
     mtk-entrypoint preflight  --job JOB.json   health gate on every node: doctor, storage, all-reduce check
 

@@ -1,4 +1,5 @@
-"""Model size presets: MISSION.md's GPT table, Llama-2/3, and a ``tiny`` model that trains on a CPU.
+"""Model size presets: GPT-3 style sizes (the AWS Megatron-LM test case's table), Llama-2/3, the 8B GPT of
+``examples/seed-multinode.yaml``, and a ``tiny`` model that trains on a CPU.
 
 A preset is a plain dict of ``ModelSpec`` fields; explicit fields in the job spec override it.
 """
@@ -48,7 +49,7 @@ PRESETS: dict[str, dict] = {
     "gpt-76.1b": _gpt(80, 10240, 60),
     "gpt-145.6b": _gpt(96, 12288, 80),
     "gpt-310.1b": _gpt(128, 16384, 96),
-    # The seed run.slurm model: 32 layers, hidden 4096, FFN 14336, 32 heads, seq 2048.
+    # The GPT of examples/seed-multinode.yaml: 32 layers, hidden 4096, FFN 14336, 32 heads, seq 2048.
     "seed-8b": {**_GPT_COMMON, "num_layers": 32, "hidden_size": 4096, "ffn_hidden_size": 14336,
                 "num_attention_heads": 32},
     "llama2-7b": _llama(32, 4096, 11008, 32, 32, 4096, 32000),
