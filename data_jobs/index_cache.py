@@ -20,8 +20,9 @@ def build_index_cache(job_json: str, log: Any = print) -> str | None:
     if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("torch") is None:
         log("index cache: megatron-core is not installed in this environment; the training ranks build it")
         return None
-    from mtk.training import compat
+    from mtk.training import compat, quiet
 
+    quiet.single_process()  # megatron-core's import-time TE/Apex notes and its rank guess: this process is rank 0
     compat.install_import_stubs()  # what the training worker does before importing megatron.core
     from mtk.launcher.spec import load_job_json
     from mtk.training import data

@@ -119,6 +119,11 @@ class LocalBackend(Backend):
         return Run(backend=self.name, run_dir=str(run_dir), name=job.name, ids={"runner": str(proc.pid)},
                    extra={"host": socket.gethostname()})
 
+    def submitted_note(self, run: Run, options: Mapping[str, object], stopped: object) -> str:
+        """What the ``runner: PID`` line is: the detached process that runs the steps (what cancel signals)."""
+        return (f"runner: pid {run.ids.get('runner')} is the process that runs this run's steps, detached from "
+                f"this shell so the run outlives it; `mtk cancel {run.run_dir}` ends it")
+
     def status(self, run: Run) -> list[StepStatus]:
         state = read_state(run.run_dir)
         runner = int(run.ids.get("runner", "0"))
@@ -198,7 +203,7 @@ def _check_logs_filter(plan: dict, step: str | None, node: str | None, host: str
 
 def _finished(run: Run, step: str, runner: int) -> bool:
     info = read_state(run.run_dir).get("steps", {}).get(step, {})
-    return info.get("state") in ("COMPLETED", "FAILED", "CANCELLED") or not _alive(runner)
+    return info.get("state") in ("COMPLETED", "STOPPED", "FAILED", "CANCELLED") or not _alive(runner)
 
 
 def _alive(pid: int) -> bool:

@@ -41,6 +41,27 @@ def _resolve(argv: list[str]) -> list[str]:
     return argv
 
 
+def _step_state(rc: int, cancelled: bool) -> str:
+    """A step's end as ``mtk status`` shows it; 43 is the engine's "stopped as asked" (``mtk stop``), not a
+    failure."""
+    if cancelled:
+        return "CANCELLED"
+    if rc == exitcodes.STOPPED:
+        return "STOPPED"
+    return "COMPLETED" if rc == 0 else "FAILED"
+
+
+def stopped_reason(run_dir: str | Path) -> str:
+    """Where a stopped run stopped and what it saved, from the engine's ``state/last_exit.json``."""
+    try:
+        last = json.loads((Path(run_dir) / exitcodes.STATE_DIR / "last_exit.json").read_text())
+        at, saved = int(last["iteration"]), last.get("checkpoint_iteration")
+    except (OSError, ValueError, KeyError, TypeError):
+        return "stopped by the exit trigger (mtk stop); checkpoint saved"
+    return (f"stopped by the exit trigger (mtk stop) at iteration {at}, checkpoint {saved}; "
+            "launching again resumes")
+
+
 def run(run_dir: Path) -> int:
     plan = json.loads((run_dir / STEPS_FILE).read_text())
     state: dict = {"runner_pid": os.getpid(), "steps": {s["step"]: {"state": "PENDING"} for s in plan["steps"]}}
@@ -61,7 +82,8 @@ def run(run_dir: Path) -> int:
         name = step["step"]
         entry = state["steps"][name]
         if current.get("cancelled") or rc != 0:
-            entry.update(state="CANCELLED", reason="an earlier step did not complete" if rc else "cancelled")
+            why = "the run was stopped (mtk stop)" if rc == exitcodes.STOPPED else "an earlier step did not complete"
+            entry.update(state="CANCELLED", reason=why if rc else "cancelled")
             continue
         log = run_dir / exitcodes.LOGS_DIR / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -71,11 +93,9 @@ def run(run_dir: Path) -> int:
             entry.update(state="RUNNING", pid=proc.pid, started=time.time(), log=str(log))
             _save(run_dir, state)
             rc = proc.wait()
-        entry.update(
-            ended=time.time(),
-            exit_code=rc,
-            state="CANCELLED" if current.get("cancelled") else ("COMPLETED" if rc == 0 else "FAILED"),
-        )
+        entry.update(ended=time.time(), exit_code=rc, state=_step_state(rc, bool(current.get("cancelled"))))
+        if entry["state"] == "STOPPED":
+            entry["reason"] = stopped_reason(run_dir)
         _save(run_dir, state)
     state["done"] = True
     _save(run_dir, state)

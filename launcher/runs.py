@@ -19,6 +19,8 @@ class Run:
 
     ``run_dir`` is the run dir as the nodes/pods see it; ``record_dir`` is where this machine keeps the run
     record when that path is not local (EKS pods write to FSx, the laptop keeps ``./runs/<run>``).
+    ``launch_error`` is set when ``mtk launch`` failed after writing the run dir (a refused ``sbatch``, an API
+    error mid-apply): such a record tells the truth in ``mtk ls``/``status`` and is never the default RUN.
     """
 
     backend: str
@@ -28,6 +30,7 @@ class Run:
     ids: dict[str, str] = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
     record_dir: str = ""
+    launch_error: str = ""
 
     @property
     def job_file(self) -> Path:
@@ -35,7 +38,10 @@ class Run:
 
     def save(self) -> Path:
         path = Path(self.record_dir or self.run_dir) / RECORD
-        atomic_write(path, json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
+        data = asdict(self)
+        if not self.launch_error:  # a submitted run's record keeps the fields it always had
+            del data["launch_error"]
+        atomic_write(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
         return path
 
     @classmethod
@@ -47,13 +53,13 @@ class Run:
         except (ValueError, UnicodeDecodeError) as exc:
             raise DamagedRecord(f"{path}: the run record is damaged ({exc}); it is rewritten at launch only — "
                                 f"restore it from a copy, or pass the run dir of another run") from None
-        fields = {"backend", "run_dir", "name", "created", "ids", "extra", "record_dir"}
+        fields = {"backend", "run_dir", "name", "created", "ids", "extra", "record_dir", "launch_error"}
         if not isinstance(data, dict) or not {"backend", "run_dir", "name"} <= set(data) or set(data) - fields:
             raise DamagedRecord(f"{path}: not an mtk run record (needs backend, run_dir, name; may have "
                                 f"{', '.join(sorted(fields - {'backend', 'run_dir', 'name'}))})")
         types: dict[str, type | tuple[type, ...]]
         types = {"backend": str, "run_dir": str, "name": str, "created": (int, float), "ids": dict, "extra": dict,
-                 "record_dir": str}
+                 "record_dir": str, "launch_error": str}
         bad = [k for k, v in data.items() if not isinstance(v, types[k]) or isinstance(v, bool)]
         if bad or not all(isinstance(v, str) for v in data.get("ids", {}).values()):
             raise DamagedRecord(f"{path}: the run record is damaged (wrong type for {', '.join(bad) or 'ids'})")
@@ -121,8 +127,18 @@ def run_records(runs_dir: str | Path = "runs") -> list[Run]:
 
 
 def newest_run(runs_dir: str | Path = "runs") -> Run:
+    """The newest run whose launch submitted it: a failed launch has nothing to follow, so it is never the
+    default RUN (``mtk status NAME`` still shows it)."""
     runs = run_records(runs_dir)
-    if not runs:
-        raise RunNotFound(f"no runs under {Path(runs_dir)}/ (no */{RECORD}): launch one with `mtk launch`, "
-                          "or pass RUN / --runs-dir")
-    return runs[0]
+    submitted = [r for r in runs if not r.launch_error]
+    if not submitted:
+        failed = "".join(f"; {Path(r.record_dir or r.run_dir).name}: its launch failed ({r.launch_error})"
+                         for r in runs[:3])
+        raise RunNotFound(f"no runs under {Path(runs_dir)}/ (no */{RECORD} of a submitted run{failed}): launch "
+                          "one with `mtk launch`, or pass RUN / --runs-dir")
+    return submitted[0]
+
+
+def failed_launches_since(run: Run, runs_dir: str | Path = "runs") -> list[Run]:
+    """The failed launches newer than ``run``: what a bare ``mtk status`` passed over, to say so."""
+    return [r for r in run_records(runs_dir) if r.launch_error and (r.created, r.run_dir) > (run.created, run.run_dir)]

@@ -14,10 +14,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import exitcodes
+from .run_outcome import nothing_to_do
 from .runs import RECORD, Run, run_records
 
-# Folding step states into one run state: the first rule that matches wins.
-_FOLD = ("FAILED", "CANCELLED", "RUNNING", "PENDING", "UNKNOWN")
+# Folding step states into one run state: the first rule that matches wins. STOPPED (``mtk stop``: checkpoint
+# saved, the engine's exit 43) ends a run as asked; it shows unless something failed or still runs.
+_FOLD = ("FAILED", "CANCELLED", "RUNNING", "PENDING", "STOPPED", "UNKNOWN")
 
 
 @dataclass
@@ -39,7 +41,8 @@ class RunRow:
 
 
 def fold_states(states: list[str]) -> str:
-    """Step states → one: any failure shows, then cancellations, then work in progress; all done is done."""
+    """Step states → one: any failure shows, then cancellations, then work in progress, then a stop; all done is
+    done."""
     if states and all(s == "COMPLETED" for s in states):
         return "COMPLETED"
     return next((s for s in _FOLD if s in states), "UNKNOWN")
@@ -49,7 +52,12 @@ def _state(run: Run) -> tuple[str, str]:
     from .backends import get_backend
 
     try:
-        steps = get_backend(run.backend).status(run)
+        if run.launch_error:
+            from .failed_launch import launch_steps
+
+            steps = launch_steps(run)
+        else:
+            steps = get_backend(run.backend).status(run)
     except Exception as exc:  # a cluster out of reach must not hide the other runs
         return "UNKNOWN", f"{run.backend} status failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
     reasons = [f"{s.step}: {s.reason}" for s in steps if s.reason and s.state not in ("COMPLETED", "RUNNING")]
@@ -84,6 +92,9 @@ def row(run: Run) -> RunRow:
     state, reason = _state(run)
     readable = Path(run.run_dir) if Path(run.run_dir).is_dir() else Path(run.record_dir or run.run_dir)
     p = _progress(readable)
+    if p.get("iteration") is None and (done := nothing_to_do(readable)) is not None:
+        p["iteration"] = done  # a relaunch with nothing to do: where its checkpoint stood, not 0
+        reason = "; ".join(filter(None, [reason, f"trained nothing: its checkpoint was already at iteration {done}"]))
     return RunRow(name=Path(run.record_dir or run.run_dir).name, backend=run.backend, state=state,
                   iteration=p.get("iteration"), total=_total(readable), loss=p.get("loss"),
                   tokens_per_s=p.get("tokens_per_s"), restarts=p.get("restarts", 0), started=run.created,

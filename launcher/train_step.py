@@ -127,12 +127,13 @@ def read_last_exit(run_dir: str, since: float) -> dict | None:
 
 
 def outcome(agent_rc: int, last_exit: dict | None, signalled: bool, restarts_failed_containers: bool = False) -> int:
-    """One exit code for the scheduler: the engine's REQUEUE/STOPPED win over torchrun's generic failure.
+    """One exit code for the scheduler: the engine's REQUEUE/STOPPED, and USAGE for a refusal it stated in one
+    line (its workers exit 0 under torchrun so that no traceback buries it), win over torchrun's own result.
 
     Where the scheduler restarts a container that exits non-zero (a PyTorchJob's restartPolicy OnFailure), a
     deliberate stop must exit 0, or the container restarts and trains on after ``mtk stop``.
     """
-    if last_exit and last_exit.get("code") in (exitcodes.REQUEUE, exitcodes.STOPPED):
+    if last_exit and last_exit.get("code") in (exitcodes.REQUEUE, exitcodes.STOPPED, exitcodes.USAGE):
         if restarts_failed_containers and last_exit["code"] == exitcodes.STOPPED:
             return exitcodes.OK
         return int(last_exit["code"])

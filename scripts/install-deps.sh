@@ -22,6 +22,14 @@ case "$what" in
 esac
 
 say() { echo "install-deps: $*" >&2; }
+# One line per stage as it starts, with the time the previous one took: the whole install is 40-60 s and each
+# stage is silent on its own (--quiet), so a user sees what it is doing instead of a pause.
+stage_start=$SECONDS
+stage() {
+  local took=$((SECONDS - stage_start))
+  stage_start=$SECONDS
+  say "$* (previous step: ${took} s)"
+}
 
 install_debian_packages() {
   if [[ "$(id -u)" != 0 ]]; then
@@ -79,6 +87,8 @@ rm -f "$VENV"/.mtk-deps-*
 uv_req="$(mktemp)"
 trap 'rm -f "$uv_req"' EXIT
 locked uv "$LOCK" >"$uv_req"
+stage_start=$SECONDS
+say "[1/5] uv $(grep -o '^uv==[^ ]*' "$uv_req" | cut -d= -f3) into $VENV (pip, hash-checked)"
 PIP_CONFIG_FILE=/dev/null "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --require-hashes -r "$uv_req"
 uv=("$VENV/bin/uv" pip)
 export UV_LINK_MODE="${UV_LINK_MODE:-copy}"
@@ -88,6 +98,7 @@ target=(--python "$VENV/bin/python")
 # PYTHONDONTWRITEBYTECODE (this machine kind and its CI do), nothing is cached at import, so each process would
 # compile torch and transformers from source again (~10 CPU s per process that imports torch + megatron.core on
 # 2 cores: every torchrun rank, megatron-core check and entrypoint step).
+stage "[2/5] $(grep -c '^[A-Za-z0-9]' "$LOCK") packages from $LOCK with uv (torch from $WHEELS; downloads and bytecode: the long step)"
 if [[ "$what" == test ]]; then
   # Exactly the lock: anything else in the venv is removed.
   "${uv[@]}" sync --quiet "${target[@]}" --require-hashes --compile-bytecode --find-links "$WHEELS" "$LOCK"
@@ -96,9 +107,12 @@ else
 fi
 # megatron-core 0.19.2 declares Requires-Python >=3.12 but its cp311 wheel works (shared/notes): it alone is
 # installed past that check, without dependencies (the lock already holds them).
+stage "[3/5] megatron-core from requirements/megatron-core.txt (pip, past its Python >=3.12 check)"
 PIP_CONFIG_FILE=/dev/null "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --ignore-requires-python \
   --only-binary=:all: --require-hashes -r requirements/megatron-core.txt
+stage "[4/5] mtk itself (editable, from this checkout)"
 "${uv[@]}" install --quiet "${target[@]}" --no-deps --no-build-isolation -e .
+stage "[5/5] bytecode of mtk's own sources"
 # mtk's own sources too (pip compiles megatron-core itself): the folders setup.py maps onto the package.
 "$VENV/bin/python" - <<'PY'
 import ast, compileall, sys
@@ -109,4 +123,5 @@ sys.exit(not all(compileall.compile_dir(f, quiet=1, workers=0) for f in ("mtk", 
 PY
 
 fingerprint "$LOCK" >"$VENV/.mtk-deps-$what"
+stage "stamp written"
 say "$VENV ready ($what, $LOCK) in $((SECONDS - start)) s"

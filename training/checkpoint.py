@@ -139,14 +139,26 @@ class CheckpointManager:
     # every rank
     def prepare(self) -> None:
         """Create the dir and remove partial saves left by a crash (rank 0), then sync."""
+        import torch
         import torch.distributed as dist
 
+        refused = None
         if dist.get_rank() == 0:
             self.root.mkdir(parents=True, exist_ok=True)
-            lease.acquire(self.root, self.owner)  # before touching partials: they may be another run's save
-            for p in remove_partials(self.root):
-                self.log(f"[checkpoint] removed partial save {p} left by an interrupted run")
-        dist.barrier()
+            try:
+                lease.acquire(self.root, self.owner)  # before touching partials: they may be another run's save
+            except lease.LeaseHeld as exc:
+                refused = exc
+            else:
+                for p in remove_partials(self.root):
+                    self.log(f"[checkpoint] removed partial save {p} left by an interrupted run")
+        # rank 0's verdict reaches every rank, so all stop together (none is left in a collective)
+        flag = torch.tensor([1.0 if refused else 0.0], device=torch.cuda.current_device())
+        dist.all_reduce(flag)
+        if refused is not None:
+            raise refused
+        if flag.item():
+            raise lease.LeaseHeld(f"checkpoint dir {self.root}: rank 0 was refused its lease (its line says why)")
 
     def latest(self) -> int | None:
         return read_tracker(self.root)
@@ -239,6 +251,7 @@ def load_checkpoint(found: tuple[Path, int, bool], model: list, optimizer, sched
     from megatron.core import dist_checkpointing
     from megatron.core.utils import unwrap_model
 
+    from . import lr_resume
     from .interop import megatron_lm
 
     path, iteration, release = found
@@ -275,7 +288,13 @@ def load_checkpoint(found: tuple[Path, int, bool], model: list, optimizer, sched
         else:
             optimizer.load_state_dict(loaded["optimizer"])
     restore_adam_steps(optimizer)
+    gbs = job.train.global_batch_size
+    spec_schedule = lr_resume.of_scheduler(scheduler, gbs)  # before load_state_dict: "keep" overwrites it
     scheduler.load_state_dict(loaded["opt_param_scheduler"])
+    line = lr_resume.resume_line(scheduler, spec_schedule, loaded["opt_param_scheduler"], gbs,
+                                 job.train.lr_schedule_on_resume)
+    if line:
+        log(line)
     if plan.restore_rng and "rng_state" in loaded:
         megatron_lm.set_rng_state(loaded["rng_state"])
     return {"iteration": iteration, "consumed_samples": consumed, "path": str(path)}

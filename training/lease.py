@@ -19,10 +19,12 @@ import socket
 import time
 from pathlib import Path
 
+from .refusal import Refused
+
 LEASE = ".mtk-writer.json"
 
 
-class LeaseHeld(RuntimeError):
+class LeaseHeld(Refused):
     """Another live run writes to this checkpoint dir."""
 
 

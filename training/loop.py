@@ -22,12 +22,13 @@ from typing import TYPE_CHECKING, Any
 from mtk.launcher import exitcodes
 
 from . import compat
+from .refusal import Refused
 
 if TYPE_CHECKING:
     from mtk.launcher.spec import Job
 
 
-class EngineError(RuntimeError):
+class EngineError(Refused):
     """A job the engine cannot run on this machine; the message names the field and the fix."""
 
 
@@ -320,6 +321,9 @@ class Trainer:
                               padded_vocab_size=self.padded_vocab,
                               flops_so_far=self.iteration * flops_per_iteration(self.job, self.padded_vocab),
                               tokenizer=self.tokenizer_record)
+        from .lr_resume import record_in_args
+
+        record_in_args(common["args"], self.scheduler, self.job.train.global_batch_size)
         with params_synced(self.model, self.optimizer, self.plan):
             path = self.ckpt.save(self.iteration, self.model, self.optimizer, self.scheduler, common,
                                   self.job.parallel.distributed_optimizer, blocking=blocking,
@@ -426,6 +430,9 @@ def train(job: Job, run_dir: str | Path) -> int:
     try:
         trainer.setup()
         code, reason = trainer.run()
+    except Refused as exc:  # every rank refuses together (see refusal.py): one line, no traceback
+        code, reason = exitcodes.USAGE, str(exc)
+        _log(rank, f"[mtk] error: {exc}")
     except BaseException as exc:
         reason = f"{type(exc).__name__}: {exc}"[:500]
         if rank == 0:
@@ -435,7 +442,8 @@ def train(job: Job, run_dir: str | Path) -> int:
         trainer.close()
     if rank == 0:
         write_last_exit(run_dir, code, trainer.iteration, reason, _ckpt_iter(trainer))
-    _log(rank, f"[mtk] exit {code}: {reason} (iteration {trainer.iteration})")
+    said = "refused (the error above)" if code == exitcodes.USAGE else reason
+    _log(rank, f"[mtk] exit {code}: {said} (iteration {trainer.iteration})")
     from .distributed import shutdown
 
     shutdown()

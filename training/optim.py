@@ -131,14 +131,17 @@ def build_optimizer(job: Job, model: list, plan: DevicePlan | None = None):
 def build_scheduler(job: Job, optimizer):
     """Megatron's OptimizerParamScheduler, stepped once per iteration (sample counts are iterations × gbs).
 
-    On resume the job spec's schedule wins over the checkpoint's (``override_opt_param_scheduler``): only
-    the step count comes from the checkpoint, so extending ``train.iterations`` re-plans the decay instead
-    of failing (Megatron-LM's default) or silently keeping the old horizon.
+    On resume, ``train.lr_schedule_on_resume`` decides whose schedule wins when the checkpoint's differs from the
+    spec's: ``keep`` loads the checkpoint's (``use_checkpoint_opt_param_scheduler``), ``replan`` the spec's at the
+    checkpoint's step (``override_opt_param_scheduler``). Megatron-LM's default, asserting they match, is not
+    offered: extending ``train.iterations`` is the common case and must work; ``training/lr_resume.py`` logs the
+    difference either way.
     """
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
     t = job.train
     gbs = t.global_batch_size
+    keep = t.lr_schedule_on_resume == "keep"
     return OptimizerParamScheduler(
         optimizer,
         init_lr=0.0,
@@ -151,6 +154,6 @@ def build_scheduler(job: Job, optimizer):
         end_wd=t.weight_decay,
         wd_incr_steps=t.iterations * gbs,
         wd_incr_style="constant",
-        use_checkpoint_opt_param_scheduler=False,
-        override_opt_param_scheduler=True,
+        use_checkpoint_opt_param_scheduler=keep,
+        override_opt_param_scheduler=not keep,
     )

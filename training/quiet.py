@@ -19,6 +19,17 @@ megatron-core's log records, by logger), never by category, so a new or unexpect
   ``training/checkpoint.py``). Printed once per rank per run.
 * "... DTensor instead and we are deprecating ShardedTensor": torch's note about megatron-core's checkpoint
   format, which mtk must keep writing for Megatron-LM compatibility.
+* "torch.distributed is disabled, unavailable or uninitialized, assuming the intent is to load in a single
+  process" and "The argument order of load has been changed": torch.distributed.checkpoint's notes on every
+  resume (three per rank), because megatron-core reads the common state and the metadata on each rank on purpose
+  with ``no_dist=True`` and passes the storage reader positionally; nothing for the user to change.
+
+One process that is rank 0 by design (:func:`single_process`: the preprocess step's index-cache build) also drops
+megatron-core's "Could not determine rank from torch.distributed, RANK, or SLURM_PROCID. Defaulting to rank 0.":
+rank 0 is right there.
+
+``MTK_DEBUG=1`` (the switch ``mtk --debug`` sets, inherited by a run the launching shell starts) turns every
+filter here off, so anything this module hides can be seen again.
 
 On a CPU run only (:func:`for_device`): megatron-core's tensor-parallel layers recommend
 ``CUDA_DEVICE_MAX_CONNECTIONS=1`` whenever TP > 1 (async grad all-reduce) or sequence parallelism is on. The
@@ -37,6 +48,12 @@ WARNINGS: tuple[str, ...] = (
     r"Transformer Engine and Apex are not installed\. Falling back to ",
     r"MimoModelConfig is experimental and still under active development",
     r"Please use DTensor instead and we are deprecating ShardedTensor",
+    r"torch\.distributed is disabled, unavailable or uninitialized, assuming the intent is to load in a single "
+    r"process",
+    r"The argument order of load has been changed",
+)
+SINGLE_PROCESS_WARNINGS: tuple[str, ...] = (
+    r"Could not determine rank from torch\.distributed, RANK, or SLURM_PROCID",
 )
 CPU_WARNINGS: tuple[str, ...] = (
     r"When using sequence parallelism it is recommended to set the environment variable "
@@ -62,8 +79,17 @@ class _DropKnown(logging.Filter):
 _FILTER = _DropKnown()
 
 
+def _debug() -> bool:
+    from mtk.launcher.failures import debug_enabled
+
+    return debug_enabled()
+
+
 def install() -> None:
-    """Idempotent; call before megatron-core is imported (its spec modules warn at import)."""
+    """Idempotent; call before megatron-core is imported (its spec modules warn at import). A no-op with
+    ``MTK_DEBUG=1``."""
+    if _debug():
+        return
     for message in WARNINGS:
         warnings.filterwarnings("ignore", message=message)
     for name, _ in LOG_RECORDS:
@@ -74,6 +100,15 @@ def install() -> None:
 
 def for_device(device: str) -> None:
     """The device-specific part, once the job is known; call before the first training step."""
-    if device == "cpu":
+    if device == "cpu" and not _debug():
         for message in CPU_WARNINGS:
+            warnings.filterwarnings("ignore", message=message)
+
+
+def single_process() -> None:
+    """In a process that is rank 0 by design, outside torchrun: also drop megatron-core's rank guess (and what
+    :func:`install` drops). A no-op with ``MTK_DEBUG=1``."""
+    install()
+    if not _debug():
+        for message in SINGLE_PROCESS_WARNINGS:
             warnings.filterwarnings("ignore", message=message)

@@ -1,7 +1,8 @@
 """One training rank: ``python -m mtk.training.worker --job JOB.json --run-dir DIR`` (started by torchrun).
 
 Also reachable as ``mtk-entrypoint worker``. The exit code is the engine's (``mtk.launcher.exitcodes``):
-0 done, 42 saved after SIGTERM/SIGUSR2 (requeue), 43 stopped by the exit trigger, 1 failed; rank 0 also
+0 done, 42 saved after SIGTERM/SIGUSR2 (requeue), 43 stopped by the exit trigger, 2 refused (one line, e.g. the
+checkpoint dir is another run's), 1 failed; rank 0 also
 records it in ``<run_dir>/state/last_exit.json`` because torchrun flattens worker exit codes.
 """
 
@@ -37,9 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     from .loop import train
 
     code = train(job, Path(args.run_dir))
-    if os.environ.get("MTK_UNDER_AGENT") == "1" and code in (exitcodes.REQUEUE, exitcodes.STOPPED):
-        # A deliberate stop under torchrun: exit 0 or an elastic agent restarts the workers. The reason is in
-        # state/last_exit.json, which `mtk-entrypoint train` turns back into REQUEUE/STOPPED.
+    if os.environ.get("MTK_UNDER_AGENT") == "1" and code in (exitcodes.REQUEUE, exitcodes.STOPPED, exitcodes.USAGE):
+        # A deliberate stop, or a refusal rank 0 has already stated in one line, under torchrun: exit 0, or an
+        # elastic agent restarts the workers (and torchrun prints a ChildFailedError report over the line). The
+        # reason is in state/last_exit.json, which `mtk-entrypoint train` turns back into REQUEUE/STOPPED/USAGE.
         return exitcodes.OK
     return code
 

@@ -15,5 +15,9 @@ def command(run_ref, runs_dir):
     from ..backends import get_backend
 
     run = pick_run(run_ref, runs_dir)
+    if run.launch_error and not run.ids:
+        click.echo(f"nothing to cancel: the launch of {run.name} failed before anything was submitted "
+                   f"({run.launch_error})")
+        return
     get_backend(run.backend).cancel(run)
     click.echo(f"cancelled {run.name}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from typing import NoReturn
 
 import click
 
@@ -61,7 +62,7 @@ runs_dir_option = click.option("--runs-dir", default="runs", show_default=True,
                                help="Where run names are looked up when RUN is not a path.")
 
 
-def fail(message: str, code: int = 1) -> None:
+def fail(message: str, code: int = 1) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     sys.exit(code)
 
@@ -107,9 +108,14 @@ run_argument = click.argument("run_ref", metavar="[RUN]", required=False, defaul
 def pick_run(run_ref: str | None, runs_dir: str):
     """Resolve RUN (a run dir or name); without one, the newest run under --runs-dir, saying which (stderr, so
     ``--json`` output stays clean)."""
-    from ..runs import find_run
+    from ..runs import failed_launches_since, find_run
 
     run = find_run(run_ref, runs_dir)
     if run_ref is None:
-        click.echo(f"run: {run.name} ({run.record_dir or run.run_dir}), the newest under {runs_dir}/", err=True)
+        from pathlib import Path
+
+        passed = [Path(r.record_dir or r.run_dir).name for r in failed_launches_since(run, runs_dir)]
+        over = f" (passing over {', '.join(passed)}: its launch failed)" if passed else ""
+        click.echo(f"run: {run.name} ({run.record_dir or run.run_dir}), the newest under {runs_dir}/{over}",
+                   err=True)
     return run

@@ -107,6 +107,11 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
         if exc.run is None:  # submit attaches the run; without it there is nothing to record
             raise
         run, stopped = exc.run, exc
+    except BaseException as exc:  # the run dir exists: its record says the launch failed, then the error shows
+        from ..failed_launch import record_failed_launch
+
+        record_failed_launch(backend, job.name, artifacts.run_dir, artifacts.record_dir or "", exc)
+        raise
     run.record_dir = artifacts.record_dir or ""
     run.save()
     for step, ident in run.ids.items():
@@ -128,9 +133,22 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
             click.echo("\ninterrupted: cancelling the run (it saves a checkpoint first)", err=True)
             impl.cancel(run)
             raise SystemExit(130) from None
-        states = impl.status(run)
-        failed = [s for s in states if s.state != "COMPLETED"]
-        if failed:
-            for s in failed:
-                click.echo(f"{s.step}: {s.state} exit={s.exit_code} {s.reason}", err=True)
-            raise SystemExit(1)
+        code = followed_exit_code(impl.status(run))
+        if code:
+            raise SystemExit(code)
+
+
+def followed_exit_code(states) -> int:
+    """The exit code of a launch that followed its run to the end, each step that did not complete on stderr:
+    0 completed; 43 (``exitcodes.STOPPED``) stopped by ``mtk stop`` with its checkpoint saved, so a script can
+    tell "stopped as asked, launch again to resume" from a failure; 1 anything else."""
+    from ..exitcodes import FAILED, OK, STOPPED
+
+    unfinished = [s for s in states if s.state != "COMPLETED"]
+    for s in unfinished:
+        click.echo(f"{s.step}: {s.state} exit={s.exit_code} {s.reason}".rstrip(), err=True)
+    if not unfinished:
+        return OK
+    stopped = [s for s in unfinished if s.state == "STOPPED"]
+    rest = [s for s in unfinished if s.state != "STOPPED" and not s.reason.startswith("the run was stopped")]
+    return STOPPED if stopped and not rest else FAILED

@@ -2,25 +2,61 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import click
 
 from .common import SuggestingChoice, fail, pick_run, runs_dir_option
 
+if TYPE_CHECKING:
+    from ..runs import Run
 
-def _resolve(run_ref: str | None, runs_dir: str):
+
+def _resolve(run_ref: str | None, runs_dir: str) -> Path:
     """A run dir (with or without run.json), a run name under --runs-dir, or (none given) the newest run."""
     from pathlib import Path
 
     from ..exitcodes import METRICS_FILE
 
+    if run_ref is None:
+        return _newest_with_figures(runs_dir)
     try:
         run = pick_run(run_ref, runs_dir)
     except FileNotFoundError as exc:
-        if run_ref is not None and (Path(run_ref) / METRICS_FILE).is_file():  # e.g. copied off a cluster
+        if (Path(run_ref) / METRICS_FILE).is_file():  # e.g. copied off a cluster
             return Path(run_ref)
         fail(str(exc), 2)
+    return _readable_dir(run)
+
+
+def _readable_dir(run: Run) -> Path:
     local = Path(run.run_dir)
     return local if local.is_dir() or not run.record_dir else Path(run.record_dir)
+
+
+def _newest_with_figures(runs_dir: str) -> Path:
+    """No RUN: the newest submitted run that logged a train iteration; the newer ones passed over (a relaunch
+    with nothing to do, a run not started yet) are named on stderr with why, so the report never silently
+    shows another run — and when none has figures, the error says why for the newest."""
+    from ..run_outcome import has_train_records, why_no_figures
+    from ..runs import RunNotFound, newest_run, run_records
+
+    try:
+        newest_run(runs_dir)  # no submitted run at all: its message says what was found
+    except RunNotFound as exc:
+        fail(str(exc), 2)
+    passed = []
+    for run in (r for r in run_records(runs_dir) if not r.launch_error):
+        where = _readable_dir(run)
+        if has_train_records(where):
+            over = "".join(f"; passing over {name}: {why}" for name, why in passed)
+            click.echo(f"run: {run.name} ({where}), the newest under {runs_dir}/ with train records{over}", err=True)
+            return where
+        passed.append((where.name, why_no_figures(where)))
+    name, why = passed[0]
+    fail(f"no run under {runs_dir}/ has logged a train iteration to report: the newest, {name}, {why}"
+         + (f" ({len(passed) - 1} older ones neither)" if len(passed) > 1 else ""), 1)
 
 
 @click.command("report")

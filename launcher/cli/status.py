@@ -19,7 +19,12 @@ def command(run_ref, runs_dir, as_json):
     from ..backends import get_backend
 
     run = pick_run(run_ref, runs_dir)
-    states = get_backend(run.backend).status(run)
+    if run.launch_error:  # a failed launch: what was recorded, and what the backend says of anything submitted
+        from ..failed_launch import launch_steps
+
+        states = launch_steps(run)
+    else:
+        states = get_backend(run.backend).status(run)
     if as_json:
         click.echo(json.dumps([asdict(s) for s in states], indent=2))
         return

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from mtk.launcher import exitcodes
+from mtk.launcher.run_outcome import ended
 
 from mtk.files import atomic_write
 
@@ -46,6 +47,7 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *, gpu:
     if not metrics.train:
         metrics.notes.append("no train records: nothing to plot")
     summary = summarize(metrics, detect_gpu(run_dir, job, gpu, peak_tflops))
+    summary.ended = ended(run_dir)
     out = Path(out_dir) if out_dir is not None else run_dir / REPORT_DIR
     out.mkdir(parents=True, exist_ok=True)
     if plots and metrics.train:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtk.launcher import exitcodes
+from mtk.launcher.run_outcome import ended
 
 from mtk.files import atomic_write
 
@@ -48,6 +49,7 @@ def load_run(run_dir: Path, label: str, gpu: str | None = None, peak_tflops: flo
     metrics = read_metrics(path, interval if isinstance(interval, int) and interval > 0 else None)
     seq = ((job or {}).get("model") or {}).get("seq_length")
     summary = summarize(metrics, detect_gpu(run_dir, job, gpu, peak_tflops))
+    summary.ended = ended(run_dir)
     return RunData(label, run_dir, metrics, summary, seq if isinstance(seq, int) else None)
 
 

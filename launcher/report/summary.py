@@ -45,6 +45,7 @@ class Summary:
     stragglers: list[dict] = field(default_factory=list)
     plots: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    ended: str = ""  # how training ended (the engine's state/last_exit.json), set by build_report
 
     def to_dict(self) -> dict:
         """JSON-safe: NaN/inf become null (strict JSON readers reject NaN)."""
@@ -154,6 +155,7 @@ def rows(s: Summary) -> list[tuple[str, str]]:
         peak = "peak unknown" if s.peak_tflops is None else f"peak {s.peak_tflops:g} TFLOP/s bf16"
         gpu = f"{s.gpu} ({peak}; from {s.gpu_source})"
     return [
+        ("ended", s.ended or "unknown"),
         ("final iteration", "unknown" if s.final_iteration is None else str(s.final_iteration)),
         ("final loss", _fmt(s.final_loss, ".4f")),
         ("final eval loss", _fmt(s.final_eval_loss, ".4f") + (eval_at if s.final_eval_loss is not None else "")),

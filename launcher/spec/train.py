@@ -68,6 +68,15 @@ class TrainSpec(Section):
     lr_warmup_iters: int = Field(0, ge=0, description="Linear warmup steps.")
     lr_decay_style: Literal["cosine", "linear", "constant"] = "cosine"
     lr_decay_iters: int | None = Field(None, ge=1, description="Decay horizon (default: iterations).")
+    lr_schedule_on_resume: Literal["keep", "replan"] = Field(
+        "keep", description="When a resumed checkpoint's LR schedule (lr, min_lr, warmup, decay iterations, style) "
+        "differs from this spec's — e.g. train.iterations raised to train further: keep continues the checkpoint's "
+        "schedule (Megatron-LM's --use-checkpoint-opt_param-scheduler; past its decay horizon the LR stays at its "
+        "min_lr, so a converged run goes on without an LR jump); replan applies this spec's schedule at the "
+        "checkpoint's step (--override-opt_param-scheduler; extending a finished cosine run raises the LR again). "
+        "Either way the resume logs one line with both schedules and the next iteration's LR. Default keep: "
+        "Megatron-LM refuses a mismatch unless told, and a silent LR jump on a trained model is the classic loss "
+        "spike.")
     weight_decay: float = Field(0.1, ge=0)
     adam_beta1: float = Field(0.9, gt=0, lt=1)
     adam_beta2: float = Field(0.95, gt=0, lt=1)

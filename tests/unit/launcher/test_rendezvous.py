@@ -154,6 +154,7 @@ def test_torchrun_argv_runs_the_worker_module():
         (1, None, True, exitcodes.FAILED),
         (7, None, False, 7),
         (1, {"code": 0}, False, 1),
+        (0, {"code": exitcodes.USAGE}, False, exitcodes.USAGE),  # a refusal rank 0 stated; its workers exited 0
     ],
 )
 def test_outcome_prefers_engine_exit_reason(rc, last, signalled, expected):

@@ -1,0 +1,79 @@
+"""What a run's own files say about how it went: the engine's ``state/last_exit.json`` and whether
+``metrics.jsonl`` holds a train iteration.
+
+Why: a relaunch with nothing to do (its checkpoint already at ``train.iterations``) is a real, completed run that
+trained nothing; ``mtk ls`` shows where it stood and ``mtk report`` without RUN passes over it to the run that
+has figures, saying why, instead of reporting an empty run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from . import exitcodes
+
+LAST_EXIT = f"{exitcodes.STATE_DIR}/last_exit.json"
+
+
+def last_exit(run_dir: str | Path) -> dict | None:
+    """The engine's record of why training ended (rank 0 writes it on every backend), or None."""
+    try:
+        record = json.loads((Path(run_dir) / LAST_EXIT).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def has_train_records(run_dir: str | Path) -> bool:
+    """True once ``metrics.jsonl`` holds a train iteration (read line by line, stopping at the first)."""
+    try:
+        with open(Path(run_dir) / exitcodes.METRICS_FILE, errors="replace") as fh:
+            for line in fh:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and record.get("kind", "train") == "train" and "iteration" in record:
+                    return True
+    except OSError:
+        return False
+    return False
+
+
+def nothing_to_do(run_dir: str | Path) -> int | None:
+    """The checkpoint's iteration when the run resumed with nothing left to train, else None."""
+    record = last_exit(run_dir)
+    if record and record.get("reason") == "already complete" and isinstance(record.get("iteration"), int):
+        return int(record["iteration"])
+    return None
+
+
+def why_no_figures(run_dir: str | Path) -> str:
+    """Why a run has no train record to plot, in a few words."""
+    done = nothing_to_do(run_dir)
+    if done is not None:
+        return f"trained nothing: its checkpoint was already at iteration {done}"
+    if not (Path(run_dir) / exitcodes.METRICS_FILE).is_file():
+        return "no metrics.jsonl here (not started yet, or its run dir is on the cluster)"
+    record = last_exit(run_dir)
+    if record:
+        return f"logged no train iteration (ended: {record.get('reason', '?')})"
+    return "has not logged a train iteration yet"
+
+
+def ended(run_dir: str | Path) -> str:
+    """How training ended, as ``mtk report`` states it (agreeing with ``mtk status``: a stop is STOPPED)."""
+    record = last_exit(run_dir)
+    if record is None:
+        return "unknown (no state/last_exit.json: still running, or killed before it could write one)"
+    code, at, reason = record.get("code"), record.get("iteration"), record.get("reason", "")
+    saved = record.get("checkpoint_iteration")
+    if code == exitcodes.OK:
+        return f"trained nothing: its checkpoint was already at iteration {at}" if reason == "already complete" \
+            else f"COMPLETED at iteration {at}"
+    if code == exitcodes.STOPPED:
+        return f"STOPPED by mtk stop at iteration {at} (checkpoint {saved}); launching again resumes"
+    if code == exitcodes.REQUEUE:
+        return f"saved at iteration {at} on {reason.removeprefix('signal ')} for a requeue (checkpoint {saved})"
+    return f"FAILED (exit {code}) at iteration {at}: {reason}"
