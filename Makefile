@@ -9,10 +9,13 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export VIRTUAL_ENV := $(abspath $(VENV))
 export MTK_VENV := $(VENV)
 
-.PHONY: demo test unit test-fast test-slurm test-k8s test-training test-data test-containers test-launcher test-report test-megatron-lm lint typecheck golden bench lock deps-train deps-test
+.PHONY: demo demo-data test unit test-fast test-slurm test-k8s test-training test-data test-containers test-launcher test-report test-megatron-lm lint typecheck golden bench lock deps-train deps-test
 
 demo: deps-train  ## train the tiny model on this machine's CPU (local backend, 2 processes)
 	mtk launch examples/tiny.yaml --backend local
+
+demo-data: deps-train  ## offline inputs of examples/tiny-corpus.yaml and tiny-slurm.yaml: data/corpus.jsonl + its own BPE
+	$(PYTHON) examples/make_demo_data.py data
 
 test: deps-test  ## the whole test suite: unit + integration (real Slurm, etcd, dockerd, torchrun); 25 slowest printed
 	$(PYTHON) scripts/test_lanes.py $(PYTEST_ARGS)  # two lanes at once: why in the script's docstring

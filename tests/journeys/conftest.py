@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from support.readme_env import ReadmeEnv, readme_clone
 from support.slurm_harness import Harness, drained
 
 
@@ -15,3 +16,9 @@ def slurm(slurm_cluster, tmp_path) -> Iterator[Harness]:
     h = Harness(slurm_cluster, tmp_path)
     yield h
     drained(h)
+
+
+@pytest.fixture(scope="session")
+def readme_env(tmp_path_factory) -> ReadmeEnv:
+    """A fresh clone + `make demo` in the README's own environment, built once for the journeys that start there."""
+    return readme_clone(tmp_path_factory.mktemp("readme"))

@@ -14,8 +14,6 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def sh(step: str, args: list[str], cwd: Path, env: dict[str, str], timeout: float = 1200) -> str:
     out = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -24,14 +22,9 @@ def sh(step: str, args: list[str], cwd: Path, env: dict[str, str], timeout: floa
     return out.stdout + out.stderr
 
 
-def test_readme_journey_clone_demo_ls_report_convert(tmp_path):
-    clone, venv = tmp_path / "mtk", tmp_path / "demo-venv"
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-    env["PATH"] = ":".join(p for p in env["PATH"].split(":") if not p.startswith(str(ROOT)))
-    env["UV_LINK_MODE"] = "hardlink"  # with the machine's uv cache: the demo venv in seconds, same contents
-
-    sh("git clone", ["git", "clone", "--quiet", str(ROOT), str(clone)], tmp_path, env)
-    demo = sh("make demo", ["make", "demo", f"VENV={venv}"], clone, env)
+def test_readme_journey_clone_demo_ls_report_convert(readme_env, tmp_path):
+    # the fresh clone and `make demo` (tests/support/readme_env.py), shared with the newcomer's journey
+    clone, venv, env, demo = readme_env.clone, readme_env.venv, readme_env.env, readme_env.demo
     assert "iteration       30/      30" in demo, f"step 'make demo': no final iteration line\n{demo[-3000:]}"
     mtk = str(venv / "bin" / "mtk")
 
