@@ -47,22 +47,43 @@ def test_linear_and_constant_styles():
     assert const[2:] == pytest.approx([1e-3] * 10)
 
 
-def test_resume_with_a_longer_run_replans_the_decay():
-    """The spec's schedule wins over the checkpoint's; only the step count is restored."""
+def _resumed(choice: str, from_iterations: int = 10, to_iterations: int = 20, steps: int = 5):
+    """A scheduler for ``to_iterations`` loading the state of one for ``from_iterations`` after ``steps``."""
     from mtk.training.optim import build_scheduler
 
     def sched(iterations):
         job = Job.model_validate({"name": "t", "model": {"preset": "tiny"}, "train": {
-            "lr": 1e-3, "min_lr": 1e-4, "iterations": iterations, "global_batch_size": 8}})
+            "lr": 1e-3, "min_lr": 1e-4, "iterations": iterations, "global_batch_size": 8,
+            "lr_schedule_on_resume": choice}})
         opt = types.SimpleNamespace(param_groups=[{"lr": 0.0, "weight_decay": 0.0}])
         return build_scheduler(job, opt), opt
 
-    old, _ = sched(10)
-    for _ in range(5):
+    old, _ = sched(from_iterations)
+    for _ in range(steps):
         old.step(increment=8)
-    new, opt = sched(20)
+    new, opt = sched(to_iterations)
     new.load_state_dict(old.state_dict())
+    return new, opt
+
+
+def test_resume_with_a_longer_run_replans_the_decay_with_replan():
+    """replan: the spec's schedule wins over the checkpoint's; only the step count is restored."""
+    new, opt = _resumed("replan")
     assert new.num_steps == 40
     assert new.lr_decay_steps == 20 * 8
     want = 1e-4 + (1e-3 - 1e-4) * 0.5 * (math.cos(math.pi * 5 / 20) + 1)
     assert opt.param_groups[0]["lr"] == pytest.approx(want)
+
+
+def test_resume_with_a_longer_run_keeps_the_checkpoint_schedule_by_default():
+    """keep (the default): the checkpoint's horizon and step; past it the LR stays at min_lr."""
+    from mtk.launcher.spec.train import TrainSpec
+
+    assert TrainSpec().lr_schedule_on_resume == "keep"
+    new, opt = _resumed("keep", steps=5)
+    assert new.num_steps == 40 and new.lr_decay_steps == 10 * 8
+    want = 1e-4 + (1e-3 - 1e-4) * 0.5 * (math.cos(math.pi * 5 / 10) + 1)
+    assert opt.param_groups[0]["lr"] == pytest.approx(want)
+    ended, opt = _resumed("keep", steps=10)
+    ended.step(increment=8)  # iteration 11 of 20, beyond the checkpoint's 10-iteration decay
+    assert opt.param_groups[0]["lr"] == pytest.approx(1e-4)
