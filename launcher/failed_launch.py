@@ -16,11 +16,12 @@ from .runs import RECORD, Run
 
 
 def describe(exc: BaseException) -> str:
-    """One line for the record: the error's own first line (what the CLI printed), or what stopped it."""
+    """One line for the record: the error as the CLI printed it (its lines joined, e.g. a spec error's problem
+    list), or what stopped it."""
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted (Ctrl-C) while submitting"
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+    text = " ".join(line.strip() for line in str(exc).strip().splitlines())
+    return (text[:497] + "...") if len(text) > 500 else text or type(exc).__name__
 
 
 def record_failed_launch(backend: str, name: str, run_dir: str, record_dir: str, exc: BaseException) -> Run:

@@ -4,6 +4,7 @@ failures, sbatch rejections, the Pyxis preflight, hostile paths, requeue on USR2
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,24 @@ def test_sbatch_rejection_names_the_spec_field(harness, stub_venv):
     assert out.returncode == 2
     assert "cluster.slurm.partition" in out.stderr and "Invalid partition name specified" in out.stderr
     assert harness.active_jobs() == []
+
+
+def test_a_rejected_sbatch_is_recorded_as_a_failed_launch_and_never_the_default_run(harness, stub_venv):
+    out = harness.mtk("launch", str(harness.spec("rejected")), "--backend", "slurm", "--set",
+                      "cluster.slurm.partition=bogus", "--set", f"cluster.slurm.venv={stub_venv}", check=False)
+    assert out.returncode == 2, out.stderr
+    [run] = (harness.root / "runs").glob("rejected-*")  # render wrote the run dir before sbatch refused
+    record = json.loads((run / "run.json").read_text())
+    assert record["ids"] == {} and "Invalid partition name specified" in record["launch_error"], record
+    [row] = json.loads(harness.mtk("ls", "--json").stdout)
+    assert (row["name"], row["state"]) == (run.name, "FAILED") and "the launch failed" in row["reason"], row
+    [step] = json.loads(harness.mtk("status", run.name, "--json").stdout)
+    assert (step["step"], step["state"]) == ("launch", "FAILED") and "nothing was submitted" in step["reason"]
+    for verb in ("status", "logs", "cancel"):  # no RUN: a failed launch is never "the newest run"
+        bare = harness.mtk(verb, check=False)
+        assert bare.returncode == 2 and "Traceback" not in bare.stderr, bare.stderr
+        assert f"{run.name}: its launch failed (" in bare.stderr, bare.stderr
+    assert "nothing to cancel" in harness.mtk("cancel", run.name).stdout
 
 
 def test_pyxis_preflight_fails_fast_on_a_node_without_pyxis(harness):
