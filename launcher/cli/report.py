@@ -46,7 +46,7 @@ def _newest_with_figures(runs_dir: str) -> Path:
         newest_run(runs_dir)  # no submitted run at all: its message says what was found
     except RunNotFound as exc:
         fail(str(exc), 2)
-    passed = []
+    passed: list[tuple[str, str]] = []
     for run in (r for r in run_records(runs_dir) if not r.launch_error):
         where = _readable_dir(run)
         if has_train_records(where):
