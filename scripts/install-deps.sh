@@ -28,7 +28,7 @@ stage_start=$SECONDS
 stage() {
   local took=$((SECONDS - stage_start))
   stage_start=$SECONDS
-  say "$* (previous step: ${took} s)"
+  say "$* (the step before took ${took} s)"
 }
 
 install_debian_packages() {
@@ -99,11 +99,14 @@ target=(--python "$VENV/bin/python")
 # compile torch and transformers from source again (~10 CPU s per process that imports torch + megatron.core on
 # 2 cores: every torchrun rank, megatron-core check and entrypoint step).
 stage "[2/5] $(grep -c '^[A-Za-z0-9]' "$LOCK") packages from $LOCK with uv (torch from $WHEELS; downloads and bytecode: the long step)"
+# The long step: on a terminal uv draws its own progress bars; in a log it stays quiet (one line per stage above).
+quiet=(--quiet)
+[[ -t 2 ]] && quiet=()
 if [[ "$what" == test ]]; then
   # Exactly the lock: anything else in the venv is removed.
-  "${uv[@]}" sync --quiet "${target[@]}" --require-hashes --compile-bytecode --find-links "$WHEELS" "$LOCK"
+  "${uv[@]}" sync "${quiet[@]}" "${target[@]}" --require-hashes --compile-bytecode --find-links "$WHEELS" "$LOCK"
 else
-  "${uv[@]}" install --quiet "${target[@]}" --require-hashes --compile-bytecode --find-links "$WHEELS" -r "$LOCK"
+  "${uv[@]}" install "${quiet[@]}" "${target[@]}" --require-hashes --compile-bytecode --find-links "$WHEELS" -r "$LOCK"
 fi
 # megatron-core 0.19.2 declares Requires-Python >=3.12 but its cp311 wheel works (shared/notes): it alone is
 # installed past that check, without dependencies (the lock already holds them).

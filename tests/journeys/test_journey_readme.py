@@ -26,6 +26,8 @@ def test_readme_journey_clone_demo_ls_report_convert(readme_env, tmp_path):
     # the fresh clone and `make demo` (tests/support/readme_env.py), shared with the newcomer's journey
     clone, venv, env, demo = readme_env.clone, readme_env.venv, readme_env.env, readme_env.demo
     assert "iteration       30/      30" in demo, f"step 'make demo': no final iteration line\n{demo[-3000:]}"
+    stages = [line for line in demo.splitlines() if line.startswith("install-deps: [")]
+    assert len(stages) == 5, f"step 'make demo': the install names each of its 5 stages\n{demo[:3000]}"
     mtk = str(venv / "bin" / "mtk")
 
     listed = json.loads(sh("mtk ls", [mtk, "ls", "--json"], clone, env))

@@ -185,3 +185,31 @@ def test_line_numbers_are_exact_in_later_shards(tmp_path, bpe_dir):
     corpus.write_text("\n".join(lines) + "\n")
     with pytest.raises(PreprocessError, match=rf"{corpus}:338: malformed JSON"):
         preprocess(_cfg(tmp_path, corpus, bpe_dir, engine="hf", shard_mb=0.001), log=lambda _m: None)
+
+
+@pytest.mark.megatron  # the index cache imports megatron-core, in a process of its own as on a node
+def test_preprocess_with_the_index_cache_prints_no_upstream_noise(tmp_path, bpe_dir, write_jsonl):
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from mtk.launcher.spec import load_job
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    for f in ("vocab.json", "merges.txt"):
+        shutil.copy(bpe_dir / f, data_dir / f)
+    write_jsonl(data_dir / "corpus.jsonl", [{"text": f"hello there number {i}"} for i in range(50)])
+    (tmp_path / "job.yaml").write_text(json.dumps({
+        "name": "pq", "model": {"preset": "tiny", "seq_length": 8}, "train": {"iterations": 2},
+        "data": {"dir": str(data_dir), "tokenizer": GPT2.model_dump(),
+                 "corpus": {"input": "corpus.jsonl", "output_prefix": "tok/pq", "workers": 1}}}))
+    (tmp_path / "job.json").write_text(load_job(tmp_path / "job.yaml").to_json())
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "SLURM_PROCID", "MTK_DEBUG")}
+    out = subprocess.run([sys.executable, "-m", "mtk.launcher.entrypoint", "preprocess", "--job",
+                          str(tmp_path / "job.json"), "--no-progress"], capture_output=True, text=True, env=env,
+                         timeout=600)
+    log = out.stdout + out.stderr
+    assert out.returncode == 0 and "index cache:" in log, log[-3000:]
+    assert "Transformer Engine and Apex are not installed" not in log and "Could not determine rank" not in log, log
