@@ -10,6 +10,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from support.faults import Hold
 from support.journey import same_losses, step
 from support.slurm_harness import metrics
 
@@ -76,15 +77,18 @@ def test_j1_own_bpe_array_preprocess_usr2_requeue_reshard_convert_report(slurm, 
         assert sorted(reference) == list(range(1, ITERS + 1)), reference
 
     with step("train B on the same data; USR2 mid-run saves and requeues"):
-        b = h.launch(_spec(h, "own", data), venv)
+        hold = Hold(h.root / "hold", after=[5])  # both ranks wait after iteration 5 until USR2 has landed
+        b = h.launch(_spec(h, "own", data), venv, env=hold.env())
         job = h.run_record(b)["ids"]["train"]
-        h.wait("iteration 5", lambda: max(metrics(b), default=0) >= 5, timeout=600)
+        h.wait("both ranks to wait after iteration 5", lambda: hold.held(5, ranks=2), timeout=600)
         h.slurm("scancel", "--signal=USR2", "--batch", job)
+        h.wait("a rank to catch USR2", lambda: hold.signalled(5), timeout=300)
+        hold.release(5)
         h.wait("the save and requeue",
                lambda: "on a signal; restarting" in (b / "state" / "events.log").read_text(), timeout=300)
         events = (b / "state" / "events.log").read_text()
         saved = int(events.split("saved checkpoint=")[1].split()[0])
-        assert 5 <= saved < ITERS, events
+        assert saved == 6, events  # the iteration after the hold, where the ranks acted on the signal
 
     with step("the requeued job resumes its own checkpoint on the reference's losses"):
         done = h.wait_state(b, {"COMPLETED", "FAILED"}, timeout=600)

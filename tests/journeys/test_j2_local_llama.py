@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from mtk.launcher import exitcodes
+from support.faults import Hold
 from support.journey import same_losses, step
 from support.journey_local import (
     launch,
@@ -96,13 +97,14 @@ def test_j2_llama_hf_tokenizer_blend_distopt_bf16_sigterm_resume_export_import_i
                                                                                         2, True), job["model"]
 
     with step("train the same spec; SIGTERM to the train step saves and exits 42"):
-        out, run = launch(spec("llama"), follow=False)
+        hold = Hold(tmp_path / "hold", after=[2])  # both ranks wait after iteration 2 until SIGTERM has landed
+        out, run = launch(spec("llama"), follow=False, env=hold.env())
         assert out.returncode == 0 and run, said(out)
-        train = sigterm_train_step(run, at_iteration=2)
+        train = sigterm_train_step(run, hold, at_iteration=2, ranks=2)
         assert train["exit_code"] == exitcodes.REQUEUE, (train, (run / "logs" / "train.log").read_text()[-3000:])
         ckpt = runs / "llama" / "checkpoints"
         saved = int(tracked(ckpt))
-        assert 2 <= saved < ITERS, saved
+        assert saved == 3, saved  # the iteration after the hold, where the ranks acted on the signal
         assert sorted(losses(run)) == list(range(1, saved + 1))
 
     with step("the relaunch resumes on the reference's losses"):

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from mtk.launcher import exitcodes
 from mtk.launcher.figures import padded_vocab
+from support.faults import Hold
 from support.journey import same_losses, step
 from support.journey_local import (
     EOT,
@@ -88,13 +89,14 @@ def test_j3_moe_ep2_own_bpe_sigterm_resume_and_megatron_lm_reads_it(tmp_path):
         assert sorted(reference) == list(range(1, ITERS + 1)), sorted(reference)
 
     with step("train the same spec; SIGTERM to the train step saves and exits 42"):
-        out, run = launch(spec("moe"), follow=False)
+        hold = Hold(tmp_path / "hold", after=[2])  # both ranks wait after iteration 2 until SIGTERM has landed
+        out, run = launch(spec("moe"), follow=False, env=hold.env())
         assert out.returncode == 0 and run, said(out)
-        train = sigterm_train_step(run, at_iteration=2)
+        train = sigterm_train_step(run, hold, at_iteration=2, ranks=2)
         assert train["exit_code"] == exitcodes.REQUEUE, (train, (run / "logs" / "train.log").read_text()[-3000:])
         ckpt = runs / "moe" / "checkpoints"
         saved = int(tracked(ckpt))
-        assert 2 <= saved < ITERS, saved
+        assert saved == 3, saved  # the iteration after the hold, where the ranks acted on the signal
         assert sorted(losses(run)) == list(range(1, saved + 1))
         copy = tmp_path / "at-signal"  # the signal's checkpoint as it was, for Megatron-LM below
         shutil.copytree(ckpt / f"iter_{saved:07d}", copy / f"iter_{saved:07d}")

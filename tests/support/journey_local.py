@@ -14,24 +14,29 @@ import sysconfig
 import time
 from pathlib import Path
 
+from support.faults import Hold
+
 MLM_READ_ARGS = Path(__file__).resolve().parent / "mlm_read_args.py"
 EOT = "<|endoftext|>"
 
 
-def mtk(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mtk", *args], capture_output=True, text=True, timeout=timeout)
+def mtk(*args: str, timeout: float = 1200, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mtk", *args], capture_output=True, text=True, timeout=timeout,
+                          env=None if env is None else {**os.environ, **env})
 
 
 def said(out: subprocess.CompletedProcess) -> str:
     return f"exit {out.returncode}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
 
 
-def launch(spec: Path, *sets: str, follow: bool = True) -> tuple[subprocess.CompletedProcess, Path | None]:
-    """``mtk launch SPEC --backend local``; the run dir it printed (None when it printed none)."""
+def launch(spec: Path, *sets: str, follow: bool = True,
+           env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, Path | None]:
+    """``mtk launch SPEC --backend local`` (``env``: variables added to the run's environment); the run dir it
+    printed (None when it printed none)."""
     args = ["launch", str(spec), "--backend", "local", "--follow" if follow else "--no-follow"]
     for s in sets:
         args += ["--set", s]
-    out = mtk(*args)
+    out = mtk(*args, env=env)
     runs = [line.removeprefix("run: ") for line in out.stdout.splitlines() if line.startswith("run: ")]
     return out, Path(runs[-1]) if runs else None
 
@@ -77,18 +82,22 @@ def wait_for(what: str, ready, timeout: float) -> None:
         time.sleep(0.1)
 
 
-def sigterm_train_step(run_dir: Path, at_iteration: int, timeout: float = 900) -> dict:
-    """Once the run logged ``at_iteration``, SIGTERM its ``mtk-entrypoint train`` process (what a container
-    runtime or ``kill`` delivers), wait for the run to end and return its train step's final state."""
-    def started() -> bool:
+def sigterm_train_step(run_dir: Path, hold: Hold, at_iteration: int, ranks: int, timeout: float = 900) -> dict:
+    """While the run's ``ranks`` ranks wait after ``at_iteration`` (``hold``, in the launch's environment), SIGTERM
+    its ``mtk-entrypoint train`` process (what a container runtime or ``kill`` delivers); once a rank has caught
+    it, let them go on (they save at the next iteration), wait for the run to end and return its train step's
+    final state."""
+    def held() -> bool:
         train = steps_state(run_dir).get("steps", {}).get("train", {})
         if train.get("state") in ("COMPLETED", "FAILED", "CANCELLED"):
             raise AssertionError(f"train step ended ({train}) before iteration {at_iteration}:\n"
                                  + _tail(run_dir / "logs" / "train.log"))
-        return max(train_records(run_dir), default=0) >= at_iteration
+        return hold.held(at_iteration, ranks)
 
-    wait_for(f"iteration {at_iteration} of {run_dir.name}", started, timeout)
+    wait_for(f"{run_dir.name}'s ranks to wait after iteration {at_iteration}", held, timeout)
     os.kill(int(steps_state(run_dir)["steps"]["train"]["pid"]), signal.SIGTERM)
+    wait_for(f"{run_dir.name}'s ranks to catch SIGTERM", lambda: hold.signalled(at_iteration), timeout)
+    hold.release(at_iteration)
     wait_for(f"{run_dir.name} to end after SIGTERM", lambda: steps_state(run_dir).get("done"), timeout)
     return steps_state(run_dir)["steps"]["train"]
 

@@ -31,9 +31,11 @@ def _wait_for(path: str) -> None:
 
 
 def _mark(path: str) -> None:
-    with open(path + ".tmp", "w") as fh:
+    """Create the marker ``path`` at once (temp + rename: a reader never sees it half written)."""
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp")
+    with open(tmp, "w") as fh:
         fh.write(f"{os.getpid()}\n")
-    os.replace(path + ".tmp", path)
+    os.replace(tmp, path)
 
 
 if _FAULT.startswith("save:"):
