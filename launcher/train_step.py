@@ -38,26 +38,21 @@ def torchrun_argv(
 
 
 def _children(pid: int) -> list[int]:
-    """Direct children of ``pid``, from /proc (no psutil needed)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            found.append(int(entry))
-    return found
+    """Direct children of ``pid`` (psutil: the ``train`` extra, installed wherever this step runs torchrun)."""
+    import psutil
+
+    try:
+        return [child.pid for child in psutil.Process(pid).children()]
+    except psutil.NoSuchProcess:
+        return []
 
 
 def _is_worker(pid: int) -> bool:
+    import psutil
+
     try:
-        with open(f"/proc/{pid}/environ", "rb") as fh:
-            return b"\0LOCAL_RANK=" in b"\0" + fh.read()
-    except OSError:
+        return "LOCAL_RANK" in psutil.Process(pid).environ()
+    except psutil.Error:  # gone, or not ours to read
         return False
 
 

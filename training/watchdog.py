@@ -270,12 +270,14 @@ def judge(records: list[dict], now: float) -> Verdict | None:
     return Verdict(blamed=entries, overdue=sorted(r["rank"] for r in overdue), reason=reason)
 
 
-def _proc_state(pid: int) -> str:
+def _stopped(pid: int) -> bool:
+    """Whether ``pid`` is stopped (SIGSTOP), as opposed to running, sleeping or gone."""
+    import psutil
+
     try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return "?"
+        return psutil.Process(pid).status() == psutil.STATUS_STOPPED
+    except psutil.Error:
+        return False
 
 
 class HangMonitor:
@@ -324,7 +326,7 @@ class HangMonitor:
                   for r in read_heartbeats(self.run_dir, 0) if r.get("host") == socket.gethostname()}
         for pid in worker_pids:
             with contextlib.suppress(ProcessLookupError):
-                stopped = _proc_state(pid) == "T"
+                stopped = _stopped(pid)
                 path = stacks.get(pid)
                 before = path.stat().st_size if path is not None and path.exists() else 0
                 os.kill(pid, DUMP_SIGNAL)
