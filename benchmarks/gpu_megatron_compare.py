@@ -257,6 +257,16 @@ def _print_figures(name: str, f: dict) -> None:
           f"{f['tflops_per_gpu']:6.1f} TFLOP/s/GPU | MFU {f['mfu'] * 100:5.1f}%", flush=True)
 
 
+def _train_mtk(run: Run, run_dir: Path, warmup: int, peak: float, label: str) -> dict:
+    """One mtk run of ``run`` in ``run_dir`` (job already written); its figures, printed under ``label``."""
+    env = dict(os.environ)
+    env.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
+    _run(mtk_command(run, run_dir), env, run_dir / "run.log", run_dir)
+    ours = figures(run, mtk_step_ms(run_dir, warmup), peak)
+    _print_figures(label, ours)
+    return ours
+
+
 def compare(run: Run, megatron_lm: Path, work: Path, warmup: int, peak: float, dry_run: bool) -> dict | None:
     run_dir = work / f"mtk-{run.model.name}"
     plan = _mtk_job_and_plan(run, run_dir)
@@ -269,11 +279,7 @@ def compare(run: Run, megatron_lm: Path, work: Path, warmup: int, peak: float, d
     print("Megatron-LM: PYTHONPATH=" + shlex.quote(str(megatron_lm)) + " " + shlex.join(meg_cmd), flush=True)
     if dry_run:
         return None
-    env = dict(os.environ)
-    env.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
-    _run(mtk_cmd, env, run_dir / "run.log", run_dir)
-    ours = figures(run, mtk_step_ms(run_dir, warmup), peak)
-    _print_figures("mtk", ours)
+    ours = _train_mtk(run, run_dir, warmup, peak, "mtk")
     meg_dir = work / f"megatron-{run.model.name}"
     meg_dir.mkdir(parents=True, exist_ok=True)
     meg_log = _run(meg_cmd, megatron_env(megatron_lm), meg_dir / "run.log", meg_dir)
@@ -299,11 +305,7 @@ def mtk_only(run: Run, work: Path, warmup: int, peak: float, dry_run: bool) -> d
     print("mtk:         " + shlex.join(cmd), flush=True)
     if dry_run:
         return None
-    env = dict(os.environ)
-    env.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
-    _run(cmd, env, run_dir / "run.log", run_dir)
-    ours = figures(run, mtk_step_ms(run_dir, warmup), peak)
-    _print_figures(f"mtk mb{run.micro_batch}", ours)
+    ours = _train_mtk(run, run_dir, warmup, peak, f"mtk mb{run.micro_batch}")
     return {"model": run.model.name, "micro_batch": run.micro_batch, "global_batch": run.global_batch,
             "attention": plan.attention, "adam": plan.adam, "mtk": ours, "loss": {"mtk": mtk_loss(run_dir, LOSS_AT)}}
 
