@@ -273,7 +273,7 @@ class EksBackend(Backend):
             elif kind == "Job":
                 state, reason = states.job_state(obj)
             elif kind == "PyTorchJob":
-                state, reason = states.pytorchjob_state(obj)
+                state, reason = states.stopped_if_asked(*states.pytorchjob_state(obj), run.run_dir)
             else:
                 state, reason = "UNKNOWN", kind
             status = StepStatus(step, state, ident, reason=reason)

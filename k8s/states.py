@@ -30,6 +30,27 @@ def pytorchjob_state(obj: dict | None) -> tuple[str, str]:
     return PYTORCHJOB_CONDITIONS.get(last.get("type", ""), "UNKNOWN"), reason
 
 
+def stopped_if_asked(state: str, reason: str, run_dir: str) -> tuple[str, str]:
+    """A Succeeded PyTorchJob that ended on ``mtk stop`` is STOPPED, as ``mtk report`` and a local run say.
+
+    The worker exits 0 after a stop on purpose (``train_step``: a restart policy of OnFailure/ExitCode would
+    otherwise start it again), so Kubernetes only knows "Succeeded"; what tells a stop apart is the engine's
+    ``state/last_exit.json`` (code 43) in the run dir. ``run_dir`` is the pods' path: it is read when this machine
+    sees it too (a shared filesystem mounted at the same path, or a kind cluster's host path). Where it does not,
+    nothing in the API objects records the stop, and the job stays COMPLETED; ``mtk report`` on a copy of the run
+    dir says STOPPED."""
+    if state != "COMPLETED":
+        return state, reason
+    from mtk.launcher import exitcodes
+    from mtk.launcher.local_runner import stopped_reason
+    from mtk.launcher.run_outcome import last_exit
+
+    record = last_exit(run_dir)
+    if record and record.get("code") == exitcodes.STOPPED:
+        return "STOPPED", stopped_reason(run_dir)
+    return state, reason
+
+
 def job_state(obj: dict | None) -> tuple[str, str]:
     """(state, reason) of a batch/v1 Job: terminal conditions first, then active/pending pods."""
     if obj is None:

@@ -80,11 +80,14 @@ class StepStatus:
     """One step (Slurm job, pod, process) of a run, mapped to a neutral state."""
 
     step: str
-    state: str  # PENDING RUNNING COMPLETED FAILED CANCELLED UNKNOWN
+    state: str  # PENDING RUNNING COMPLETED STOPPED FAILED CANCELLED UNKNOWN
     id: str = ""
     exit_code: int | None = None
     reason: str = ""
     log_tail: list[str] = field(default_factory=list)
+    # False for a step the run ended without needing: a queued Slurm successor cancelled because the run completed
+    # or stopped, a local step left unrun after ``mtk stop``. It is shown but does not count toward the run's state.
+    needed: bool = True
 
 
 class SubmitStopped(Exception):

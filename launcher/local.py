@@ -143,6 +143,7 @@ class LocalBackend(Backend):
                     exit_code=info.get("exit_code"),
                     reason=reason,
                     log_tail=tail,
+                    needed=info.get("needed", True),
                 )
             )
         return out

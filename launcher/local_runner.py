@@ -84,6 +84,8 @@ def run(run_dir: Path) -> int:
         if current.get("cancelled") or rc != 0:
             why = "the run was stopped (mtk stop)" if rc == exitcodes.STOPPED else "an earlier step did not complete"
             entry.update(state="CANCELLED", reason=why if rc else "cancelled")
+            if rc == exitcodes.STOPPED:
+                entry["needed"] = False  # left unrun by a stop: the run is STOPPED, not CANCELLED
             continue
         log = run_dir / exitcodes.LOGS_DIR / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)

@@ -12,13 +12,18 @@ import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import exitcodes
 from .run_outcome import nothing_to_do
 from .runs import RECORD, Run, run_records
 
+if TYPE_CHECKING:
+    from .backends import StepStatus
+
 # Folding step states into one run state: the first rule that matches wins. STOPPED (``mtk stop``: checkpoint
-# saved, the engine's exit 43) ends a run as asked; it shows unless something failed or still runs.
+# saved, the engine's exit 43) ends a run as asked; it shows unless something failed or still runs. Steps the run
+# ended without needing (``StepStatus.needed`` False: a successor cancelled as "not needed") are left out first.
 _FOLD = ("FAILED", "CANCELLED", "RUNNING", "PENDING", "STOPPED", "UNKNOWN")
 
 
@@ -48,6 +53,13 @@ def fold_states(states: list[str]) -> str:
     return next((s for s in _FOLD if s in states), "UNKNOWN")
 
 
+def fold_steps(steps: list[StepStatus]) -> str:
+    """The run's state from its steps: :func:`fold_states` over the steps it needed. A Slurm successor that the
+    run's own end cancelled (it completed or stopped, so nothing was left to resume) is not a cancellation of the
+    run; a run whose every step was left out is UNKNOWN."""
+    return fold_states([s.state for s in steps if s.needed])
+
+
 def _state(run: Run) -> tuple[str, str]:
     from .backends import get_backend
 
@@ -60,8 +72,9 @@ def _state(run: Run) -> tuple[str, str]:
             steps = get_backend(run.backend).status(run)
     except Exception as exc:  # a cluster out of reach must not hide the other runs
         return "UNKNOWN", f"{run.backend} status failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-    reasons = [f"{s.step}: {s.reason}" for s in steps if s.reason and s.state not in ("COMPLETED", "RUNNING")]
-    return fold_states([s.state for s in steps]), "; ".join(reasons)
+    reasons = [f"{s.step}: {s.reason}" for s in steps
+               if s.reason and s.needed and s.state not in ("COMPLETED", "RUNNING")]
+    return fold_steps(steps), "; ".join(reasons)
 
 
 def _progress(run_dir: Path) -> dict:

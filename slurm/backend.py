@@ -183,7 +183,8 @@ class SlurmBackend(Backend):
                 continue
             state = neutral(rec.state)
             st = StepStatus(label, state, job_id, exit_code=None if state in ACTIVE else rec.exit_code,
-                            reason=self._reason(run, label, rec, final))
+                            reason=self._reason(run, label, rec, final),
+                            needed=not _not_needed(label, state, final))
             if label == "preprocess":  # a sharded preprocess: shards done / total, slowest task
                 from mtk.data_jobs.shard_status import shard_summary
 
@@ -197,6 +198,8 @@ class SlurmBackend(Backend):
                 except OSError:
                     st.log_tail = [f"(no log at {path})"]
             out.append(st)
+        if final == "stopped":
+            _mark_stopped(run, out)
         return out
 
     def _reason(self, run: Run, label: str, rec: JobInfo, final: str | None) -> str:
@@ -216,10 +219,11 @@ class SlurmBackend(Backend):
             event = _last_event(run, rec.id)
             if event:
                 parts.append(event)
-            if final in FINAL_REASONS and state not in ACTIVE:
+            if _not_needed(label, state, final):
+                parts.append("not needed: the run completed" if final == "completed"
+                             else "not needed: the run was stopped (mtk stop)")
+            elif final in FINAL_REASONS and state not in ACTIVE:
                 parts.append(FINAL_REASONS[final])
-            elif final == "completed" and state == "CANCELLED" and "#" in label:
-                parts.append("not needed: the run completed")
         if rec.signal and state != "CANCELLED":
             parts.append(f"killed by signal {rec.signal}")
         return "; ".join(parts)
@@ -313,6 +317,26 @@ def _final(run: Run) -> str | None:
         return _state_file(run, "final").read_text().strip() or None
     except OSError:
         return None
+
+
+def _not_needed(label: str, state: str, final: str | None) -> bool:
+    """A queued successor (train#N) that the script cancelled because the run had ended as it should: completed,
+    or stopped by ``mtk stop``. Nothing was left for it to resume, so it is not a cancellation of the run."""
+    return "#" in label and state == "CANCELLED" and final in ("completed", "stopped")
+
+
+STOP_EVENT = "stopped by the exit trigger"  # the event step.sh.j2 writes for the job that honoured ``mtk stop``
+
+
+def _mark_stopped(run: Run, steps: list[StepStatus]) -> None:
+    """The run's ``final`` is ``stopped``: the train job that honoured the exit trigger is STOPPED, as a local run
+    shows it. On Slurm that job exits 0 on purpose (nothing requeues it and the chain's cancel is the script's, not
+    a failure), so Slurm calls it COMPLETED; the job is the one whose event says so (state/events.log), else the
+    last train job Slurm calls COMPLETED."""
+    train = [s for s in steps if s.step.split("#")[0] == "train" and s.state == "COMPLETED"]
+    stopped = [s for s in train if _last_event(run, s.id).startswith(STOP_EVENT)] or train[-1:]
+    for s in stopped:
+        s.state = "STOPPED"
 
 
 def _exit_file(run: Run, job_id: str) -> int | None:

@@ -141,10 +141,11 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
 def followed_exit_code(states) -> int:
     """The exit code of a launch that followed its run to the end, each step that did not complete on stderr:
     0 completed; 43 (``exitcodes.STOPPED``) stopped by ``mtk stop`` with its checkpoint saved, so a script can
-    tell "stopped as asked, launch again to resume" from a failure; 1 anything else."""
+    tell "stopped as asked, launch again to resume" from a failure; 1 anything else. A step the run ended without
+    needing (a Slurm successor cancelled because the run completed or stopped) is left out."""
     from ..exitcodes import FAILED, OK, STOPPED
 
-    unfinished = [s for s in states if s.state != "COMPLETED"]
+    unfinished = [s for s in states if s.state != "COMPLETED" and s.needed]
     for s in unfinished:
         click.echo(f"{s.step}: {s.state} exit={s.exit_code} {s.reason}".rstrip(), err=True)
     if not unfinished:

@@ -120,7 +120,7 @@ class Harness:
             s = self.state(run_dir, step, polled=True)
             if s["state"] in states:
                 return s
-            if s["state"] in ("COMPLETED", "FAILED", "CANCELLED") and "#" not in step:
+            if s["state"] in ("COMPLETED", "STOPPED", "FAILED", "CANCELLED") and "#" not in step:
                 raise AssertionError(f"{step} ended {s['state']} while waiting for {states}:\n"
                                      + self.mtk("status", str(run_dir)).stdout)
             return None

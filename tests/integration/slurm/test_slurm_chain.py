@@ -175,12 +175,15 @@ def test_guardrail_stops_a_run_that_keeps_failing(harness, stub_venv):
 def test_exit_code_43_stops_cleanly_and_cancels_the_queued_successor(harness, stub_venv):
     spec = harness.spec("stop", cluster={"slurm.singleton": True})
     run = harness.launch(spec, *stub_sets(stub_venv), env={"MTK_STUB": "exit:43"})
-    done = harness.wait_state(run, {"COMPLETED"}, timeout=60)
-    assert "stopped by the exit trigger" in done["reason"]
+    done = harness.wait_state(run, {"STOPPED"}, timeout=60)  # the job exits 0 (not requeued); mtk calls it STOPPED
+    assert "stopped by the exit trigger" in done["reason"] and done["exit_code"] == 0
     rows = harness.status(run)
     assert [r["state"] for r in rows[1:]] == ["CANCELLED"], rows  # the singleton successor
+    assert not rows[1]["needed"] and "not needed: the run was stopped" in rows[1]["reason"], rows
     assert (run / "state" / "final").read_text() == "stopped\n"
     assert harness.active_jobs() == []
+    [row] = [r for r in json.loads(harness.mtk("ls", "--json").stdout) if r["run_dir"] == str(run)]
+    assert row["state"] == "STOPPED" and "not needed" not in row["reason"], row
 
 
 def test_singleton_keeps_one_successor_queued(harness, stub_venv):
@@ -192,7 +195,9 @@ def test_singleton_keeps_one_successor_queued(harness, stub_venv):
     # A crash would let the successor start and resume; a completed run cancels it instead.
     rows = harness.wait("the run to end", lambda: (r := harness.polled_status(run))[0]["state"] == "COMPLETED"
                         and r[1]["state"] == "CANCELLED" and r, timeout=90)
-    assert "not needed: the run completed" in rows[1]["reason"]
+    assert "not needed: the run completed" in rows[1]["reason"] and not rows[1]["needed"]
+    [row] = [r for r in json.loads(harness.mtk("ls", "--json").stdout) if r["run_dir"] == str(run)]
+    assert row["state"] == "COMPLETED", row  # the cancelled successor was not needed: not a cancelled run
 
 
 def test_singleton_successor_resumes_after_a_crash(harness, stub_venv):

@@ -76,7 +76,7 @@ def test_singleton_successor_waits_then_exit_43_cancels_it(harness, mtk_venv, re
     harness.wait("both ranks to wait after iteration 2", lambda: hold.held(2, ranks=2), timeout=900)
     harness.mtk("stop", str(run))
     hold.release(2)
-    done = harness.wait_state(run, {"COMPLETED"}, timeout=600)
+    done = harness.wait_state(run, {"STOPPED"}, timeout=600)
     assert "stopped by the exit trigger" in done["reason"], done
     rows = harness.wait("the successor cancelled", lambda: (r := harness.polled_status(run))[1]["state"] == "CANCELLED"
                         and r, timeout=300)

@@ -5,6 +5,7 @@ node) and USR2 save + requeue + resume are J1's steps (tests/journeys/test_j1_sl
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -102,8 +103,10 @@ def test_save_trigger_checkpoints_without_stopping_and_exit_trigger_stops_cleanl
 
     harness.mtk("stop", str(run))
     hold.release(8)
-    done = harness.wait_state(run, {"COMPLETED"}, timeout=300)
+    done = harness.wait_state(run, {"STOPPED"}, timeout=300)  # mtk status: the train step STOPPED, exit 0
     assert "stopped by the exit trigger" in done["reason"] and "restarts" not in done["reason"]
+    [row] = [r for r in json.loads(harness.mtk("ls", "--json").stdout) if r["run_dir"] == str(run)]
+    assert row["state"] == "STOPPED", row
     assert (run / "state" / "final").read_text() == "stopped\n"
     last = _iteration(read_metrics, run)
     assert last == 9 and int(tracker.read_text()) == last  # the exit trigger is read at the next iteration

@@ -91,3 +91,18 @@ print("ok")
         "train: {global_batch_size: 4, micro_batch_size: 2, precision: fp32}\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_a_succeeded_job_that_ended_on_mtk_stop_is_stopped_where_the_run_dir_is_readable(tmp_path):
+    import json
+
+    (tmp_path / "state").mkdir()
+    last = tmp_path / "state" / "last_exit.json"
+    last.write_text(json.dumps({"code": 43, "reason": "exit trigger", "iteration": 7, "checkpoint_iteration": 7}))
+    state, reason = states.stopped_if_asked("COMPLETED", "PyTorchJobSucceeded", str(tmp_path))
+    assert state == "STOPPED" and "iteration 7, checkpoint 7" in reason
+    assert states.stopped_if_asked("RUNNING", "r", str(tmp_path)) == ("RUNNING", "r")  # only an ended job
+    last.write_text(json.dumps({"code": 0, "reason": "done", "iteration": 9}))
+    assert states.stopped_if_asked("COMPLETED", "ok", str(tmp_path)) == ("COMPLETED", "ok")
+    # The pods' path, not visible here: nothing records the stop, the job stays as Kubernetes says.
+    assert states.stopped_if_asked("COMPLETED", "ok", str(tmp_path / "nowhere")) == ("COMPLETED", "ok")

@@ -210,3 +210,58 @@ def test_tail_keeps_split_utf8_characters_whole(tmp_path):
     assert tail.read() == []
     path.write_bytes(data)
     assert tail.read() == ["0: é\n"]
+
+
+def _ended_chain(tmp_path: Path, final: str, event: str) -> list:
+    """A preprocess, a train job that handed over to its successor (6), the successor that ended the run, and the
+    successor queued after it (7), which the script cancelled because the run had ended."""
+    run = make_run(tmp_path, {"preprocess": "4", "train": "5"})
+    (tmp_path / "state" / "successors").write_text("6\n7\n")
+    (tmp_path / "state" / "final").write_text(f"{final}\n")
+    (tmp_path / "state" / "events.log").write_text(
+        "2026-01-01T00:00:00Z train 5 restart=0 saved checkpoint=4 on a signal; restarting\n"
+        f"2026-01-01T00:00:09Z train 6 restart=0 {event}\n")
+    fake = FakeSlurm(scontrol={"4": JobInfo("4", "COMPLETED", exit_code=0), "5": JobInfo("5", "COMPLETED", exit_code=0),
+                               "6": JobInfo("6", "COMPLETED", exit_code=0), "7": JobInfo("7", "CANCELLED")})
+    return SlurmBackend(fake).status(run)
+
+
+def test_a_stopped_run_is_stopped_and_its_cancelled_successor_not_needed(tmp_path):
+    from mtk.launcher.runtable import fold_steps
+
+    rows = {s.step: s for s in _ended_chain(tmp_path, "stopped", "stopped by the exit trigger checkpoint=9")}
+    assert [rows[s].state for s in ("preprocess", "train", "train#2")] == ["COMPLETED", "COMPLETED", "STOPPED"]
+    assert rows["train#2"].exit_code == 0 and "stopped by the exit trigger" in rows["train#2"].reason
+    assert rows["train#3"].state == "CANCELLED" and not rows["train#3"].needed
+    assert "not needed: the run was stopped" in rows["train#3"].reason
+    assert fold_steps(list(rows.values())) == "STOPPED"
+
+
+def test_a_completed_run_whose_successor_was_cancelled_as_not_needed_is_completed(tmp_path):
+    from mtk.launcher.runtable import fold_steps
+
+    rows = _ended_chain(tmp_path, "completed", "completed checkpoint=10")
+    assert [(r.step, r.state, r.needed) for r in rows] == [
+        ("preprocess", "COMPLETED", True), ("train", "COMPLETED", True), ("train#2", "COMPLETED", True),
+        ("train#3", "CANCELLED", False)]
+    assert "not needed: the run completed" in rows[-1].reason
+    assert fold_steps(rows) == "COMPLETED"
+
+
+def test_a_stop_without_an_event_marks_the_last_completed_train_job(tmp_path):
+    run = make_run(tmp_path, {"train": "5"})
+    (tmp_path / "state" / "final").write_text("stopped\n")
+    (tmp_path / "state" / "train.5.exit").write_text("0\n")  # Slurm has forgotten the job: the exit file answers
+    (row,) = SlurmBackend(FakeSlurm()).status(run)
+    assert row.state == "STOPPED" and row.exit_code == 0
+
+
+def test_a_cancelled_run_stays_cancelled(tmp_path):
+    from mtk.launcher.runtable import fold_steps
+
+    run = make_run(tmp_path, {"train": "5"})
+    (tmp_path / "state" / "successors").write_text("6\n")
+    (tmp_path / "state" / "final").write_text("cancelled\n")
+    fake = FakeSlurm(scontrol={"5": JobInfo("5", "CANCELLED"), "6": JobInfo("6", "CANCELLED")})
+    rows = SlurmBackend(fake).status(run)
+    assert all(r.needed for r in rows) and fold_steps(rows) == "CANCELLED"
