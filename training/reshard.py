@@ -21,13 +21,17 @@ What reshards, and why:
   dropped, as Megatron-LM does ("RNG state will be ignored").
 
 Refused: a changed model shape or vocabulary, a padded vocabulary that changes with ``parallel.tp``, switching
-``parallel.distributed_optimizer`` or the precision family, another ``parallel.ep`` with optimizer state.
+``parallel.distributed_optimizer`` or the precision family, another ``parallel.ep`` with optimizer state, and a
+changed ``train.lr`` / ``train.min_lr`` / ``train.decoupled_lr`` / ``train.decoupled_min_lr`` with optimizer state
+(:func:`check_lr_groups`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from .refusal import Refused
 
 if TYPE_CHECKING:
     from mtk.launcher.spec import Job
@@ -39,11 +43,12 @@ SHAPE_FIELDS = {"num_layers": "num_layers", "hidden_size": "hidden_size", "ffn_h
                 "num_attention_heads": "num_attention_heads", "num_query_groups": "query_groups"}
 
 
-class ReshardRefused(RuntimeError):
-    """The resume cannot load this checkpoint at this job's layout; the message names the field and fix."""
+class ReshardRefused(Refused):
+    """The resume cannot load this checkpoint at this job's layout; the message names the field and fix. Every rank
+    decides it alike from the same checkpoint files, so each refuses together (one line, exit 2). ``spec_field``:
+    the field the message starts with, where a caller lists it as a spec problem."""
 
-    user_facing = True
-    exit_code = 2
+    spec_field: str = ""
 
 
 @dataclass(frozen=True)
@@ -248,6 +253,7 @@ def plan(common: dict[str, Any], job: Job, where: str, optimizer_state: bool = T
                 f"parallel.distributed_optimizer: {where} was saved with parallel.distributed_optimizer="
                 f"{bool(topo['distributed_optimizer'])} (the optimizer state layouts differ); resume with the same "
                 f"setting, or start a new run from its weights with train.init_from")
+        check_lr_groups(common, job, where)
         precision = saved_precision(common) or job.train.precision
         if (precision == "fp32") != (job.train.precision == "fp32"):
             raise ReshardRefused(
@@ -278,3 +284,74 @@ def plan(common: dict[str, Any], job: Job, where: str, optimizer_state: bool = T
     restore_rng = "parallel.tp" not in changed and "parallel.pp" not in changed
     return ReshardPlan(saved=saved, now=now, distopt_sharding=sharding, changed=changed, restore_rng=restore_rng,
                        notes=tuple(notes))
+
+
+def _lr_pairs(groups: Any) -> list[tuple[float, float]]:
+    """The (max_lr, min_lr) of each saved optimizer param group, in order, without repeats."""
+    pairs: list[tuple[float, float]] = []
+    for group in groups if isinstance(groups, list | tuple) else []:
+        if isinstance(group, dict) and group.get("max_lr") is not None:
+            pair = (float(group["max_lr"]), float(group.get("min_lr") or 0.0))
+            if pair not in pairs:
+                pairs.append(pair)
+    return pairs
+
+
+def saved_lr_pairs(common: dict[str, Any]) -> list[tuple[float, float]]:
+    """(max_lr, min_lr) of the checkpoint's optimizer param groups (its common state, no tensors); [] if none."""
+    optimizer = common.get("optimizer")
+    if isinstance(optimizer, list | tuple):  # one state per model chunk / optimizer (virtual pp, MoE)
+        return [p for o in optimizer if isinstance(o, dict) for p in _lr_pairs(o.get("param_groups"))]
+    return _lr_pairs(optimizer.get("param_groups")) if isinstance(optimizer, dict) else []
+
+
+def _num(value: float | None) -> str:
+    return "unset" if value is None else f"{value:g}"
+
+
+def check_lr_groups(common: dict[str, Any], job: Job, where: str) -> None:
+    """Refuse a resume whose learning rates differ from those the checkpoint's optimizer was saved with.
+
+    megatron-core keys each optimizer param group by its settings, ``max_lr`` and ``min_lr`` among them
+    (``param_group_identifier_keys``), and looks the saved groups up by that key: with another ``train.lr``,
+    ``train.min_lr`` or ``train.decoupled_lr`` / ``decoupled_min_lr`` the load fails on every rank ("Could not find
+    parameter group with key ... in loaded checkpoint"). Named here instead, with the checkpoint's value and the
+    two ways on: resume with the checkpoint's LR (``train.lr_schedule_on_resume`` then decides whether its schedule
+    is kept or re-planned to ``train.iterations``), or start a new run from its weights (``train.init_from``), whose
+    optimizer starts afresh at any LR. Silent when the checkpoint records no param groups (weights only)."""
+    saved = saved_lr_pairs(common)
+    if not saved:
+        return
+    t = job.train
+    base = (_arg(common, "lr"), _arg(common, "min_lr"))
+    if base not in saved or None in base:
+        base = saved[0]  # the first group is a default one (megatron-core builds those first)
+    saved_base = (float(base[0]), float(base[1]))
+    extra = [p for p in saved if p != saved_base]
+    want_extra = []
+    if t.decoupled_lr is not None:
+        pair = (t.decoupled_lr, t.decoupled_min_lr if t.decoupled_min_lr is not None else t.min_lr)
+        if pair != (t.lr, t.min_lr):
+            want_extra.append(pair)
+    for name, have, ours in (("train.lr", saved_base[0], t.lr), ("train.min_lr", saved_base[1], t.min_lr)):
+        if have != ours:
+            raise _lr_refusal(name, have, ours, where)
+    if sorted(extra) == sorted(want_extra):
+        return
+    have_pair, ours_pair = (extra[0] if extra else None), (want_extra[0] if want_extra else None)
+    name, index = "train.decoupled_lr", 0
+    if have_pair and ours_pair and have_pair[0] == ours_pair[0]:
+        name, index = "train.decoupled_min_lr", 1
+    raise _lr_refusal(name, have_pair[index] if have_pair else None, getattr(t, name.split(".")[1]), where)
+
+
+def _lr_refusal(name: str, have: float | None, ours: float | None, where: str) -> ReshardRefused:
+    keep = f"{name} unset" if have is None else f"{name}={_num(have)}"
+    exc = ReshardRefused(
+        f"{name}: {where} was saved with {name}={_num(have)} but this job has {name}={_num(ours)}; megatron-core "
+        "keys the optimizer's param groups by their learning rates, so its state cannot be loaded under another. "
+        f"Resume with {keep} (train.lr_schedule_on_resume then keeps the checkpoint's schedule or re-plans it to "
+        "this spec's iterations), or start a new run from its weights with train.init_from (a fresh "
+        "optimizer, any LR)")
+    exc.spec_field = name
+    return exc

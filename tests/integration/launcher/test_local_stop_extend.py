@@ -185,3 +185,37 @@ def test_report_without_run_passes_over_a_relaunch_that_trained_nothing(runs, ke
     assert said in out.stderr, out.stderr
     rows = {r["name"]: r for r in json.loads(mtk("ls", "--runs-dir", str(runs), "--json").stdout)}
     assert (rows[noop_dir.name]["state"], rows[noop_dir.name]["iteration"]) == ("COMPLETED", k + 3)
+
+
+def test_a_resume_at_another_lr_is_refused_at_launch_in_one_line_naming_the_checkpoints_value(runs, stopped):
+    """megatron-core keys optimizer param groups by their LRs: a changed train.lr would fail inside the load on
+    every rank. The launch refuses it first (exit 2), writes no run dir, and says the value and the fix."""
+    before = sorted(runs.glob("ext-*"))
+    out = mtk(*launch_args(runs, "ext", "train.lr=0.002"), check=False)
+    said = out.stdout + out.stderr
+    assert out.returncode == 2, said[-3000:]
+    assert "train.lr: checkpoint " in said and "was saved with train.lr=0.001 but this job has train.lr=0.002" in said
+    assert "Resume with train.lr=0.001" in said and "train.init_from" in said, said
+    assert "Traceback" not in said and "Could not find parameter group" not in said, said
+    assert sorted(runs.glob("ext-*")) == before, "a refused launch writes no run dir"
+
+
+@pytest.mark.parametrize(("sets", "field", "saved"), [
+    (["train.lr=0.002"], "train.lr", "0.001"),
+    (["train.min_lr=0.0002"], "train.min_lr", "0.0001"),
+    (["train.decoupled_lr=0.003"], "train.decoupled_lr", "unset"),
+])
+def test_the_node_precheck_refuses_each_lr_field_from_the_real_checkpoint(runs, stopped, sets, field, saved):
+    """The same rule on the node before torchrun (and on every rank before it loads), over the real checkpoint's
+    common state; the unchanged spec passes."""
+    from mtk.launcher.ckpt_precheck import check_resume_checkpoint
+    from mtk.launcher.spec import load_job
+    from mtk.training.reshard import ReshardRefused
+
+    run_dir = stopped[3]
+    base = ["name=ext", f"cluster.runs_dir={runs}", f"train.checkpoint.dir={runs / 'ext' / 'checkpoints'}"]
+    check_resume_checkpoint(load_job(TINY, base), str(run_dir))
+    with pytest.raises(ReshardRefused) as err:
+        check_resume_checkpoint(load_job(TINY, [*base, *sets]), str(run_dir))
+    assert str(err.value).startswith(f"{field}: checkpoint ") and f"saved with {field}={saved} " in str(err.value)
+    assert err.value.exit_code == 2 and err.value.spec_field == field

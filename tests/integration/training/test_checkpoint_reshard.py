@@ -139,8 +139,9 @@ def test_dp_reshardable_checkpoint_at_another_tp_is_refused_before_any_step(tr, 
     assert tr.run(d, tag="direct") != 0
     log = (d / "direct.log").read_text()
     assert " iteration " not in log and not tr.records(d)
-    reason = tr.last_exit(d)["reason"]
-    assert reason.startswith("ReshardRefused: parallel.tp:") and "fully_reshardable" in reason
+    last = tr.last_exit(d)  # a refusal (exit 2) in one line per job, every rank refusing alike
+    assert last["code"] == 2 and last["reason"].startswith("parallel.tp:") and "fully_reshardable" in last["reason"]
+    assert log.count("[mtk] error: parallel.tp:") == 1, log[-3000:]  # rank 0's line (torchrun's report follows)
 
 
 def test_changed_model_shape_is_refused_before_torchrun(tr, engine_root, tp2_ref):
