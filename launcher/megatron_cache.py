@@ -28,7 +28,8 @@ SCHEMA = 1  # bump when an entry's layout or the key's meaning changes
 # (model.transformer_config_kwargs), the device plan (device_plan.plan) and the engine preflight (loop.preflight).
 TRAIN_FIELDS = ("precision", "fp8", "grad_reduce_dtype", "cross_entropy_fusion", "check_nan_in_grad",
                 "per_token_loss", "recompute", "recompute_num_layers", "iterations", "global_batch_size", "lr",
-                "min_lr", "lr_warmup_iters", "lr_decay_iters", "lr_decay_style", "weight_decay")
+                "min_lr", "lr_warmup_iters", "lr_decay_iters", "lr_decay_style", "lr_schedule_on_resume",
+                "weight_decay")
 # Distributions whose code the check runs (missing ones count as None).
 DISTRIBUTIONS = ("mtk", "megatron-core", "torch", "transformer-engine", "apex")
 

@@ -39,7 +39,7 @@ def _mtk(*args: str):
 
 
 def _validate(*sets: str, flags: tuple[str, ...] = ()) -> str:
-    return _mtk("validate", TINY, "-q", *flags, *[a for s in sets for a in ("--set", s)])
+    return _mtk("validate", TINY, "-q", "--backend", "local", *flags, *[a for s in sets for a in ("--set", s)])
 
 
 def _origin(output: str) -> str:

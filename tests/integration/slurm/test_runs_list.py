@@ -60,6 +60,10 @@ def test_ls_shows_each_backend_with_its_state_and_verbs_default_to_the_newest(ha
     assert said in harness.mtk("stop").stderr and (running / "triggers" / "exit").is_file()
     cancel = harness.mtk("cancel")
     assert said in cancel.stderr and harness.state(running)["state"] == "CANCELLED"
+    # report wants figures: it reports the newest run that has train records (the local one) and names each newer
+    # run it passed over, with why (#37: a run without figures never shadows the one that trained)
     report = harness.mtk("report", "--no-plots", "--no-wandb", check=False)
-    assert said in report.stderr and "has not logged an iteration yet" in report.stderr
+    assert report.returncode == 0, report.stderr
+    assert f"run: tiny ({local_row['run_dir']})" in report.stderr and "with train records" in report.stderr
+    assert f"passing over {running.name}: " in report.stderr
 
