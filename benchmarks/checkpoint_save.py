@@ -29,7 +29,7 @@ SAVED = re.compile(r"\[checkpoint\] saved iteration (\d+) to \S+ in ([0-9.]+)s")
 
 
 def save_times(work: Path, fully: bool, args: argparse.Namespace) -> list[float]:
-    from mtk.launcher.spec.loader import apply_overrides, validate
+    from mtk.spec.loader import apply_overrides, validate
 
     run_dir = work / f"{'fully' if fully else 'dp'}-{len(list(work.iterdir()))}"
     run_dir.mkdir()

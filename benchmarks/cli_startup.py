@@ -114,7 +114,7 @@ def check_cache_rows(repeat: int, cold_repeat: int, with_torchx: bool) -> None:
         # the floor under any spec-validating command: the interpreter with pydantic's BaseModel, then with mtk's
         # spec models built (what every `validate`/`launch` pays before it reads a spec)
         commands["floor: python + pydantic BaseModel"] = [sys.executable, "-c", "from pydantic import BaseModel"]
-        commands["floor: python + mtk's spec models built"] = [sys.executable, "-c", "import mtk.launcher.spec"]
+        commands["floor: python + mtk's spec models built"] = [sys.executable, "-c", "import mtk.spec"]
         if with_torchx:
             # the same shape as the p5 example: 2 nodes × 8 processes, torchrun under srun
             commands["torchx run --scheduler slurm --dryrun dist.ddp"] = [

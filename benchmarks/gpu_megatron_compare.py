@@ -124,7 +124,8 @@ def llama_flags(m: Model) -> list[str]:
 
 def write_mtk_job(run: Run, run_dir: Path) -> Path:
     import yaml
-    from mtk.launcher.spec.loader import apply_overrides, validate
+
+    from mtk.spec.loader import apply_overrides, validate
 
     data = yaml.safe_load((REPO / "examples" / "tiny.yaml").read_text())
     job = validate(apply_overrides(data, [*mtk_overrides(run), f"data.dir={run_dir / 'data'}"]))
@@ -218,9 +219,10 @@ def mtk_step_ms(run_dir: Path, warmup: int) -> float:
 
 def figures(run: Run, step_ms: float, peak_tflops: float) -> dict[str, float]:
     import yaml
-    from mtk.launcher.spec.loader import apply_overrides, validate
     from mtk.training.metrics import flops_per_iteration
     from mtk.training.model import model_vocab_size
+
+    from mtk.spec.loader import apply_overrides, validate
 
     data = yaml.safe_load((REPO / "examples" / "tiny.yaml").read_text())
     job = validate(apply_overrides(data, mtk_overrides(run)))
@@ -245,8 +247,9 @@ LOSS_AT = 20  # the iteration whose loss both sides report (goal: within 1e-3 re
 
 
 def _mtk_job_and_plan(run: Run, run_dir: Path):
-    from mtk.launcher.spec import load_job_json
     from mtk.training.device_plan import plan_for_here
+
+    from mtk.spec import load_job_json
 
     job_path = write_mtk_job(run, run_dir)
     return plan_for_here(load_job_json(str(job_path)), gpu=True, dp_size=run.nproc)

@@ -53,7 +53,8 @@ MODELS: dict[str, list[str]] = {
 
 def write_job(name: str, run_dir: Path, iters: int, save_at: int, device: str = "gpu") -> Path:
     import yaml
-    from mtk.launcher.spec.loader import apply_overrides, validate
+
+    from mtk.spec.loader import apply_overrides, validate
 
     data = yaml.safe_load((REPO / "examples" / "tiny.yaml").read_text())
     sets = [f"name=gpu-resume-{name}", f"cluster.device={device}", *COMMON, *MODELS[name], f"train.iterations={iters}",

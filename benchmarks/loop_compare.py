@@ -119,7 +119,7 @@ class Case:
 
 
 def load_case_job(case: Case):
-    from mtk.launcher.spec import load_job
+    from mtk.spec import load_job
 
     return load_job(BASE, case.overrides())
 
@@ -228,7 +228,8 @@ def _settings_diff_main(cases_file: str, out_file: str) -> None:
 
     compat.install()
     from megatron.training import arguments
-    from mtk.launcher.spec import load_job_json
+
+    from mtk.spec import load_job_json
 
     arguments.get_device_arch_version = lambda: 10  # validate_args asks the GPU's architecture when TP > 1
     result = {}

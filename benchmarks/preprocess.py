@@ -120,8 +120,8 @@ def _digest(prefix: Path) -> str:
 LIMIT_CHILD = """
 import json, sys, time
 from mtk.data_jobs.bpe_fast import fast_gpt2
-from mtk.data_jobs.tokenizers import build_tokenizer
-from mtk.launcher.spec.data import TokenizerSpec
+from mtk.tokenizers import build_tokenizer
+from mtk.spec.data import TokenizerSpec
 corpus, vocab, merges = sys.argv[1:4]
 tok = fast_gpt2(build_tokenizer(TokenizerSpec(type="GPT2BPETokenizer", vocab_file=vocab, merge_file=merges), "."),
                 check_every=0)
@@ -143,7 +143,7 @@ print(json.dumps(best))
 # phase -> functions (file suffix, name) whose cumulative time is that phase, in mtk's preprocess
 PHASES = {
     "tokenizer load + self-test": [("data_jobs/preprocess_worker.py", "load_tokenizer")],
-    "shadow check (HF, 1 doc in check_every)": [("data_jobs/tokenizers.py", "encode_batch")],
+    "shadow check (HF, 1 doc in check_every)": [("mtk/tokenizers.py", "encode_batch")],
     "encode (tiktoken)": [("data_jobs/bpe_fast.py", "_encode"), ("data_jobs/bpe_fast.py", "_encode_arrays")],
     "read lines": [("data_jobs/jsonl.py", "_read_lines")],
     "parse JSON": [("data_jobs/jsonl.py", "parse_document")],
@@ -273,8 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     variants = args.variants.split(",")
     if "mtk" in variants:  # the fast engine's one-time self-test (cached per vocab + library versions)
         t0 = time.monotonic()
-        subprocess.run([sys.executable, "-c", "import sys; from mtk.launcher.spec.data import TokenizerSpec; "
-                        "from mtk.data_jobs.tokenizers import build_tokenizer; from mtk.data_jobs.bpe_fast import "
+        subprocess.run([sys.executable, "-c", "import sys; from mtk.spec.data import TokenizerSpec; "
+                        "from mtk.tokenizers import build_tokenizer; from mtk.data_jobs.bpe_fast import "
                         "fast_gpt2; t = build_tokenizer(TokenizerSpec(type='GPT2BPETokenizer', "
                         f"vocab_file={str(vocab / 'vocab.json')!r}, merge_file={str(vocab / 'merges.txt')!r}), '.');"
                         "sys.exit(type(fast_gpt2(t)).__name__ != 'FastGPT2')"], env=env, check=True)

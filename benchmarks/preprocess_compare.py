@@ -290,8 +290,8 @@ def run_mtk(work: Path, corpus: Path, tok: Path, workers: int, cores: list[int],
 def verify_vocabulary(tok: Path, env: dict) -> None:
     """mtk's fast engine checks a vocabulary once (cached per vocab + library versions): not part of a run."""
     t0 = time.monotonic()
-    code = ("import sys; from mtk.launcher.spec.data import TokenizerSpec; "
-            "from mtk.data_jobs.tokenizers import build_tokenizer; from mtk.data_jobs.bpe_fast import fast_gpt2; "
+    code = ("import sys; from mtk.spec.data import TokenizerSpec; "
+            "from mtk.tokenizers import build_tokenizer; from mtk.data_jobs.bpe_fast import fast_gpt2; "
             f"t = build_tokenizer(TokenizerSpec(type='GPT2BPETokenizer', vocab_file={str(tok / 'vocab.json')!r}, "
             f"merge_file={str(tok / 'merges.txt')!r}), '.'); sys.exit(type(fast_gpt2(t)).__name__ != 'FastGPT2')")
     subprocess.run([sys.executable, "-c", code], env=env, check=True, stdout=subprocess.DEVNULL)

@@ -43,8 +43,9 @@ def bare_loop(job_path: str, out_path: str, iters: int) -> None:
     from megatron.core import parallel_state as ps
     from megatron.core.distributed import finalize_model_grads
     from megatron.core.pipeline_parallel import get_forward_backward_func
-    from mtk.launcher.spec import load_job_json
     from mtk.training import data, device_plan, distributed, model, optim
+
+    from mtk.spec import load_job_json
 
     job = load_job_json(job_path)
     distributed.init(job, cpu=True)
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         bare_loop(args.bare[0], args.bare[1], args.iters)
         return 0
 
-    from mtk.launcher.spec import load_job
+    from mtk.spec import load_job
 
     with tempfile.TemporaryDirectory(prefix="mtk-bench-") as tmp:
         root = Path(tmp)

@@ -108,7 +108,7 @@ def _as_list(value: Any) -> list[str]:
 
 def definition(dockerfile: str, context_dir: Path, build_args: dict[str, str] | None = None) -> str:
     """The Apptainer definition for ``dockerfile`` whose build context is ``context_dir``."""
-    from mtk.launcher.extras import requires
+    from mtk.extras import requires
 
     with requires("image", "mtk build-image --sif"):
         from spython.logger import bot

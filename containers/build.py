@@ -57,7 +57,7 @@ class BuildResult:
 
 def docker_client(base_url: str | None = None):
     """A Docker SDK client (DOCKER_HOST, or ``base_url``); a clear error when no daemon answers."""
-    from mtk.launcher.extras import requires
+    from mtk.extras import requires
 
     with requires("image", "mtk build-image"):
         import docker

@@ -222,8 +222,8 @@ def auto_device() -> str:
 def expectations(args: argparse.Namespace) -> Expect:
     device, gpus, efa = args.device, None, 0
     if args.job:
-        from mtk.launcher.netenv import efa_count
-        from mtk.launcher.spec import load_job_json
+        from mtk.netenv import efa_count
+        from mtk.spec import load_job_json
 
         job = load_job_json(args.job)
         device = job.cluster.device if device == "auto" else device
@@ -247,7 +247,7 @@ def format_report(checks: list[Check], expect: Expect) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from mtk.launcher.suggest import ArgumentParser
+    from mtk.suggest import ArgumentParser
 
     parser = ArgumentParser(prog="mtk-entrypoint doctor", description=__doc__.split("\n\n")[0])
     parser.add_argument("--job", help="job.json of the run: sets the device, GPU and EFA expectations")

@@ -19,7 +19,7 @@ from mtk.files import atomic_write
 from . import apptainer, context, recipe
 
 if TYPE_CHECKING:
-    from mtk.launcher.spec import Job
+    from mtk.spec import Job
 
 Echo = Callable[[str], None]
 HASH_PREFIX = "sha-"

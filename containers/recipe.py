@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mtk.launcher.templating import render_template
+from mtk.templating import render_template
 
 try:
     import tomllib
@@ -21,8 +21,8 @@ except ImportError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]  # the same API under its backport name
 
 if TYPE_CHECKING:
-    from mtk.launcher.spec import Job
-    from mtk.launcher.spec.image import ImageSpec
+    from mtk.spec import Job
+    from mtk.spec.image import ImageSpec
 
 # The base image brings its own CUDA build of torch; pip must never replace it with a PyPI wheel.
 BASE_PROVIDED = ("torch",)

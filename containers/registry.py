@@ -69,7 +69,7 @@ def ensure_ecr_repository(ecr, name: str, account: str, echo: Echo) -> bool:
 def ecr_login(registry: str, repository: str, region: str | None, endpoint_url: str | None,
               echo: Echo) -> Credentials:
     """Ensure the repository and fetch a registry password with boto3 (credentials from the AWS chain)."""
-    from mtk.launcher.extras import requires
+    from mtk.extras import requires
 
     with requires("image", "mtk build-image --push (ECR)"):
         import boto3

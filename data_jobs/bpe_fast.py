@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .tokenizers import EOD_TEXT, HFTokenizer, Tokenizer
+from mtk.tokenizers import EOD_TEXT, HFTokenizer, Tokenizer
 
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 

@@ -38,7 +38,7 @@ from . import sources
 from .sources import FetchError
 
 if TYPE_CHECKING:
-    from mtk.launcher.spec.data import FetchItem
+    from mtk.spec.data import FetchItem
 
 RETRIES = 5
 DECOMPRESSORS = (".xz", ".gz", ".zst")
@@ -337,7 +337,7 @@ def fetch_all(items: list[FetchItem], data_dir: str, progress: bool | None = Non
 
 
 def _safe_url(url: str) -> str:
-    from mtk.launcher.secrets import scrub
+    from mtk.secrets import scrub
 
     return scrub(url)
 
@@ -348,14 +348,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run-dir", help="run directory (accepted for symmetry with other steps)")
     ap.add_argument("--data-dir", help="override data.dir")
     args = ap.parse_args(list(sys.argv[1:] if argv is None else argv))
-    from mtk.launcher.spec import load_job_json
+    from mtk.spec import load_job_json
 
     data = load_job_json(args.job).data
     data_dir = args.data_dir or data.dir
     if not data.fetch:
         print("getdata: data.fetch is empty; nothing to fetch")
         return 0
-    from mtk.launcher.secrets import scrub
+    from mtk.secrets import scrub
 
     tokens = [os.environ[i.auth] for i in data.fetch if i.auth and os.environ.get(i.auth)]
     try:

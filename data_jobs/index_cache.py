@@ -24,8 +24,9 @@ def build_index_cache(job_json: str, log: Any = print) -> str | None:
 
     quiet.single_process()  # megatron-core's import-time TE/Apex notes and its rank guess: this process is rank 0
     compat.install_import_stubs()  # what the training worker does before importing megatron.core
-    from mtk.launcher.spec import load_job_json
     from mtk.training import data
+
+    from mtk.spec import load_job_json
 
     job = load_job_json(job_json)
     t0 = time.monotonic()

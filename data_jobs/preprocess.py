@@ -59,9 +59,8 @@ from .preprocess_worker import (
 from .sharding import plan_shards
 
 if TYPE_CHECKING:
-    from mtk.launcher.spec.data import TokenizerSpec
-
-    from .tokenizers import Tokenizer
+    from mtk.spec.data import TokenizerSpec
+    from mtk.tokenizers import Tokenizer
 
 
 MANIFEST_VERSION = 1

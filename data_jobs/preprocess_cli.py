@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from mtk.launcher.suggest import ArgumentParser
+from mtk.suggest import ArgumentParser
 
 from .preprocess import ON_ERROR, PreprocessConfig, PreprocessError, preprocess
 
@@ -74,13 +74,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def config_from_args(argv: list[str]) -> PreprocessConfig:
     """Build the config from ``--job`` and/or Megatron-style flags (flags override the spec)."""
-    from mtk.launcher.spec.data import TokenizerSpec
+    from mtk.spec.data import TokenizerSpec
 
     args = _parser().parse_args(argv)
     if args.split_sentences:
         raise PreprocessError("--split-sentences is not supported: mtk writes one sequence per document")
     if args.job:
-        from mtk.launcher.spec import load_job_json
+        from mtk.spec import load_job_json
 
         data = load_job_json(args.job).data
         job_path = args.job

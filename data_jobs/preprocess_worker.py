@@ -19,9 +19,8 @@ from .corpus import InputError, Shard, is_parquet
 from .jsonl import BadLine, line_number, parse_document, read_lines
 
 if TYPE_CHECKING:
-    from mtk.launcher.spec.data import TokenizerSpec
-
-    from .tokenizers import Tokenizer
+    from mtk.spec.data import TokenizerSpec
+    from mtk.tokenizers import Tokenizer
 
 
 BATCH_CHARS = 1 << 20  # tokenize in batches of about this many characters
@@ -59,8 +58,9 @@ _WORKER: dict[str, Any] = {}
 
 def load_tokenizer(spec: TokenizerSpec, data_dir: str, engine: str, verified: bool,
                     log: Any = print) -> Tokenizer:
+    from mtk.tokenizers import TokenizerError, build_tokenizer
+
     from .bpe_fast import fast_gpt2
-    from .tokenizers import TokenizerError, build_tokenizer
 
     try:
         tok = build_tokenizer(spec, data_dir)
@@ -85,7 +85,7 @@ def init_worker(spec_json: str | None = None, data_dir: str = "", engine: str = 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if spec_json is None:
         return
-    from mtk.launcher.spec.data import TokenizerSpec
+    from mtk.spec.data import TokenizerSpec
 
     spec = TokenizerSpec.model_validate_json(spec_json)
     _WORKER["tok"] = load_tokenizer(spec, data_dir, engine, verified=True, log=lambda *_: None)

@@ -56,6 +56,6 @@ def task_shards(shards: list[Shard], tasks: int, index: int) -> list[Shard]:
 
 def index_from_env() -> int | None:
     """The task index the scheduler gave this process (a Slurm array task, a Kubernetes Indexed Job), if any."""
-    from mtk.launcher.rendezvous import node_place
+    from mtk.rendezvous import node_place
 
     return node_place(os.environ).task_index

@@ -39,7 +39,7 @@ def _client() -> Any:
 
 @lru_cache(maxsize=4)
 def _client_for(endpoint: str | None) -> Any:
-    from mtk.launcher.extras import requires
+    from mtk.extras import requires
 
     with requires("data", "reading s3:// data"):
         import boto3

@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from mtk.launcher import exitcodes
-from mtk.launcher.backends import Artifacts, Backend, StepStatus, SubmitStopped
-from mtk.launcher.runs import Run
+from mtk import run_layout
+from mtk.backends import Artifacts, Backend, StepStatus, SubmitStopped
+from mtk.runs import Run
 
 from . import launch_wait, manifests, names, states, yamlio
 
@@ -90,7 +90,7 @@ class EksBackend(Backend):
             raise ValueError(f"Invalid value for '--timeout': {exc}") from None
 
     def pin(self, job):
-        from mtk.launcher.image_pin import pin_image
+        from mtk.image_pin import pin_image
 
         return pin_image(job)
 
@@ -127,7 +127,7 @@ class EksBackend(Backend):
     def render(self, job, run_dir: str) -> Artifacts:
         """Manifests + job.json for ``run_dir`` (a path as the pods see it, normally under the FSx mount)."""
         objs = manifests.build(job, run_dir)
-        files = {exitcodes.JOB_FILE: job.to_json(), ALL_FILE: yamlio.dump_all([o.body for o in objs], HEADER)}
+        files = {run_layout.JOB_FILE: job.to_json(), ALL_FILE: yamlio.dump_all([o.body for o in objs], HEADER)}
         steps: list[str] = []
         for o in objs:
             if o.step not in steps:

@@ -54,7 +54,7 @@ DELETE_ORDER = ("PyTorchJob", "Job", "Deployment", "Service", "NetworkPolicy", "
 
 def load_api_client():
     """An ApiClient from the in-cluster service account, else the kubeconfig (KUBECONFIG or ~/.kube/config)."""
-    from mtk.launcher.extras import requires
+    from mtk.extras import requires
 
     with requires("eks", "the EKS backend"):
         from kubernetes import client, config
@@ -184,7 +184,7 @@ class Kube:
     def probe(self) -> None:
         """One cheap request (GET /version) before a launch writes anything: no answer means bad set-up (exit 2),
         named with the server, the kubeconfig it came from and how to point elsewhere."""
-        from mtk.launcher.extras import requires
+        from mtk.extras import requires
 
         with requires("eks", "the EKS backend"):
             from kubernetes import client

@@ -7,10 +7,10 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from mtk.launcher.rendezvous import NodePlace, Rendezvous, RendezvousError, digits, index_var, int_var
+from mtk.rendezvous import NodePlace, Rendezvous, RendezvousError, digits, index_var, int_var
 
 if TYPE_CHECKING:
-    from mtk.launcher.spec import Job
+    from mtk.spec import Job
 
 
 def rendezvous(job: Job, env: Mapping[str, str]) -> Rendezvous | None:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mtk.launcher.backends import SubmitStopped
+from mtk.backends import SubmitStopped
 
 from . import names, states
 

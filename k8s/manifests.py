@@ -11,12 +11,12 @@ import posixpath
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mtk.launcher.netenv import efa_count, network_env
+from mtk.netenv import efa_count, network_env
 
 from . import names
 
 if TYPE_CHECKING:
-    from mtk.launcher.spec import Job
+    from mtk.spec import Job
 
 KUBEFLOW_API = "kubeflow.org/v1"
 CONTAINER = "pytorch"  # the training operator only configures the container with this name
@@ -77,8 +77,8 @@ def secret_objects(job: Job, env: dict[str, str]) -> list[dict]:
     """The Secrets ``cluster.secrets`` references, filled from ``env`` (``cluster.eks.sync_secrets``). Never
     rendered into a file: built in memory at submit and sent only in the API request. Shared by every run of
     the job name, so they carry no run label and cancel leaves them."""
-    from mtk.launcher.secrets import missing
-    from mtk.launcher.spec.errors import Problem, SpecError
+    from mtk.secrets import missing
+    from mtk.spec.errors import Problem, SpecError
 
     absent = set(missing(job.cluster.secret_names, env))
     if absent:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mtk.launcher.backends import StepStatus
+from mtk.backends import StepStatus
 
 POD_PHASES = {"Pending": "PENDING", "Running": "RUNNING", "Succeeded": "COMPLETED", "Failed": "FAILED",
               "Unknown": "UNKNOWN"}
@@ -41,9 +41,10 @@ def stopped_if_asked(state: str, reason: str, run_dir: str) -> tuple[str, str]:
     dir says STOPPED."""
     if state != "COMPLETED":
         return state, reason
-    from mtk.launcher import exitcodes
     from mtk.launcher.local_runner import stopped_reason
-    from mtk.launcher.run_outcome import last_exit
+
+    from mtk import exitcodes
+    from mtk.run_outcome import last_exit
 
     record = last_exit(run_dir)
     if record and record.get("code") == exitcodes.STOPPED:

@@ -35,7 +35,7 @@ class CheckpointDamaged(ValueError):
 def reporting_node(env) -> bool:
     """Whether this node names an input error: node 0 of a multi-node job, or any node whose rank is unknown
     before the rendezvous (local; elastic Kubeflow, where each pod has its own log anyway)."""
-    from .rendezvous import node_place
+    from mtk.rendezvous import node_place
 
     return node_place(env).node_rank in (None, 0)
 

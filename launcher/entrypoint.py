@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     step, rest = argv[0], argv[1:]
     if step not in STEPS:
-        from .suggest import did_you_mean
+        from mtk.suggest import did_you_mean
 
         print(f"mtk-entrypoint: unknown step '{step}'{did_you_mean(step, STEPS)}\n\n{usage()}", file=sys.stderr)
         return 2
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         module = importlib.import_module(STEPS[step][0])
         return int(module.main(rest) or 0)
     except (Exception, KeyboardInterrupt) as exc:
-        from .failures import report
+        from mtk.failures import report
 
         return report(exc, f"mtk-entrypoint {step}")
 

@@ -4,15 +4,15 @@ Ctrl-C while submitting): its record says so, and the verbs that read records an
 Why a record at all: the run dir exists (rendered files, maybe objects a backend applied before failing), so
 ``mtk ls`` must not show it as a run of unknown state, ``mtk cancel NAME`` must still reach whatever was
 submitted, and a bare ``mtk status``/``logs``/``cancel`` must never pick it as "the newest run"
-(:func:`mtk.launcher.runs.newest_run` passes over it).
+(:func:`mtk.runs.newest_run` passes over it).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .backends import StepStatus
-from .runs import RECORD, Run
+from mtk.backends import StepStatus
+from mtk.runs import RECORD, Run
 
 
 def describe(exc: BaseException) -> str:
@@ -43,7 +43,7 @@ def launch_steps(run: Run) -> list[StepStatus]:
     if not run.ids:
         steps[0].reason += "; nothing was submitted"
         return steps
-    from .backends import get_backend
+    from mtk.backends import get_backend
 
     try:
         steps += get_backend(run.backend).status(run)

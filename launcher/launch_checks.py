@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mtk.checkpoint_paths import checkpoint_dir
-
-from .spec.errors import Problem, SpecError
+from mtk.spec.errors import Problem, SpecError
 
 if TYPE_CHECKING:
-    from .backends import Backend
-    from .spec import Job
+    from mtk.backends import Backend
+    from mtk.spec import Job
 
 
 def running_writer(job: Job, run_dir: str) -> list[Problem]:

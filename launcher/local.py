@@ -17,18 +17,19 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from . import exitcodes
-from .backends import Artifacts, Backend, StepStatus
+from mtk import run_layout
+from mtk.backends import Artifacts, Backend, StepStatus
+from mtk.netenv import network_env
+from mtk.rendezvous import Rendezvous
+from mtk.runs import Run
+from mtk.spec import Job
+from mtk.spec.errors import Problem
+
 from .local_runner import STEPS_FILE, read_state
-from .netenv import network_env
-from .rendezvous import Rendezvous
-from .runs import Run
-from .spec import Job
-from .spec.errors import Problem
 
 
 def step_argv(step: str, run_dir: str) -> list[str]:
-    return ["mtk-entrypoint", step, "--job", f"{run_dir}/{exitcodes.JOB_FILE}", "--run-dir", run_dir]
+    return ["mtk-entrypoint", step, "--job", f"{run_dir}/{run_layout.JOB_FILE}", "--run-dir", run_dir]
 
 
 def _run_script(job: Job, run_dir: str, steps: list[list[str]], torchrun: list[str], env: dict[str, str]) -> str:
@@ -81,7 +82,7 @@ class LocalBackend(Backend):
         from .train_step import torchrun_argv
 
         steps = [step_argv(s, run_dir) for s in job.steps()]
-        torchrun, _ = torchrun_argv(job, run_dir, f"{run_dir}/{exitcodes.JOB_FILE}", env={}, program=["torchrun"])
+        torchrun, _ = torchrun_argv(job, run_dir, f"{run_dir}/{run_layout.JOB_FILE}", env={}, program=["torchrun"])
         # The same presets and debug switches as on a cluster (NCCL debug files, ...), then cluster.env.
         env = network_env(job, run_dir)
         plan = {
@@ -89,7 +90,7 @@ class LocalBackend(Backend):
             "env": env,
         }
         files = {
-            exitcodes.JOB_FILE: job.to_json(),
+            run_layout.JOB_FILE: job.to_json(),
             STEPS_FILE: json.dumps(plan, indent=2, sort_keys=True) + "\n",
             "run.sh": _run_script(job, run_dir, steps, torchrun, env),
         }
@@ -104,8 +105,8 @@ class LocalBackend(Backend):
 
     def submit(self, job: Job, artifacts: Artifacts) -> Run:
         run_dir = Path(artifacts.run_dir)
-        (run_dir / exitcodes.LOGS_DIR).mkdir(parents=True, exist_ok=True)
-        with open(run_dir / exitcodes.LOGS_DIR / "runner.log", "ab") as out:
+        (run_dir / run_layout.LOGS_DIR).mkdir(parents=True, exist_ok=True)
+        with open(run_dir / run_layout.LOGS_DIR / "runner.log", "ab") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "mtk.launcher.local_runner", str(run_dir)],
                 stdout=out,
@@ -149,7 +150,7 @@ class LocalBackend(Backend):
         return out
 
     def logs(self, run: Run, follow: bool = False, step: str | None = None, node: str | None = None) -> Iterator[str]:
-        logs_dir = Path(run.run_dir) / exitcodes.LOGS_DIR
+        logs_dir = Path(run.run_dir) / run_layout.LOGS_DIR
         plan = json.loads((Path(run.run_dir) / STEPS_FILE).read_text())
         names = [s["step"] for s in plan["steps"] if step in (None, s["step"])]
         _check_logs_filter(plan, step, node, run.extra.get("host"))

@@ -15,12 +15,11 @@ import sys
 import time
 from pathlib import Path
 
+from mtk import exitcodes, run_layout
 from mtk.files import atomic_write
 
-from . import exitcodes
-
 STEPS_FILE = "steps.json"
-STATE_FILE = f"{exitcodes.STATE_DIR}/steps.json"
+STATE_FILE = f"{run_layout.STATE_DIR}/steps.json"
 
 
 def read_state(run_dir: str | Path) -> dict:
@@ -54,7 +53,7 @@ def _step_state(rc: int, cancelled: bool) -> str:
 def stopped_reason(run_dir: str | Path) -> str:
     """Where a stopped run stopped and what it saved, from the engine's ``state/last_exit.json``."""
     try:
-        last = json.loads((Path(run_dir) / exitcodes.STATE_DIR / "last_exit.json").read_text())
+        last = json.loads((Path(run_dir) / run_layout.STATE_DIR / "last_exit.json").read_text())
         at, saved = int(last["iteration"]), last.get("checkpoint_iteration")
     except (OSError, ValueError, KeyError, TypeError):
         return "stopped by the exit trigger (mtk stop); checkpoint saved"
@@ -87,7 +86,7 @@ def run(run_dir: Path) -> int:
             if rc == exitcodes.STOPPED:
                 entry["needed"] = False  # left unrun by a stop: the run is STOPPED, not CANCELLED
             continue
-        log = run_dir / exitcodes.LOGS_DIR / f"{name}.log"
+        log = run_dir / run_layout.LOGS_DIR / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab", buffering=0) as out:
             proc = subprocess.Popen(_resolve(step["argv"]), stdout=out, stderr=subprocess.STDOUT, env=env, cwd=run_dir)

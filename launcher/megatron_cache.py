@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from mtk.files import atomic_write
 
 if TYPE_CHECKING:
-    from .spec import Job
+    from mtk.spec import Job
 
 SCHEMA = 1  # bump when an entry's layout or the key's meaning changes
 # TrainSpec fields the child reads: the LR scheduler (optim.build_scheduler), the TransformerConfig

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .spec import Job
+    from mtk.spec import Job
 
 # megatron-core's argument names -> the job spec field that sets them (first named in a message wins).
 FIELDS: dict[str, str] = {
@@ -178,7 +178,7 @@ def enforce(job: Job, source: str | None = None, recheck: bool = False,
             say: Callable[[str], None] | None = None) -> Verdict:
     """Raise SpecError naming each field megatron-core refuses; return the verdict (sizes, skip note) otherwise.
     ``say`` gets the one line on where the verdict came from (ran now / cached), before any refusal."""
-    from .spec.errors import Problem, SpecError
+    from mtk.spec.errors import Problem, SpecError
 
     verdict = check(job, recheck=recheck)
     if say is not None and verdict.origin():
@@ -276,8 +276,9 @@ def _model_problems(job: Job, config) -> tuple[int | None, list[tuple[str, str]]
 
 
 def run_child(job_json: str) -> dict:
-    from mtk.launcher.spec.job import Job
     from mtk.training import compat
+
+    from mtk.spec.job import Job
 
     job = Job.model_validate_json(job_json)
     compat.install_import_stubs()

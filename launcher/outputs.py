@@ -17,10 +17,10 @@ import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .spec.errors import Problem, SpecError
+from mtk.spec.errors import Problem, SpecError
 
 if TYPE_CHECKING:
-    from .spec import Job
+    from mtk.spec import Job
 
 PROBE_BYTES = 4096  # one block: an empty file needs no space, a checkpoint does
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -102,7 +102,7 @@ def check_launch_outputs(job: Job, backend: str, run_dir: str, dry_run: bool) ->
     if dry_run and (Path(run_dir) / "job.json").exists():
         problems.append(Problem("--run-dir", "holds an existing run (job.json): a dry run writes nothing into it; "
                                 "pass a new --run-dir or leave it out", run_dir))
-    from .backends import backend_class
+    from mtk.backends import backend_class
 
     if not backend_class(backend).remote_paths:  # e.g. EKS paths are pod paths on FSx, not visible here
         reported: dict[Path, Problem] = {}

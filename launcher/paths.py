@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from mtk import checkpoint_paths
 
 if TYPE_CHECKING:
-    from .spec import Job
+    from mtk.spec import Job
 
 
 def _absolute(path: str, base: str) -> str:
@@ -24,7 +24,7 @@ def _absolute(path: str, base: str) -> str:
 def resolve_paths(job: Job, backend: str, cwd: str | None = None) -> Job:
     """A copy of ``job`` with absolute runs, data and checkpoint dirs (a backend's remote paths, e.g. EKS pod paths,
     are kept as written)."""
-    from .backends import backend_class
+    from mtk.backends import backend_class
 
     remote = backend_class(backend).remote_paths
     job = job.model_copy(deep=True)

@@ -30,14 +30,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from mtk import checkpoint_paths
+from mtk import checkpoint_paths, exitcodes, run_layout
 from mtk.files import atomic_write
 
-from . import exitcodes
-
-HEALTH_DIR = f"{exitcodes.STATE_DIR}/health"
-PREFLIGHT_FILE = f"{exitcodes.STATE_DIR}/preflight.json"
-PREFLIGHT_HOSTS = f"{exitcodes.STATE_DIR}/preflight.hosts"
+HEALTH_DIR = f"{run_layout.STATE_DIR}/health"
+PREFLIGHT_FILE = f"{run_layout.STATE_DIR}/preflight.json"
+PREFLIGHT_HOSTS = f"{run_layout.STATE_DIR}/preflight.hosts"
 INIT_TIMEOUT_S = 120
 
 
@@ -140,7 +138,7 @@ def tool_problems(job) -> tuple[list[str], list[dict]]:
 def node_checks(job, run_dir: str) -> NodeHealth:
     from mtk.containers import doctor
 
-    from .netenv import efa_count
+    from mtk.netenv import efa_count
 
     health = NodeHealth(host=socket.gethostname(), node_rank=0)
     expect = doctor.Expect(device=job.cluster.device,
@@ -165,7 +163,7 @@ def group_from_environment(env: dict[str, str]) -> tuple[int, int, str, int] | N
     if all(k in env for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")):
         return int(env["RANK"]), int(env["WORLD_SIZE"]), env["MASTER_ADDR"], int(env["MASTER_PORT"])
     if "MTK_PREFLIGHT_HOST" in env and "MTK_PREFLIGHT_PORT" in env:
-        from .rendezvous import node_place
+        from mtk.rendezvous import node_place
 
         place = node_place(env)
         if place.node_rank is not None:
@@ -239,7 +237,7 @@ def allreduce_check(health: NodeHealth, job, rank: int, world: int, host: str, p
             torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
         health.busbw_gbps = round(2 * (world - 1) / world * big.numel() * 4 / seconds / 1e9, 3) if world > 1 else None
-        from .netenv import min_busbw_gbps
+        from mtk.netenv import min_busbw_gbps
 
         floor, why = min_busbw_gbps(job)
         if floor is not None and health.busbw_gbps is not None and health.busbw_gbps < floor:
@@ -264,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--job", required=True, help="the run's job.json")
     ap.add_argument("--run-dir", default=None, help="run directory (default: the job file's folder)")
     args = ap.parse_args(argv)
-    from .spec import load_job_json
+    from mtk.spec import load_job_json
 
     run_dir = os.path.abspath(args.run_dir or os.path.dirname(os.path.abspath(args.job)))
     job = load_job_json(args.job)

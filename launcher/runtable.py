@@ -14,12 +14,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import exitcodes
-from .run_outcome import nothing_to_do
-from .runs import RECORD, Run, run_records
+from mtk import run_layout
+from mtk.run_outcome import nothing_to_do
+from mtk.runs import RECORD, Run, run_records
 
 if TYPE_CHECKING:
-    from .backends import StepStatus
+    from mtk.backends import StepStatus
 
 # Folding step states into one run state: the first rule that matches wins. STOPPED (``mtk stop``: checkpoint
 # saved, the engine's exit 43) ends a run as asked; it shows unless something failed or still runs. Steps the run
@@ -61,7 +61,7 @@ def fold_steps(steps: list[StepStatus]) -> str:
 
 
 def _state(run: Run) -> tuple[str, str]:
-    from .backends import get_backend
+    from mtk.backends import get_backend
 
     try:
         if run.launch_error:
@@ -81,7 +81,7 @@ def _progress(run_dir: Path) -> dict:
     """Iteration, last loss, tokens/s and restarts from metrics.jsonl; empty when it is not readable here."""
     from .report.records import read_metrics
 
-    path = run_dir / exitcodes.METRICS_FILE
+    path = run_dir / run_layout.METRICS_FILE
     if not path.is_file():
         return {}
     metrics = read_metrics(path)
@@ -95,7 +95,7 @@ def _progress(run_dir: Path) -> dict:
 
 def _total(run_dir: Path) -> int | None:
     try:
-        iterations = json.loads((run_dir / exitcodes.JOB_FILE).read_text())["train"]["iterations"]
+        iterations = json.loads((run_dir / run_layout.JOB_FILE).read_text())["train"]["iterations"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return iterations if isinstance(iterations, int) else None
@@ -117,7 +117,7 @@ def row(run: Run) -> RunRow:
 def rendered_only(runs_dir: Path) -> list[RunRow]:
     """Run dirs written by ``mtk render``/``--dry-run`` (a job.json, no run record): never submitted."""
     rows = []
-    for job_file in runs_dir.glob(f"*/{exitcodes.JOB_FILE}") if runs_dir.is_dir() else []:
+    for job_file in runs_dir.glob(f"*/{run_layout.JOB_FILE}") if runs_dir.is_dir() else []:
         if (job_file.parent / RECORD).exists():
             continue
         backend = _rendered_by(job_file.parent)
@@ -130,7 +130,7 @@ def rendered_only(runs_dir: Path) -> list[RunRow]:
 
 def _rendered_by(run_dir: Path) -> str:
     """The backend whose render wrote ``run_dir``, by the file each backend always writes (its render marker)."""
-    from .backends import backend_classes
+    from mtk.backends import backend_classes
 
     return next((cls.name for cls in backend_classes()
                  if cls.render_marker and (run_dir / cls.render_marker).exists()), "?")

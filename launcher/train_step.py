@@ -20,8 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-from . import exitcodes
-from .rendezvous import RendezvousError, from_environment, node_place
+from mtk import exitcodes, run_layout
+from mtk.rendezvous import RendezvousError, from_environment, node_place
 
 FORWARDED = (signal.SIGUSR2, signal.SIGTERM)
 # Signals Slurm/Kubernetes use to end a step; handled, not fatal, so the workers can save first.
@@ -112,7 +112,7 @@ def _reap_orphans(grace: float) -> None:
 
 def read_last_exit(run_dir: str, since: float) -> dict | None:
     """The engine's account of why it stopped, if written during this attempt."""
-    path = Path(run_dir) / exitcodes.STATE_DIR / "last_exit.json"
+    path = Path(run_dir) / run_layout.STATE_DIR / "last_exit.json"
     try:
         if path.stat().st_mtime + 1 < since:
             return None
@@ -155,7 +155,7 @@ def _start_hang_monitor(job, run_dir: str, agent: subprocess.Popen) -> dict:
         state["verdict"] = verdict
         path = monitor.record(verdict)
         print(f"mtk: HANG on node {socket.gethostname()}: {verdict.reason}; stacks into "
-              f"{Path(run_dir) / exitcodes.DEBUG_DIR}, verdict in {path}; stopping with exit code {exitcodes.HANG}",
+              f"{Path(run_dir) / run_layout.DEBUG_DIR}, verdict in {path}; stopping with exit code {exitcodes.HANG}",
               flush=True)
         monitor.dump_and_kill(agent.pid, training_workers(agent.pid))
 
@@ -171,7 +171,7 @@ def job_for_node_count(job, run_dir: str, nodes: int) -> str:
 
     fixed = job.model_copy(deep=True)
     fixed.cluster.nodes, fixed.cluster.min_nodes = nodes, None
-    path = Path(run_dir) / exitcodes.STATE_DIR / f"job.{nodes}nodes.json"
+    path = Path(run_dir) / run_layout.STATE_DIR / f"job.{nodes}nodes.json"
     atomic_write(path, fixed.to_json())  # every node writes the same bytes
     return str(path)
 
@@ -179,13 +179,13 @@ def job_for_node_count(job, run_dir: str, nodes: int) -> str:
 def _exclude_blamed(run_dir: str, verdict) -> None:
     """Under a PyTorchJob, add the blamed nodes to ``state/excluded_nodes``: the relaunch renders them as node
     anti-affinity (on Slurm the batch script records them and passes --exclude)."""
-    from .exclusions import add_excluded
+    from mtk.exclusions import add_excluded
 
     for host in verdict.hosts:
         try:
             if add_excluded(run_dir, host, f"hang watchdog (pod {socket.gethostname()}): stopped reporting "
                                            "progress, see state/hang.json"):
-                print(f"mtk: node {host} added to {Path(run_dir) / exitcodes.EXCLUDED_FILE}; a relaunch "
+                print(f"mtk: node {host} added to {Path(run_dir) / run_layout.EXCLUDED_FILE}; a relaunch "
                       "(mtk launch with the same checkpoint dir) avoids it", flush=True)
         except (OSError, ValueError) as exc:
             print(f"mtk: could not record node {host!r} as excluded: {exc}", flush=True)
@@ -198,8 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--print", dest="print_only", action="store_true", help="print the torchrun command only")
     args = parser.parse_args(argv)
 
+    from mtk.spec import load_job_json
+
     from .ckpt_precheck import check_resume_checkpoint_once
-    from .spec import load_job_json
 
     job_file = os.path.abspath(args.job)
     run_dir = os.path.abspath(args.run_dir or os.path.dirname(job_file))

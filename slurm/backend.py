@@ -13,20 +13,19 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mtk.launcher import exitcodes
-from mtk.launcher.backends import Artifacts, Backend, StepStatus
-from mtk.launcher.runs import Run
-
+from mtk import run_layout
+from mtk.backends import Artifacts, Backend, StepStatus
 from mtk.files import atomic_write
+from mtk.runs import Run
 
 from . import logfiles
 from .commands import JobInfo, Slurm
 from .render import gpus_requested_at_submit, job_base, plan, render, submit_argv
 
 if TYPE_CHECKING:
-    from mtk.launcher.rendezvous import NodePlace, Rendezvous
-    from mtk.launcher.spec import Job
-    from mtk.launcher.spec.errors import Problem
+    from mtk.rendezvous import NodePlace, Rendezvous
+    from mtk.spec import Job
+    from mtk.spec.errors import Problem
 
 # Slurm job state -> mtk's neutral state. Anything else is UNKNOWN.
 STATES: dict[str, str] = {
@@ -124,7 +123,7 @@ class SlurmBackend(Backend):
                   "cluster.slurm.qos": s.qos, "cluster.slurm.time": s.time, "cluster.slurm.mem": s.mem,
                   "cluster.slurm.cpus_per_task": s.cpus_per_task, "cluster.nodes": job.cluster.nodes,
                   "cluster.procs_per_node": job.cluster.procs_per_node}
-        for sub_dir in (exitcodes.LOGS_DIR, exitcodes.STATE_DIR):  # slurmd opens the log before the script runs
+        for sub_dir in (run_layout.LOGS_DIR, run_layout.STATE_DIR):  # slurmd opens the log before the script runs
             Path(artifacts.run_dir, sub_dir).mkdir(parents=True, exist_ok=True)
         ids: dict[str, str] = {}
         try:
@@ -285,7 +284,7 @@ class SlurmBackend(Backend):
     def cancel(self, run: Run, wait: float = 120.0) -> None:
         """scancel every job of the run (ids, successors, and by name); safe to repeat. Waits until Slurm
         reports none of them pending or running, so nothing of the run is left when this returns."""
-        final = Path(run.run_dir) / exitcodes.STATE_DIR / "final"
+        final = Path(run.run_dir) / run_layout.STATE_DIR / "final"
         if not final.exists():
             atomic_write(final, "cancelled\n")
         slurm = self._client(run)
@@ -301,7 +300,7 @@ class SlurmBackend(Backend):
 
 
 def _state_file(run: Run, name: str) -> Path:
-    return Path(run.run_dir) / exitcodes.STATE_DIR / name
+    return Path(run.run_dir) / run_layout.STATE_DIR / name
 
 
 def _successors(run: Run) -> list[str]:
@@ -340,7 +339,7 @@ def _mark_stopped(run: Run, steps: list[StepStatus]) -> None:
 
 
 def _exit_file(run: Run, job_id: str) -> int | None:
-    for path in Path(run.run_dir, exitcodes.STATE_DIR).glob(f"*.{job_id}.exit"):
+    for path in Path(run.run_dir, run_layout.STATE_DIR).glob(f"*.{job_id}.exit"):
         try:
             return int(path.read_text().strip())
         except (OSError, ValueError):

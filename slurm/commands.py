@@ -12,7 +12,7 @@ import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from mtk.launcher.spec.errors import Problem, SpecError
+from mtk.spec.errors import Problem, SpecError
 
 TIMEOUT = 60
 

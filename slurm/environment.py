@@ -14,10 +14,10 @@ import subprocess
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from mtk.launcher.rendezvous import NodePlace, Rendezvous, RendezvousError, digits, index_var, int_var
+from mtk.rendezvous import NodePlace, Rendezvous, RendezvousError, digits, index_var, int_var
 
 if TYPE_CHECKING:
-    from mtk.launcher.spec import Job
+    from mtk.spec import Job
 
 SLURM_PORT_BASE, SLURM_PORT_SPAN = 15000, 20000
 

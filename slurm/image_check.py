@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from mtk.launcher.spec.errors import Problem
+from mtk.spec.errors import Problem
 
 if TYPE_CHECKING:
-    from mtk.launcher.spec import Job
+    from mtk.spec import Job
 
 
 def _is_path(image: str) -> bool:

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from mtk.launcher import exitcodes
+from mtk import run_layout
 
 _LABEL = re.compile(r"^\s*(\d+): ")
 # srun's report of a failed task, e.g. "srun: error: node2: task 1: Exited with exit code 3"
@@ -23,13 +23,13 @@ class LogsError(ValueError):
 
 
 def log_path(run_dir: str, step: str, job_id: str) -> Path:
-    return Path(run_dir) / exitcodes.LOGS_DIR / f"{step}-{job_id}.out"
+    return Path(run_dir) / run_layout.LOGS_DIR / f"{step}-{job_id}.out"
 
 
 def array_logs(run_dir: str, step: str, job_id: str) -> dict[int, Path]:
     """task index -> log of each task of a job array (``<step>-<array id>_<task>.out``); {} for a plain job."""
     found = {}
-    for path in (Path(run_dir) / exitcodes.LOGS_DIR).glob(f"{step}-{job_id}_*.out"):
+    for path in (Path(run_dir) / run_layout.LOGS_DIR).glob(f"{step}-{job_id}_*.out"):
         index = path.name[len(f"{step}-{job_id}_"):-len(".out")]
         if index.isdigit():
             found[int(index)] = path
@@ -56,7 +56,7 @@ def pick_tasks(tasks: dict[int, Path], node: str | None) -> list[Path]:
 
 def node_hosts(run_dir: str, job_id: str) -> list[str]:
     """The allocation's hosts in task order, as the batch script recorded them."""
-    path = Path(run_dir) / exitcodes.STATE_DIR / f"nodes.{job_id}"
+    path = Path(run_dir) / run_layout.STATE_DIR / f"nodes.{job_id}"
     try:
         return path.read_text().split()
     except OSError:

@@ -4,7 +4,7 @@ for the same (job, run dir).
 Each sbatch file has three parts: the ``#SBATCH`` header (quoted for sbatch's own parser), a block of
 shell assignments (every value through :func:`mtk.slurm.quoting.sh`), and the step logic from
 ``templates/step.sh.j2``, which interpolates no values at all: six flags pick its blocks, rendered by
-:mod:`mtk.launcher.flag_template` (the Jinja subset it uses, without importing Jinja2 on every launch).
+:mod:`mtk.flag_template` (the Jinja subset it uses, without importing Jinja2 on every launch).
 """
 
 from __future__ import annotations
@@ -14,19 +14,18 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
-from mtk.launcher import exitcodes
-from mtk.launcher.backends import Artifacts
-from mtk.launcher.flag_template import render_flags
-from mtk.launcher.netenv import network_env
-from mtk.launcher.spec.errors import Problem, SpecError
-
+from mtk import exitcodes, run_layout
+from mtk.backends import Artifacts
 from mtk.checkpoint_paths import checkpoint_dir as _checkpoint_dir
+from mtk.flag_template import render_flags
+from mtk.netenv import network_env
+from mtk.spec.errors import Problem, SpecError
 
 from .directives import check_extra, directive
 from .quoting import QuotingError, sh
 
 if TYPE_CHECKING:
-    from mtk.launcher.spec import Job
+    from mtk.spec import Job
 
 SCRIPTS = {"getdata": "getdata.sbatch", "preprocess": "preprocess.sbatch", "train": "train.sbatch"}
 # After the first node's task ends, srun gives the others this long before killing them: a crashed node
@@ -148,7 +147,7 @@ def _header(job: Job, run_dir: str, sub: Submission, problems: list[Problem]) ->
     c, s = job.cluster, job.cluster.slurm
     train = sub.step == "train"
     array = preprocess_array(job) if sub.step == "preprocess" else None
-    log = f"{run_dir}/{exitcodes.LOGS_DIR}/{sub.step}-{'%A_%a' if array else '%j'}.out"
+    log = f"{run_dir}/{run_layout.LOGS_DIR}/{sub.step}-{'%A_%a' if array else '%j'}.out"
     wanted: list[tuple[str, str | None, str]] = [
         ("job-name", sub.job_name, "name"),
         ("nodes", (f"{c.min_nodes}-{c.nodes}" if c.min_nodes else str(c.nodes)) if train else "1", "cluster.nodes"),
@@ -199,7 +198,7 @@ def _values(job: Job, run_dir: str, sub: Submission, problems: list[Problem]) ->
     assign: list[tuple[str, object, str]] = [
         ("MTK_STEP", sub.step, ""),
         ("MTK_RUN_DIR", run_dir, "run dir"),
-        ("MTK_STATE_DIR", f"{run_dir}/{exitcodes.STATE_DIR}", "run dir"),
+        ("MTK_STATE_DIR", f"{run_dir}/{run_layout.STATE_DIR}", "run dir"),
     ]
     if s.runtime == "pyxis" or train:
         assign.append(("MTK_EXIT_USAGE", exitcodes.USAGE, ""))

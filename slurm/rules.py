@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mtk.launcher.spec.errors import Problem
+from mtk.spec.errors import Problem
 
 if TYPE_CHECKING:
-    from mtk.launcher.spec import Job
+    from mtk.spec import Job
 
 
 def problems(job: Job) -> list[Problem]:

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtk.launcher import exitcodes
-
+from mtk import run_layout
 from mtk.files import atomic_write
 
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
@@ -60,11 +59,11 @@ class Control:
 
     @property
     def save_trigger(self) -> Path:
-        return self.run_dir / exitcodes.SAVE_TRIGGER
+        return self.run_dir / run_layout.SAVE_TRIGGER
 
     @property
     def exit_trigger(self) -> Path:
-        return self.run_dir / exitcodes.EXIT_TRIGGER
+        return self.run_dir / run_layout.EXIT_TRIGGER
 
     def local_flags(self, check_triggers: bool) -> list[float]:
         """This rank's [signal, save trigger, exit trigger]; only rank 0 reads the trigger files (one
@@ -95,7 +94,7 @@ class Control:
 def write_last_exit(run_dir: str | Path, code: int, iteration: int, reason: str,
                     checkpoint_iteration: int | None) -> Path:
     """Atomically record why the worker exited (rank 0 only)."""
-    path = Path(run_dir) / exitcodes.STATE_DIR / LAST_EXIT
+    path = Path(run_dir) / run_layout.STATE_DIR / LAST_EXIT
     record = {"code": int(code), "iteration": int(iteration), "reason": reason,
               "checkpoint_iteration": checkpoint_iteration, "time": time.time()}
     atomic_write(path, json.dumps(record, indent=2) + "\n")

@@ -1,7 +1,7 @@
 """Training data: mock data or a weighted blend of indexed ``.bin/.idx`` prefixes, and a resumable sampler.
 
 Prefixes come from ``data.blend`` (resolved against ``data.dir``), the prefixes the preprocess step writes
-(``data.corpus``), and every prefix under ``data.folders`` (via ``mtk.data_jobs.mixture``). Datasets are built
+(``data.corpus``), and every prefix under ``data.folders`` (via ``mtk.mixture``). Datasets are built
 with megatron.core's ``BlendedMegatronDatasetBuilder`` + ``GPTDataset`` (index cache in ``data.cache_dir`` or
 ``<data.dir>/index-cache``, which must be shared between nodes).
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mtk.launcher.spec import Job
+    from mtk.spec import Job
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ def tokenizer_info(job: Job) -> TokenizerInfo:
     tok = job.data.tokenizer
     if tok.type == "NullTokenizer":
         return TokenizerInfo(job.model.vocab_size, job.model.vocab_size - 1)
-    from mtk.data_jobs.tokenizers import build_tokenizer  # the data helper's module; loaded only here
+    from mtk.tokenizers import build_tokenizer  # the data helper's module; loaded only here
 
     from .interop import hf_tokenizer
 
@@ -55,7 +55,7 @@ def blend(job: Job, log: Callable[[str], None] | None = None) -> tuple[list[str]
             prefixes.append(prefix)
             weights.append(d.corpus.weight if d.corpus and d.corpus.weight else 1.0)  # weight required beside a blend
     if d.folders:
-        from mtk.data_jobs.mixture import expand_folders  # the data helper's module; loaded only here
+        from mtk.mixture import expand_folders  # the data helper's module; loaded only here
 
         for prefix, weight in expand_folders(d, log=log):
             prefixes.append(prefix)

@@ -15,16 +15,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mtk.launcher import exitcodes
-from mtk.launcher.secrets import redact_env
-
+from mtk import run_layout
 from mtk.files import atomic_write
+from mtk.secrets import redact_env
 
 
 def _secret_names(run_dir: str | Path | None) -> list[str]:
     """``cluster.secrets`` of this run (names only), read from its job.json without building the model."""
     try:
-        job = json.loads((Path(run_dir) / exitcodes.JOB_FILE).read_text()) if run_dir else {}
+        job = json.loads((Path(run_dir) / run_layout.JOB_FILE).read_text()) if run_dir else {}
         return [ref["name"] for ref in job.get("cluster", {}).get("secrets", [])]
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return []
@@ -69,7 +68,7 @@ def environment_record(rank: int, topology: dict[str, Any], secret_names: Sequen
 
 def dump_environment(run_dir: str | Path, rank: int, topology: dict[str, Any]) -> Path:
     """Write ``<run_dir>/debug/env-<host>-rank<r>.json`` (versions, env with secrets redacted, topology)."""
-    path = Path(run_dir) / exitcodes.DEBUG_DIR / f"env-{socket.gethostname()}-rank{rank}.json"
+    path = Path(run_dir) / run_layout.DEBUG_DIR / f"env-{socket.gethostname()}-rank{rank}.json"
     record = environment_record(rank, topology, _secret_names(run_dir))
     atomic_write(path, json.dumps(record, indent=2, default=str) + "\n", 0o600)
     return path
@@ -81,7 +80,7 @@ class ProfilerWindow:
     def __init__(self, spec, run_dir: str | Path, rank: int):
         self.enabled = bool(spec.enabled) and rank in spec.ranks
         self.start, self.stop = spec.start, spec.stop
-        self.path = Path(run_dir) / exitcodes.DEBUG_DIR / f"torch-trace-{socket.gethostname()}-rank{rank}.json"
+        self.path = Path(run_dir) / run_layout.DEBUG_DIR / f"torch-trace-{socket.gethostname()}-rank{rank}.json"
         self._prof: Any = None  # torch.profiler.profile while tracing
 
     def before(self, iteration: int) -> None:

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from mtk.launcher.spec import Job
+    from mtk.spec import Job
 
 
 @dataclass(frozen=True)

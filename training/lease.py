@@ -29,7 +29,7 @@ class LeaseHeld(Refused):
 
 
 def _holder_here(run_dir: str) -> dict:
-    from mtk.launcher.rendezvous import node_place
+    from mtk.rendezvous import node_place
 
     job = node_place(os.environ).job_id or os.environ.get("HOSTNAME") or ""
     return {"host": socket.gethostname(), "pid": os.getpid(), "job_id": job, "run_dir": str(run_dir),
@@ -48,7 +48,7 @@ def _alive_here(pid: int) -> bool:
 
 def _job_ended(job_id: str) -> bool:
     """True when a scheduler says the holder's job is no longer queued or running (False when none can tell)."""
-    from mtk.launcher.backends import backend_classes
+    from mtk.backends import backend_classes
 
     return bool(job_id) and any(cls.job_ended(job_id) for cls in backend_classes())
 

@@ -19,13 +19,13 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mtk.launcher import exitcodes
+from mtk import exitcodes, run_layout
 
 from . import compat
 from .refusal import Refused
 
 if TYPE_CHECKING:
-    from mtk.launcher.spec import Job
+    from mtk.spec import Job
 
 
 class EngineError(Refused):
@@ -180,7 +180,7 @@ class Trainer:
                             "NCCL-bound collective fails here as it would on a GPU")
 
         ckpt = job.train.checkpoint
-        root = ckpt.dir or str(self.run_dir / exitcodes.CHECKPOINTS_DIR)
+        root = ckpt.dir or str(self.run_dir / run_layout.CHECKPOINTS_DIR)
         self.ckpt = checkpoint.CheckpointManager(root, ckpt.keep_last, log=lambda m: _log(self.rank, m),
                                                  async_save=ckpt.async_save, owner=self.run_dir)
         self.ckpt.prepare()

@@ -49,15 +49,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mtk.launcher import exitcodes
+from mtk import run_layout
 
 if TYPE_CHECKING:
-    from mtk.launcher.spec import Job
+    from mtk.spec import Job
 
 
 def restart_count(env: Mapping[str, str] | None = None) -> int:
     """The scheduler's requeue count (its backend reads it), else torchrun's own restarts of this worker group."""
-    from mtk.launcher.rendezvous import digits, node_place
+    from mtk.rendezvous import digits, node_place
 
     env = os.environ if env is None else env
     return node_place(env).restarts or digits(env, "TORCHELASTIC_RESTART_COUNT") or 0
@@ -134,7 +134,7 @@ class MetricsWriter:
         self.job = job
         self.enabled = rank == 0
         self.world = world_size
-        self.path = Path(run_dir) / exitcodes.METRICS_FILE
+        self.path = Path(run_dir) / run_layout.METRICS_FILE
         self.flops = flops_per_iteration(job, padded_vocab)
         self.tokens_per_step = job.train.global_batch_size * job.model.seq_length
         self.restarts = restart_count()
@@ -145,7 +145,7 @@ class MetricsWriter:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = open(self.path, "a", buffering=1)  # noqa: SIM115 - lives as long as the run; line-buffered: tail -f and crash safe per line
             if tensorboard:
-                self.tb = _summary_writer(Path(run_dir) / exitcodes.TENSORBOARD_DIR)
+                self.tb = _summary_writer(Path(run_dir) / run_layout.TENSORBOARD_DIR)
 
     def _reset(self) -> None:
         self._loss_sum = 0.0

@@ -5,20 +5,21 @@ come from the run's :class:`~mtk.training.device_plan.DevicePlan`. The chunks ar
 accelerator here, before Float16Module/DDP wrapping, as Megatron-LM does.
 
 The vocabulary is padded to ``make_vocab_size_divisible_by × tp`` with the
-same formula as ``mtk.launcher.figures.padded_vocab`` so ``mtk validate``'s parameter count matches.
+same formula as ``mtk.figures.padded_vocab`` so ``mtk validate``'s parameter count matches.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mtk.launcher.figures import padded_vocab
+from mtk.figures import padded_vocab
 
 from .device_plan import DevicePlan, have_apex, plan_for_here
 
 if TYPE_CHECKING:
     import torch
-    from mtk.launcher.spec import Job
+
+    from mtk.spec import Job
 
 
 def params_dtype(precision: str) -> torch.dtype:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from mtk.launcher.spec import Job
+    from mtk.spec import Job
 
     from .device_plan import DevicePlan
 

@@ -34,7 +34,7 @@ filter here off, so anything this module hides can be seen again.
 On a CPU run only (:func:`for_device`): megatron-core's tensor-parallel layers recommend
 ``CUDA_DEVICE_MAX_CONNECTIONS=1`` whenever TP > 1 (async grad all-reduce) or sequence parallelism is on. The
 variable orders CUDA kernel launches; a CPU run has none. On GPU the warning stays: the launchers set the
-variable where it helps (``launcher/netenv.py``: Hopper and older with TP/CP/SP), so it appears only when a
+variable where it helps (``mtk/netenv.py``: Hopper and older with TP/CP/SP), so it appears only when a
 user's ``cluster.env`` overrides that — which they can act on.
 """
 
@@ -80,7 +80,7 @@ _FILTER = _DropKnown()
 
 
 def _debug() -> bool:
-    from mtk.launcher.failures import debug_enabled
+    from mtk.failures import debug_enabled
 
     return debug_enabled()
 

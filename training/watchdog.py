@@ -34,8 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from mtk.launcher import exitcodes
-
+from mtk import run_layout
 from mtk.files import atomic_write
 
 DUMP_SIGNAL = signal.SIGUSR1
@@ -50,11 +49,11 @@ PHASES = ("startup", "step", "eval", "save", "done")
 
 
 def heartbeat_dir(run_dir: str | Path) -> Path:
-    return Path(run_dir) / exitcodes.HEARTBEATS_DIR
+    return Path(run_dir) / run_layout.HEARTBEATS_DIR
 
 
 def stacks_path(run_dir: str | Path, host: str, rank: int) -> Path:
-    return Path(run_dir) / exitcodes.DEBUG_DIR / f"stacks-{host}-rank{rank}.txt"
+    return Path(run_dir) / run_layout.DEBUG_DIR / f"stacks-{host}-rank{rank}.txt"
 
 
 class Timeouts:
@@ -184,7 +183,7 @@ def dump_flight_recorder(run_dir: Path, host: str, rank: int) -> Path | None:
         dump = getattr(torch._C._distributed_c10d, "_dump_nccl_trace", None)
         if dump is None:
             return None
-        path = Path(run_dir) / exitcodes.DEBUG_DIR / f"nccl-trace-{host}-rank{rank}.pkl"
+        path = Path(run_dir) / run_layout.DEBUG_DIR / f"nccl-trace-{host}-rank{rank}.pkl"
         atomic_write(path, dump())
         return path
     except Exception as exc:  # a diagnostic must never take the rank down
@@ -215,7 +214,7 @@ class Verdict:
 def read_verdict(run_dir: str | Path, since: float) -> Verdict | None:
     """The verdict in ``state/hang.json`` if one was declared at or after ``since`` (this attempt), else None."""
     try:
-        data = json.loads((Path(run_dir) / exitcodes.HANG_FILE).read_text())
+        data = json.loads((Path(run_dir) / run_layout.HANG_FILE).read_text())
         if float(data["time"]) < since:
             return None
         return Verdict(blamed=list(data["blamed"]), overdue=list(data["overdue_ranks"]), reason=str(data["reason"]))
@@ -307,10 +306,10 @@ class HangMonitor:
 
     def record(self, verdict: Verdict) -> Path:
         """``state/hang.json`` (written once per attempt: the first node to decide; others adopt its verdict)."""
-        path = self.run_dir / exitcodes.HANG_FILE
+        path = self.run_dir / run_layout.HANG_FILE
         if read_verdict(self.run_dir, self.started) is None:
             atomic_write(path, json.dumps(verdict.to_json(), indent=2) + "\n")
-            atomic_write(self.run_dir / exitcodes.HANG_HOSTS_FILE, "".join(f"{h}\n" for h in verdict.hosts))
+            atomic_write(self.run_dir / run_layout.HANG_HOSTS_FILE, "".join(f"{h}\n" for h in verdict.hosts))
         return path
 
 

@@ -1,6 +1,6 @@
 """One training rank: ``python -m mtk.training.worker --job JOB.json --run-dir DIR`` (started by torchrun).
 
-Also reachable as ``mtk-entrypoint worker``. The exit code is the engine's (``mtk.launcher.exitcodes``):
+Also reachable as ``mtk-entrypoint worker``. The exit code is the engine's (``mtk.exitcodes``):
 0 done, 42 saved after SIGTERM/SIGUSR2 (requeue), 43 stopped by the exit trigger, 2 refused (one line, e.g. the
 checkpoint dir is another run's), 1 failed; rank 0 also
 records it in ``<run_dir>/state/last_exit.json`` because torchrun flattens worker exit codes.
@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from mtk.launcher import exitcodes
+from mtk import exitcodes
 
 from . import compat, quiet
 
@@ -26,7 +26,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from mtk.launcher.spec import load_job_json
+    from mtk.spec import load_job_json
 
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     job_path = Path(args.job)

@@ -45,7 +45,7 @@ class LazyGroup(click.Group):
         try:
             return super().resolve_command(ctx, args)
         except click.UsageError as exc:
-            from ..suggest import did_you_mean
+            from mtk.suggest import did_you_mean
 
             hint = did_you_mean(args[0] if args else "", VERBS)
             if not hint or "No such command" not in exc.message:
@@ -60,7 +60,7 @@ class LazyGroup(click.Group):
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except (Exception, KeyboardInterrupt) as exc:
-            from ..failures import report
+            from mtk.failures import report
 
             sys.exit(report(exc, "mtk"))
 

@@ -12,7 +12,7 @@ from .common import pick_run, run_argument, runs_dir_option
 @runs_dir_option
 def command(run_ref, runs_dir):
     """Cancel every step of RUN."""
-    from ..backends import get_backend
+    from mtk.backends import get_backend
 
     run = pick_run(run_ref, runs_dir)
     if run.launch_error and not run.ids:

@@ -16,7 +16,7 @@ class SuggestingChoice(click.Choice):
         try:
             return super().convert(value, param, ctx)
         except click.BadParameter as exc:
-            from ..suggest import did_you_mean
+            from mtk.suggest import did_you_mean
 
             hint = did_you_mean(value, self.choices)
             if not hint:
@@ -34,7 +34,7 @@ class BackendChoice(SuggestingChoice):
 
     @property
     def choices(self):
-        from ..backends import backend_names
+        from mtk.backends import backend_names
 
         return tuple(backend_names())
 
@@ -45,7 +45,7 @@ class BackendChoice(SuggestingChoice):
     def convert(self, value, param, ctx):
         """A built-in name needs no scan of every installed distribution's entry points; any other name is
         checked against every registered backend."""
-        from ..backends import REGISTRY
+        from mtk.backends import REGISTRY
 
         if isinstance(value, str) and value in REGISTRY:
             return value
@@ -72,12 +72,12 @@ def handles_spec_errors(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from ..spec import SpecError
+        from mtk.spec import SpecError
 
         try:
             return fn(*args, **kwargs)
         except SpecError as exc:
-            from ..failures import report
+            from mtk.failures import report
 
             sys.exit(report(exc, "mtk"))
 
@@ -89,15 +89,15 @@ def pick_backend(job_file: str, overrides, backend: str | None) -> tuple[str, st
     line saying so when it is not the default, for the verb to print once the spec is accepted."""
     if backend is not None:
         return backend, ""
-    from ..backends import infer_backend
-    from ..spec.loader import apply_overrides, read_yaml
+    from mtk.backends import infer_backend
+    from mtk.spec.loader import apply_overrides, read_yaml
 
     name, why = infer_backend(apply_overrides(read_yaml(job_file), list(overrides)).get("cluster"), job_file)
     return name, f"backend: {name} ({why}; --backend to choose another)" if why else ""
 
 
 def load(job_file: str, overrides, backend: str | None, check_files: bool = False):
-    from ..spec import load_job
+    from mtk.spec import load_job
 
     return load_job(job_file, list(overrides), backend=backend, check_files=check_files)
 
@@ -108,7 +108,7 @@ run_argument = click.argument("run_ref", metavar="[RUN]", required=False, defaul
 def pick_run(run_ref: str | None, runs_dir: str):
     """Resolve RUN (a run dir or name); without one, the newest run under --runs-dir, saying which (stderr, so
     ``--json`` output stays clean)."""
-    from ..runs import failed_launches_since, find_run
+    from mtk.runs import failed_launches_since, find_run
 
     run = find_run(run_ref, runs_dir)
     if run_ref is None:

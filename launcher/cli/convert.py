@@ -36,7 +36,7 @@ def command(source: str, dest: Path, runs_dir: str, dtype, make_vocab_size_divis
     (a new directory)."""
     import warnings
 
-    from ..extras import MissingExtra, install_command, missing
+    from mtk.extras import MissingExtra, install_command, missing
 
     absent = missing(CONVERT_NEEDS)
     if absent:
@@ -65,7 +65,7 @@ def command(source: str, dest: Path, runs_dir: str, dtype, make_vocab_size_divis
 def _source_dir(source: str, runs_dir: str) -> Path:
     """SOURCE as a directory: a checkpoint or HF dir as given; a run (dir with run.json, or name) → the checkpoint
     dir its job.json names, whose tracker points at the newest checkpoint."""
-    from ..runs import RECORD, RunNotFound, find_run
+    from mtk.runs import RECORD, RunNotFound, find_run
 
     path = Path(source)
     if path.is_dir() and not (path / RECORD).is_file():
@@ -78,7 +78,7 @@ def _source_dir(source: str, runs_dir: str) -> Path:
             f"looked up under {Path(runs_dir).absolute()}/ (--runs-dir to look elsewhere), and a run's checkpoints "
             "are in the dir its job.json names as train.checkpoint.dir (default <runs_dir>/<name>/checkpoints)",
             param_hint="SOURCE") from None
-    from ..spec.loader import load_job_json
+    from mtk.spec.loader import load_job_json
 
     record = Path(run.record_dir or run.run_dir)
     job = load_job_json(record / "job.json" if (record / "job.json").is_file() else run.job_file)

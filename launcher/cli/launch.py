@@ -40,11 +40,12 @@ from .common import backend_option, handles_spec_errors, job_argument, load, pic
 def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflight, megatron_check, megatron_recheck,
             wait, timeout):
     """Launch JOB.yaml on a backend."""
-    from ..backends import SubmitStopped, get_backend
+    from mtk.backends import SubmitStopped, get_backend
+    from mtk.runs import new_run_dir
+    from mtk.secrets import require
+
     from ..outputs import check_launch_outputs
     from ..paths import resolve_paths
-    from ..runs import new_run_dir
-    from ..secrets import require
 
     if megatron_recheck and megatron_check is False:
         raise click.UsageError("--megatron-recheck runs the check that --no-megatron-check turns off: pass one")
@@ -59,7 +60,7 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
     job = load(job_file, overrides, backend, check_files=not impl.remote_paths)
     if inferred:
         click.echo(inferred)
-    from ..spec.fetch_checks import unverified_fetches
+    from mtk.spec.fetch_checks import unverified_fetches
 
     for line in unverified_fetches(job):
         click.echo(line, err=True)
@@ -143,7 +144,7 @@ def followed_exit_code(states) -> int:
     0 completed; 43 (``exitcodes.STOPPED``) stopped by ``mtk stop`` with its checkpoint saved, so a script can
     tell "stopped as asked, launch again to resume" from a failure; 1 anything else. A step the run ended without
     needing (a Slurm successor cancelled because the run completed or stopped) is left out."""
-    from ..exitcodes import FAILED, OK, STOPPED
+    from mtk.exitcodes import FAILED, OK, STOPPED
 
     unfinished = [s for s in states if s.state != "COMPLETED" and s.needed]
     for s in unfinished:

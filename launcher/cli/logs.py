@@ -15,7 +15,7 @@ from .common import fail, pick_run, run_argument, runs_dir_option
 @click.option("--node", default=None, help="Only lines from this node/pod.")
 def command(run_ref, runs_dir, follow, step, node):
     """Print the logs of RUN."""
-    from ..backends import get_backend
+    from mtk.backends import get_backend
 
     run = pick_run(run_ref, runs_dir)
     if run.launch_error and not run.ids:

@@ -17,7 +17,8 @@ from .common import backend_option, handles_spec_errors, job_argument, load, pic
 @handles_spec_errors
 def command(job_file, overrides, backend, out):
     """Write the run files for JOB.yaml into --out (same bytes for the same spec)."""
-    from ..backends import get_backend
+    from mtk.backends import get_backend
+
     from ..paths import resolve_paths
 
     backend, _ = pick_backend(job_file, overrides, backend)

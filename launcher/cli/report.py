@@ -10,15 +10,14 @@ import click
 from .common import SuggestingChoice, fail, pick_run, runs_dir_option
 
 if TYPE_CHECKING:
-    from ..runs import Run
+    from mtk.runs import Run
 
 
 def _resolve(run_ref: str | None, runs_dir: str) -> Path:
     """A run dir (with or without run.json), a run name under --runs-dir, or (none given) the newest run."""
     from pathlib import Path
 
-    from ..exitcodes import METRICS_FILE
-
+    from mtk.run_layout import METRICS_FILE
     if run_ref is None:
         return _newest_with_figures(runs_dir)
     try:
@@ -39,8 +38,8 @@ def _newest_with_figures(runs_dir: str) -> Path:
     """No RUN: the newest submitted run that logged a train iteration; the newer ones passed over (a relaunch
     with nothing to do, a run not started yet) are named on stderr with why, so the report never silently
     shows another run — and when none has figures, the error says why for the newest."""
-    from ..run_outcome import has_train_records, why_no_figures
-    from ..runs import RunNotFound, newest_run, run_records
+    from mtk.run_outcome import has_train_records, why_no_figures
+    from mtk.runs import RunNotFound, newest_run, run_records
 
     try:
         newest_run(runs_dir)  # no submitted run at all: its message says what was found

@@ -16,7 +16,7 @@ def command(run_ref, runs_dir, as_json):
     import json
     from dataclasses import asdict
 
-    from ..backends import get_backend
+    from mtk.backends import get_backend
 
     run = pick_run(run_ref, runs_dir)
     if run.launch_error:  # a failed launch: what was recorded, and what the backend says of anything submitted
@@ -34,7 +34,7 @@ def command(run_ref, runs_dir, as_json):
         click.echo(f"  {s.step:<12} {s.state:<10} {s.id}{code} {s.reason}".rstrip())
         for line in s.log_tail:
             click.echo(f"      | {line}")
-    from ..exclusions import read_excluded
+    from mtk.exclusions import read_excluded
 
     excluded = read_excluded(run.run_dir)
     if excluded:

@@ -35,7 +35,7 @@ ENDED = {"COMPLETED", "FAILED", "CANCELLED"}
 
 
 def _refuse_if_ended(run, trigger: str) -> None:
-    from ..backends import get_backend
+    from mtk.backends import get_backend
 
     states = get_backend(run.backend).status(run)
     if states and all(s.state in ENDED for s in states):
@@ -49,8 +49,7 @@ def _refuse_if_ended(run, trigger: str) -> None:
 @runs_dir_option
 def save_command(run_ref, runs_dir):
     """Ask RUN to write a checkpoint at its next log interval and continue."""
-    from ..exitcodes import SAVE_TRIGGER
-
+    from mtk.run_layout import SAVE_TRIGGER
     click.echo(f"save requested: {_drop(run_ref, runs_dir, SAVE_TRIGGER)}")
 
 
@@ -59,6 +58,5 @@ def save_command(run_ref, runs_dir):
 @runs_dir_option
 def stop_command(run_ref, runs_dir):
     """Ask RUN to checkpoint and stop cleanly (no requeue) at its next log interval."""
-    from ..exitcodes import EXIT_TRIGGER
-
+    from mtk.run_layout import EXIT_TRIGGER
     click.echo(f"stop requested: {_drop(run_ref, runs_dir, EXIT_TRIGGER)}")

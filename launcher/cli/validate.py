@@ -16,7 +16,7 @@ def _human(n: int) -> str:
 
 def _fit_line(job, per_rank: int | None) -> str:
     """The estimate against one GPU's memory (the check that refuses a spec over it: spec/memory_checks.py)."""
-    from ..spec.memory_checks import estimate_gib, gpu_memory
+    from mtk.spec.memory_checks import estimate_gib, gpu_memory
 
     total = estimate_gib(job, per_rank)[0]
     known = gpu_memory(job)
@@ -45,7 +45,7 @@ def command(job_file, overrides, backend, check_files, quiet, by_megatron, megat
     """Check JOB.yaml and print the resolved spec and derived figures."""
     import yaml
 
-    from ..figures import compute
+    from mtk.figures import compute
 
     if megatron_recheck and not by_megatron:
         raise click.UsageError("--megatron-recheck runs the check that --no-megatron turns off: pass one")
@@ -53,7 +53,7 @@ def command(job_file, overrides, backend, check_files, quiet, by_megatron, megat
     job = load(job_file, overrides, backend, check_files)
     if inferred:
         click.echo(inferred)
-    from ..spec.fetch_checks import unverified_fetches
+    from mtk.spec.fetch_checks import unverified_fetches
 
     for line in unverified_fetches(job):
         click.echo(line, err=True)
@@ -90,7 +90,7 @@ def command(job_file, overrides, backend, check_files, quiet, by_megatron, megat
 
     for line in describe_for_validate(job):
         click.echo(line)
-    from ..netenv import describe as describe_network
+    from mtk.netenv import describe as describe_network
 
     for line in describe_network(job):
         click.echo(line)

@@ -10,10 +10,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mtk.launcher import exitcodes
-from mtk.launcher.run_outcome import ended
-
+from mtk import run_layout
 from mtk.files import atomic_write
+from mtk.run_outcome import ended
 
 from .gpus import detect_gpu
 from .records import Metrics, read_metrics
@@ -27,7 +26,7 @@ __all__ = ["REPORT_DIR", "Metrics", "Summary", "build_report", "read_metrics", "
 def _job_dict(run_dir: Path) -> dict | None:
     """The run's job.json as plain data (no validation: a report must work for older specs too)."""
     try:
-        data = json.loads((run_dir / exitcodes.JOB_FILE).read_text())
+        data = json.loads((run_dir / run_layout.JOB_FILE).read_text())
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -37,7 +36,7 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *, gpu:
                  peak_tflops: float | None = None, plots: bool = True, wandb: bool = True) -> Summary:
     """Write plots and summary files; raises FileNotFoundError when the run has no metrics file yet."""
     run_dir = Path(run_dir)
-    path = run_dir / exitcodes.METRICS_FILE
+    path = run_dir / run_layout.METRICS_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: the training step has not logged an iteration yet "
                                 "(see `mtk status` / `mtk logs`)")

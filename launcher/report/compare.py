@@ -13,10 +13,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from mtk.launcher import exitcodes
-from mtk.launcher.run_outcome import ended
-
+from mtk import run_layout
 from mtk.files import atomic_write
+from mtk.run_outcome import ended
 
 from .gpus import detect_gpu
 from .records import Metrics, read_metrics
@@ -37,11 +36,11 @@ class RunData:
 
 
 def load_run(run_dir: Path, label: str, gpu: str | None = None, peak_tflops: float | None = None) -> RunData:
-    path = run_dir / exitcodes.METRICS_FILE
+    path = run_dir / run_layout.METRICS_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: run {label} has not logged an iteration yet")
     try:
-        job = json.loads((run_dir / exitcodes.JOB_FILE).read_text())
+        job = json.loads((run_dir / run_layout.JOB_FILE).read_text())
     except (OSError, ValueError):
         job = None
     job = job if isinstance(job, dict) else None

@@ -10,9 +10,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from mtk.launcher import exitcodes
+from mtk import run_layout
 
-# (substring of the upper-cased device name, canonical name, dense bf16 TFLOP/s); first match wins, so the
 # more specific names come first. Each figure is NVIDIA's published BF16 tensor-core peak WITHOUT sparsity (the
 # datasheets print the 2:4-sparsity figure, twice the dense one, with a footnote):
 PEAKS: tuple[tuple[str, str, float], ...] = (
@@ -65,7 +64,7 @@ def peak_for(name: str) -> tuple[str, float] | None:
 
 def devices_from_env_dumps(run_dir: Path) -> list[str]:
     """Device names recorded by the engine's environment dump (``debug/env-*.json``), first dump that has any."""
-    for path in sorted((run_dir / exitcodes.DEBUG_DIR).glob("env-*.json")):
+    for path in sorted((run_dir / run_layout.DEBUG_DIR).glob("env-*.json")):
         try:
             devices = json.loads(path.read_text()).get("torch", {}).get("devices") or []
         except (OSError, ValueError, AttributeError):
@@ -86,7 +85,7 @@ def detect_gpu(run_dir: Path, job: dict | None, gpu: str | None = None,
     devices = devices_from_env_dumps(run_dir)
     if devices:
         found = peak_for(devices[0])
-        return Gpu(devices[0], found[1] if found else None, f"{exitcodes.DEBUG_DIR}/env-*.json")
+        return Gpu(devices[0], found[1] if found else None, f"{run_layout.DEBUG_DIR}/env-*.json")
     instance = ((job or {}).get("cluster") or {}).get("instance_type")
     if instance in INSTANCE_GPUS:
         found = peak_for(INSTANCE_GPUS[instance])

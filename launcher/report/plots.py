@@ -18,7 +18,7 @@ from .records import Metrics, Record
 
 
 def _pyplot():
-    from ..extras import requires
+    from mtk.extras import requires
 
     with requires("report", "mtk report"):
         import matplotlib

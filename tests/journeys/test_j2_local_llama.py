@@ -13,7 +13,6 @@ import json
 from pathlib import Path
 
 import pytest
-from mtk.launcher import exitcodes
 from support.faults import Hold
 from support.journey import same_losses, step
 from support.journey_local import (
@@ -27,6 +26,8 @@ from support.journey_local import (
     train_hf_tokenizer_json,
     write_jsonl,
 )
+
+from mtk import exitcodes
 
 pytestmark = pytest.mark.integration
 
@@ -130,8 +131,8 @@ def test_j2_llama_hf_tokenizer_blend_distopt_bf16_sigterm_resume_export_import_i
         assert (cfg["num_key_value_heads"], cfg["tie_word_embeddings"]) == (2, False), cfg
         assert cfg["vocab_size"] == vocab == model.get_input_embeddings().weight.shape[0], cfg
         assert cfg["eos_token_id"] == tokenizer.eos_token_id == model.generation_config.eos_token_id == eos, cfg
-        from mtk.data_jobs.tokenizers import build_tokenizer
-        from mtk.launcher.spec import load_job_json
+        from mtk.spec import load_job_json
+        from mtk.tokenizers import build_tokenizer
 
         ours = build_tokenizer(load_job_json(again / "job.json").data.tokenizer, str(data))
         assert tokenizer(docs[0][:2000]).input_ids == ours.encode(docs[0][:2000])

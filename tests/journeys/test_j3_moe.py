@@ -16,8 +16,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from mtk.launcher import exitcodes
-from mtk.launcher.figures import padded_vocab
 from support.faults import Hold
 from support.journey import same_losses, step
 from support.journey_local import (
@@ -32,6 +30,9 @@ from support.journey_local import (
     train_gpt2_bpe,
     write_jsonl,
 )
+
+from mtk import exitcodes
+from mtk.figures import padded_vocab
 
 pytestmark = pytest.mark.integration
 

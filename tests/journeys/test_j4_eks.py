@@ -15,10 +15,11 @@ import pytest
 from mtk.k8s import names, yamlio
 from mtk.k8s.backend import EksBackend
 from mtk.launcher.paths import resolve_paths
-from mtk.launcher.spec.loader import validate
 from support import operator_env
 from support.journey import same_losses, step
 from support.journey_local import losses, train_records
+
+from mtk.spec.loader import validate
 
 pytestmark = pytest.mark.integration
 

@@ -32,7 +32,6 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, Phase, example, given, note, settings
 from hypothesis import strategies as st
-from mtk.launcher.figures import padded_vocab
 from support.journey import step
 from support.journey_local import (
     launch,
@@ -46,6 +45,8 @@ from support.journey_local import (
     train_sentencepiece,
     write_jsonl,
 )
+
+from mtk.figures import padded_vocab
 
 pytestmark = [pytest.mark.integration, pytest.mark.torchrun, pytest.mark.megatron]
 

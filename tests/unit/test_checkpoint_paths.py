@@ -8,11 +8,11 @@ from pathlib import Path
 
 from mtk.launcher.ckpt_precheck import checkpoint_root
 from mtk.launcher.paths import resolve_paths
-from mtk.launcher.spec.loader import load_job
 from mtk.slurm import render as slurm_render
 from mtk.training import checkpoint_layout
 
 from mtk import checkpoint_paths
+from mtk.spec.loader import load_job
 
 REPO = Path(__file__).resolve().parents[2]
 

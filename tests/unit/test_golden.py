@@ -13,9 +13,10 @@ import shlex
 from pathlib import Path
 
 import pytest
-from mtk.launcher.backends import get_backend
 from mtk.launcher.paths import resolve_paths
-from mtk.launcher.spec import load_job
+
+from mtk.backends import get_backend
+from mtk.spec import load_job
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"

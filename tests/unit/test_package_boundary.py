@@ -228,7 +228,7 @@ def _backend_name_comparisons(source: str, names: set[str]) -> list[int]:
 
 
 def test_no_backend_name_comparisons_outside_the_backends():
-    from mtk.launcher.backends import backend_names
+    from mtk.backends import backend_names
 
     names = set(backend_names())
     found = [f"{path.relative_to(ROOT)}:{line}" for path in _package_files()
@@ -244,11 +244,11 @@ def test_the_comparison_check_sees_each_form():
     assert _backend_name_comparisons(code, names) == [1, 2, 3, 5]
 
 
-# ---- ...and their schedulers' variables: the node-side steps ask launcher.rendezvous.node_place, never the env ----
+# ---- ...and their schedulers' variables: the node-side steps ask mtk.rendezvous.node_place, never the env ----
 SCHEDULER_VARIABLE = re.compile(r"^(?:SLURM_\w*|PET_\w*|JOB_COMPLETION_INDEX|POD_NAME)$")
 # The one module outside the backends that names them, with why: the spec refuses cluster.env keys that these
 # programs set (it lists prefixes such as "SLURM_" and reads no variable).
-SCHEDULER_VARIABLE_LISTS = {"launcher/spec/env_names.py"}
+SCHEDULER_VARIABLE_LISTS = {"mtk/spec/env_names.py"}
 
 
 def _scheduler_variable_names(source: str) -> list[str]:

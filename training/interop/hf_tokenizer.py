@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mtk.launcher.spec.data import TokenizerSpec
+    from mtk.spec.data import TokenizerSpec
 
 KEY = "tokenizer"  # under the checkpoint's ``mtk`` key
 EOD_TEXT = "<|endoftext|>"
@@ -44,7 +44,7 @@ class SpecialIds:
 
 
 def record(tokenizer: Any) -> dict[str, Any]:
-    """What a checkpoint stores about ``tokenizer`` (a :class:`mtk.data_jobs.tokenizers.Tokenizer`)."""
+    """What a checkpoint stores about ``tokenizer`` (a :class:`mtk.tokenizers.Tokenizer`)."""
     files: dict[str, bytes] = {}
     names = FILES[tokenizer.type]
     for name, path in zip(names, tokenizer.files, strict=False):
@@ -85,7 +85,7 @@ def of_checkpoint(common: dict[str, Any]) -> dict[str, Any] | None:
 
 def rebuild(rec: dict[str, Any], directory: Path) -> Any:
     """Write the record's files into ``directory`` and build the tokenizer from them (ids as in training)."""
-    from mtk.data_jobs.tokenizers import build_tokenizer
+    from mtk.tokenizers import build_tokenizer
 
     directory.mkdir(parents=True, exist_ok=True)
     for name, blob in rec["files"].items():
@@ -95,7 +95,7 @@ def rebuild(rec: dict[str, Any], directory: Path) -> Any:
 
 def _spec(kind: str, legacy_eod_as_text: bool = False) -> TokenizerSpec:
     """The data.tokenizer section that builds a ``kind`` tokenizer from the HF file names in one folder."""
-    from mtk.launcher.spec.data import TokenizerSpec
+    from mtk.spec.data import TokenizerSpec
 
     if kind == "GPT2BPETokenizer":
         return TokenizerSpec.model_validate({"type": kind, "vocab_file": "vocab.json", "merge_file": "merges.txt",
@@ -166,7 +166,7 @@ def from_hf_dir(hf_dir: Path) -> dict[str, Any] | None:
         kind = "GPT2BPETokenizer"
     else:
         return None
-    from mtk.data_jobs.tokenizers import build_tokenizer
+    from mtk.tokenizers import build_tokenizer
 
     return record(build_tokenizer(_spec(kind), str(hf_dir)))
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ..checkpoint_layout import MTK_KEY
 
 if TYPE_CHECKING:
-    from mtk.launcher.spec import Job
+    from mtk.spec import Job
 
 CHECKPOINT_VERSION = 3.0
 # Megatron-LM's default (``_build_sharded_state_dict_metadata`` without --dist-ckpt-optim-fully-reshardable).
@@ -56,7 +56,7 @@ def recorded_vocab_size(args: Any) -> int | None:
     """The vocabulary a checkpoint's model was built with, from its ``args``; None when it does not say, or
     when its ``vocab_size`` does not pad to its ``padded_vocab_size`` (mtk before the vocabulary fix recorded
     the spec's ``model.vocab_size`` while the model was built from the tokenizer's vocabulary)."""
-    from mtk.launcher.figures import padded_vocab
+    from mtk.figures import padded_vocab
 
     vocab, padded = getattr(args, "vocab_size", None), getattr(args, "padded_vocab_size", None)
     if vocab is None or padded is None:

@@ -34,7 +34,7 @@ def test_cpu_preflight_passes_here_and_reports_versions():
 
 def test_gpu_expectations_fail_with_fixes_on_this_cpu_machine(tmp_path):
     job = tmp_path / "job.json"
-    from mtk.launcher.spec import load_job
+    from mtk.spec import load_job
 
     spec = load_job(REPO / "examples" / "tiny.yaml", ["cluster.device=gpu", "cluster.instance_type=p5.48xlarge",
                                                        "cluster.procs_per_node=8"])

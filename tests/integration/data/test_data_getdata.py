@@ -13,7 +13,8 @@ import threading
 import pytest
 import zstandard
 from mtk.data_jobs.getdata import FetchError, fetch_all, main
-from mtk.launcher.spec.data import FetchItem
+
+from mtk.spec.data import FetchItem
 
 pytestmark = pytest.mark.integration
 
@@ -129,7 +130,7 @@ def test_server_ignoring_range_restarts_cleanly(tmp_path, server):
 
 
 def test_local_sources_gz_zst_and_the_entrypoint(tmp_path, server, capsys):
-    from mtk.launcher.spec import load_job
+    from mtk.spec import load_job
 
     raw = _payload(200_000)
     src = tmp_path / "src"

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 from mtk.data_jobs.preprocess import PreprocessConfig, preprocess
-from mtk.launcher.spec.data import TokenizerSpec
 from support.faults import ShardHold
+
+from mtk.spec.data import TokenizerSpec
 
 
 @pytest.mark.integration

@@ -18,7 +18,7 @@ TOKEN = "hf_TestSecret0123456789abcdef"
 def _job(tmp_path: Path, fetch: list[dict], secrets=("HF_TOKEN",)) -> Path:
     spec = {"name": "auth", "model": {"preset": "tiny"}, "cluster": {"device": "cpu", "procs_per_node": 1,
             "secrets": list(secrets)}, "data": {"dir": str(tmp_path / "data"), "fetch": fetch}}
-    from mtk.launcher.spec import validate
+    from mtk.spec import validate
 
     job = validate(spec)
     path = tmp_path / "job.json"
@@ -68,7 +68,7 @@ def test_refused_or_missing_token_fails_by_name_without_echoing_it(tmp_path, htt
 
 
 def test_auth_must_name_a_declared_secret_and_fetch_paths_stay_in_data_dir(tmp_path):
-    from mtk.launcher.spec import SpecError
+    from mtk.spec import SpecError
 
     with pytest.raises(SpecError) as err:
         _job(tmp_path, [{"url": "https://h.example/a", "auth": "HF_TOKEN", "path": "../../x"},
@@ -80,7 +80,8 @@ def test_auth_must_name_a_declared_secret_and_fetch_paths_stay_in_data_dir(tmp_p
 
 def test_runtime_refuses_a_path_leaving_data_dir_through_a_symlinked_folder(tmp_path):
     from mtk.data_jobs.getdata import FetchInputError, destination
-    from mtk.launcher.spec.data import FetchItem
+
+    from mtk.spec.data import FetchItem
 
     data = tmp_path / "data"
     data.mkdir()

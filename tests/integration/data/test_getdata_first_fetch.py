@@ -21,7 +21,7 @@ PATH = "/org/corpus/resolve/main/corpus.jsonl"
 def _job(tmp_path: Path, item: dict) -> Path:
     spec = {"name": "tofu", "model": {"preset": "tiny"}, "cluster": {"device": "cpu", "procs_per_node": 1},
             "data": {"dir": str(tmp_path / "data"), "fetch": [item]}}
-    from mtk.launcher.spec import validate
+    from mtk.spec import validate
 
     path = tmp_path / "job.json"
     path.write_text(validate(spec).to_json())

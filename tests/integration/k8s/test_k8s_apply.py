@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from mtk.k8s import names, yamlio
 from mtk.k8s.backend import EksBackend, SubmitError, UnknownNode
-from mtk.launcher.runs import Run
+
+from mtk.runs import Run
 
 pytestmark = pytest.mark.integration
 

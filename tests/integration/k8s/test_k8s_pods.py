@@ -120,8 +120,8 @@ def test_hung_pod_is_detected_its_node_avoided_and_the_replacement_resumes_on_th
     rank's stacks in debug/ and state/hang.json naming worker-1's node, which the run records as excluded. The
     relaunch renders that node as anti-affinity; the replaced pods (worker-1 now on another node) re-form the
     rendezvous through the same etcd, resume from the checkpoint at 4 and log the uninterrupted run's losses."""
-    from mtk.launcher import exitcodes
-    from mtk.launcher.exclusions import with_recorded_exclusions
+    from mtk import exitcodes, run_layout
+    from mtk.exclusions import with_recorded_exclusions
 
     watchdog = {"watchdog": {"step_timeout": STEP_TIMEOUT, "interval": 1}}
     # The uninterrupted reference: the same job, its own FSx (checkpoints) and etcd.
@@ -156,16 +156,16 @@ def test_hung_pod_is_detected_its_node_avoided_and_the_replacement_resumes_on_th
     codes = _wait(pods, 400, logs)
     assert mark.exists(), "the rank in worker-1 never stopped itself:\n" + _logs(logs)
     assert codes == [exitcodes.HANG, exitcodes.HANG], _logs(logs)
-    hang = json.loads((Path(run_dir) / exitcodes.HANG_FILE).read_text())
+    hang = json.loads((Path(run_dir) / run_layout.HANG_FILE).read_text())
     stopped_rank = int(mark.read_text())
     # Exit 45 with the watchdog's verdict file is the watchdog's doing: gloo's timeout writes none, exits otherwise.
     assert hang["blamed_hosts"] == ["node-1"] and hang["blamed_ranks"] == [stopped_rank], hang
     pod_of = {stopped_rank: operator_env.worker_pod(ptj["metadata"]["name"], 1),
               1 - stopped_rank: operator_env.worker_pod(ptj["metadata"]["name"], 0)}
     for rank, pod in pod_of.items():
-        stacks = (Path(run_dir) / exitcodes.DEBUG_DIR / f"stacks-{pod}-rank{rank}.txt").read_text()
+        stacks = (Path(run_dir) / run_layout.DEBUG_DIR / f"stacks-{pod}-rank{rank}.txt").read_text()
         assert 'File "' in stacks, f"no stacks from rank {rank} in {pod}"
-    excluded = (Path(run_dir) / exitcodes.EXCLUDED_FILE).read_text().splitlines()
+    excluded = (Path(run_dir) / run_layout.EXCLUDED_FILE).read_text().splitlines()
     assert [line.split("\t")[0] for line in excluded] == ["node-1"] and "hang watchdog" in excluded[0]
     losses_before = run_losses(Path(run_dir), killed_writer=True)
     assert max(losses_before) == 6, sorted(losses_before)

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 from mtk.k8s import yamlio
-from mtk.launcher import exitcodes
 from support.k8s_schema import pytorchjob_validator
+
+from mtk import run_layout
 
 pytestmark = pytest.mark.integration
 
@@ -37,8 +38,8 @@ def _mtk(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def _earlier_run(runs: Path, name: str, ckpt: str, host: str) -> None:
     """What an earlier attempt leaves on FSx: its job.json and the exclusion its watchdog recorded."""
     (runs / name / "state").mkdir(parents=True)
-    (runs / name / exitcodes.JOB_FILE).write_text(json.dumps({"name": "tiny", "train": {"checkpoint": {"dir": ckpt}}}))
-    (runs / name / exitcodes.EXCLUDED_FILE).write_text(
+    (runs / name / run_layout.JOB_FILE).write_text(json.dumps({"name": "tiny", "train": {"checkpoint": {"dir": ckpt}}}))
+    (runs / name / run_layout.EXCLUDED_FILE).write_text(
         f"{host}\t2026-11-22T01:02:03Z\thang watchdog (pod {name}-worker-1): stopped reporting progress\n")
 
 
@@ -94,11 +95,11 @@ def test_a_damaged_exclusion_record_is_refused_with_the_file_and_line(tmp_path):
     runs = fsx / "runs"
     run_dir = runs / "tiny-20261122-020304"
     (run_dir / "state").mkdir(parents=True)
-    (run_dir / exitcodes.EXCLUDED_FILE).write_text("node-a\tt\tok\n$(reboot)\tt\tbad\n")
+    (run_dir / run_layout.EXCLUDED_FILE).write_text("node-a\tt\tok\n$(reboot)\tt\tbad\n")
     out = _mtk("launch", str(REPO / "examples" / "tiny.yaml"), "--backend", "eks", "--run-dir", str(run_dir),
                "--dry-run", "--no-megatron-check", "--set", f"cluster.runs_dir={runs}", "--set", f"data.dir={fsx}/data",
                "--set", f"cluster.eks.fsx_mount={fsx}",
                "--set", "image.registry=123456789012.dkr.ecr.us-west-2.amazonaws.com", cwd=tmp_path)
     assert out.returncode == 2, out.stdout + out.stderr
-    assert f"{run_dir / exitcodes.EXCLUDED_FILE}:2: '$(reboot)' is not a node name" in out.stderr, out.stderr
+    assert f"{run_dir / run_layout.EXCLUDED_FILE}:2: '$(reboot)' is not a node name" in out.stderr, out.stderr
     assert not (tmp_path / "runs").exists(), "nothing rendered"

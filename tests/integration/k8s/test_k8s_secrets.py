@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 from mtk.k8s.backend import EksBackend
-from mtk.launcher.spec import SpecError
+
+from mtk.spec import SpecError
 
 pytestmark = pytest.mark.integration
 

@@ -27,9 +27,10 @@ def mtk(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def run_with_checkpoint(tmp_path_factory) -> Path:
     from mtk.launcher.paths import resolve_paths
-    from mtk.launcher.runs import Run
-    from mtk.launcher.spec import load_job
     from transformers import GPT2Config, GPT2LMHeadModel
+
+    from mtk.runs import Run
+    from mtk.spec import load_job
 
     root = tmp_path_factory.mktemp("convert-by-run")
     GPT2LMHeadModel(GPT2Config(vocab_size=256, n_positions=64, n_embd=32, n_layer=2, n_head=4, n_inner=128,
@@ -67,7 +68,7 @@ def test_a_source_that_is_no_directory_and_no_run_says_where_runs_are_looked_for
 
 
 def test_a_run_without_checkpoints_names_its_checkpoint_dir(run_with_checkpoint, tmp_path):
-    from mtk.launcher.runs import Run
+    from mtk.runs import Run
 
     run_dir = tmp_path / "runs" / "fresh-20260101-000000"
     run_dir.mkdir(parents=True)

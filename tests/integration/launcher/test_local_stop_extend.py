@@ -209,8 +209,9 @@ def test_the_node_precheck_refuses_each_lr_field_from_the_real_checkpoint(runs, 
     """The same rule on the node before torchrun (and on every rank before it loads), over the real checkpoint's
     common state; the unchanged spec passes."""
     from mtk.launcher.ckpt_precheck import check_resume_checkpoint
-    from mtk.launcher.spec import load_job
     from mtk.training.reshard import ReshardRefused
+
+    from mtk.spec import load_job
 
     run_dir = stopped[3]
     base = ["name=ext", f"cluster.runs_dir={runs}", f"train.checkpoint.dir={runs / 'ext' / 'checkpoints'}"]

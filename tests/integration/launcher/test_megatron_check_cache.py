@@ -15,7 +15,8 @@ import pytest
 from click.testing import CliRunner
 from mtk.launcher import megatron_cache
 from mtk.launcher.cli import cli
-from mtk.launcher.spec import load_job
+
+from mtk.spec import load_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.megatron]  # megatron-core runs in the check's child
 
@@ -93,7 +94,7 @@ def test_a_corrupt_entry_is_ignored_and_rewritten_and_recheck_bypasses_the_cache
 SPY = textwrap.dedent("""
     import json, sys
     from mtk.launcher import megatron_check
-    from mtk.launcher.spec import cluster, data, debug, image, job, model, parallel, resilience, train
+    from mtk.spec import cluster, data, debug, image, job, model, parallel, resilience, train
 
     PREFIX = {model.ModelSpec: "model", model.MoESpec: "model.moe", parallel.ParallelSpec: "parallel",
               train.TrainSpec: "train", train.Fp8Spec: "train.fp8", train.CheckpointSpec: "train.checkpoint",
@@ -143,6 +144,6 @@ def test_the_key_holds_every_spec_field_the_check_reads(tmp_path):
 
 
 def train_fp8_fields() -> set[str]:
-    from mtk.launcher.spec.train import Fp8Spec
+    from mtk.spec.train import Fp8Spec
 
     return set(Fp8Spec.model_fields)

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from mtk.launcher import exitcodes
-from mtk.launcher.spec.loader import apply_overrides, validate
+
+from mtk import exitcodes
+from mtk.spec.loader import apply_overrides, validate
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[3]

@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
-from mtk.launcher import exitcodes
+
+from mtk import exitcodes, run_layout
 
 ROOT = Path(__file__).resolve().parents[3]
 TINY = str(ROOT / "examples" / "tiny.yaml")
@@ -47,7 +48,7 @@ def launch(runs: Path, name: str, *sets: str, env: dict[str, str] | None = None,
 
 
 def train_records(run_dir: Path) -> list[dict]:
-    path = run_dir / exitcodes.METRICS_FILE
+    path = run_dir / run_layout.METRICS_FILE
     if not path.exists():
         return []
     complete = path.read_text().split("\n")[:-1]  # the last piece is a line still being written (or "")
@@ -75,7 +76,7 @@ def _sigstop_one_rank_and_check(run_dir: Path, timeout: float) -> None:
     while len([r for r in train_records(run_dir) if r["kind"] == "train"]) < 3 and time.time() < deadline:
         time.sleep(0.5)
     assert train_records(run_dir), (run_dir / "logs" / "train.log").read_text()[-3000:]
-    beat_file = run_dir / exitcodes.HEARTBEATS_DIR / "rank1.json"
+    beat_file = run_dir / run_layout.HEARTBEATS_DIR / "rank1.json"
     while time.time() < deadline:  # the publisher thread writes every interval: it may trail the metrics
         beat = json.loads(beat_file.read_text()) if beat_file.exists() else {}
         if beat.get("phase") == "step":
@@ -96,17 +97,17 @@ def _sigstop_one_rank_and_check(run_dir: Path, timeout: float) -> None:
     state = train_state(run_dir)
     log = (run_dir / "logs" / "train.log").read_text()
     assert state["exit_code"] == exitcodes.HANG, log[-3000:]
-    assert (run_dir / exitcodes.HANG_FILE).exists(), "exit code without the watchdog's verdict"
+    assert (run_dir / run_layout.HANG_FILE).exists(), "exit code without the watchdog's verdict"
 
-    hang = json.loads((run_dir / exitcodes.HANG_FILE).read_text())
+    hang = json.loads((run_dir / run_layout.HANG_FILE).read_text())
     host = socket.gethostname()
     assert hang["blamed_ranks"] == [1] and hang["blamed_hosts"] == [host], hang
     assert "rank(s) 1 on" in log and "HANG" in log
     for rank in (0, 1):
-        stacks = (run_dir / exitcodes.DEBUG_DIR / f"stacks-{host}-rank{rank}.txt").read_text()
+        stacks = (run_dir / run_layout.DEBUG_DIR / f"stacks-{host}-rank{rank}.txt").read_text()
         assert "Thread 0x" in stacks and 'File "' in stacks, f"rank {rank} stacks:\n{stacks}"
     # Rank 0 was waiting for rank 1 inside a collective, inside the training loop.
-    assert "loop.py" in (run_dir / exitcodes.DEBUG_DIR / f"stacks-{host}-rank0.txt").read_text()
+    assert "loop.py" in (run_dir / run_layout.DEBUG_DIR / f"stacks-{host}-rank0.txt").read_text()
     # Nothing of the run is left running.
     assert not [p for p in os.listdir("/proc") if p.isdigit() and str(run_dir) in _cmdline(p)]
 

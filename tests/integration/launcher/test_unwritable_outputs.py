@@ -66,7 +66,7 @@ def test_a_directory_the_user_cannot_write_is_refused_at_launch(world, field):
     nothing_launched(world)
     # The check is about this user, not the directory: once it is theirs, the same locations pass it.
     os.chown(locked, NOBODY, NOBODY)
-    check = ("import sys; from mtk.launcher.spec import load_job; from mtk.launcher.outputs import "
+    check = ("import sys; from mtk.spec import load_job; from mtk.launcher.outputs import "
              "check_launch_outputs; job = load_job(sys.argv[1], sys.argv[2:]); "
              "check_launch_outputs(job, 'local', sys.argv[2].split('=', 1)[1] + '/r', False); print('passes')")
     ok = run([*AS_NOBODY, sys.executable, "-c", check, TINY, f"cluster.runs_dir={home / 'runs'}",

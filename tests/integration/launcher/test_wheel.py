@@ -51,7 +51,7 @@ def test_wheel_imports_in_fresh_venv(wheel, tmp_path):
     script = (
         "import importlib, importlib.resources as r\n"
         f"for f in {FOLDERS!r}:\n    importlib.import_module('mtk.' + f)\n"
-        "import mtk.launcher.spec, mtk.launcher.cli\n"
+        "import mtk.spec, mtk.launcher.cli\n"
         "dirs = [r.files('mtk.' + f) / 'templates' for f in ('slurm', 'k8s', 'containers')]\n"
         "names = sorted(p.name for d in dirs if d.is_dir() for p in d.iterdir() if p.name.endswith('.j2'))\n"
         "print(','.join(names))\n"

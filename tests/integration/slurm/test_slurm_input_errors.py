@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from mtk.launcher import exitcodes
+
+from mtk import exitcodes
 
 pytestmark = pytest.mark.integration
 

@@ -26,8 +26,9 @@ def _docs() -> list[str]:
 def dataset(tmp_path_factory, corpus_formats):
     """data dir with vocab/merges and a multi-format corpus; plus the single-process reference output."""
     from mtk.data_jobs.preprocess import PreprocessConfig, preprocess
-    from mtk.launcher.spec.data import TokenizerSpec
     from tokenizers import ByteLevelBPETokenizer
+
+    from mtk.spec.data import TokenizerSpec
 
     root = tmp_path_factory.mktemp("array data")
     docs = _docs()
@@ -68,7 +69,7 @@ def test_four_task_array_merges_byte_identical_and_training_reads_it(harness, mt
     assert all(f"task {i} of 4:" in text and ": 0 of " not in text for i, text in logs.items())
     assert sum("preprocess: done:" in text for text in logs.values()) == 1, "one task merged"
     assert "node1" in " ".join(hosts.values()) and "node2" in " ".join(hosts.values()), "tasks ran on both nodes"
-    from mtk.launcher.spec import load_job_json
+    from mtk.spec import load_job_json
 
     assert load_job_json(run / "job.json").data.corpus_prefixes() == [f"{data}/array/c_text_document"]
     metrics = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines() if ln.strip()]

@@ -9,8 +9,9 @@ import os
 from pathlib import Path
 
 import pytest
-from mtk.launcher import exitcodes
 from support.faults import Hold
+
+from mtk import exitcodes
 
 pytestmark = pytest.mark.integration
 

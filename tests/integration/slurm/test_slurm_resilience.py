@@ -8,7 +8,8 @@ node's name in ``state/hang.hosts`` and exit 45 on every node. The script must a
 from __future__ import annotations
 
 import pytest
-from mtk.launcher import exitcodes
+
+from mtk import exitcodes, run_layout
 
 pytestmark = pytest.mark.integration
 
@@ -25,7 +26,7 @@ def test_hang_excludes_the_blamed_node_and_the_restart_avoids_it(harness, stub_v
     assert rows[0]["id"] == first and rows[0]["exit_code"] == exitcodes.HANG, rows
     first_nodes = (run / "state" / f"nodes.{first}").read_text().split()
     blamed = first_nodes[1]  # task 1's node
-    excluded = (run / exitcodes.EXCLUDED_FILE).read_text().splitlines()
+    excluded = (run / run_layout.EXCLUDED_FILE).read_text().splitlines()
     assert [line.split("\t")[0] for line in excluded] == [blamed]
     assert "hang watchdog" in excluded[0]
     second = rows[-1]["id"]
@@ -49,7 +50,7 @@ def test_preflight_failure_excludes_the_node_and_training_runs_on_healthy_ones(h
     assert "preflight failed" in log and "args=train" not in log  # the failed gate's job never trained
     second_nodes = (run / "state" / f"nodes.{rows[-1]['id']}").read_text().split()
     assert blamed not in second_nodes and len(second_nodes) == 2
-    excluded = (run / exitcodes.EXCLUDED_FILE).read_text()
+    excluded = (run / run_layout.EXCLUDED_FILE).read_text()
     assert excluded.startswith(f"{blamed}\t") and "preflight" in excluded
     events = (run / "state" / "events.log").read_text()
     assert f"excluding node {blamed}: the preflight blamed it" in events
@@ -61,7 +62,7 @@ def test_too_few_healthy_nodes_refuse_the_run_with_the_fix(harness, stub_venv):
                          env={"MTK_STUB": "exit:0", "MTK_STUB_PREFLIGHT": "fail:1"})
     harness.wait("the refusal", lambda: (run / "state" / "final").exists() and not harness.active_jobs(), timeout=120)
     assert (run / "state" / "final").read_text() == "preflight\n"
-    excluded = [line.split("\t")[0] for line in (run / exitcodes.EXCLUDED_FILE).read_text().splitlines()]
+    excluded = [line.split("\t")[0] for line in (run / run_layout.EXCLUDED_FILE).read_text().splitlines()]
     assert len(excluded) == 2 and len(set(excluded)) == 2  # one per attempt, then 1 healthy node < 2 needed
     events = (run / "state" / "events.log").read_text()
     assert "refused: only 1 healthy node(s)" in events and "lower cluster.nodes" in events
@@ -99,5 +100,5 @@ def test_singleton_successor_gets_the_blamed_node_in_its_exclude_list_and_runs_e
     first_log = (run / "logs" / f"train-{first}.out").read_text()
     assert f"the queued successor job resumes from checkpoint -1 without {blamed}" in first_log, first_log
     assert "replacement job" not in first_log  # the singleton path, not a new sbatch
-    assert [line.split("\t")[0] for line in (run / exitcodes.EXCLUDED_FILE).read_text().splitlines()] == [blamed]
+    assert [line.split("\t")[0] for line in (run / run_layout.EXCLUDED_FILE).read_text().splitlines()] == [blamed]
     harness.wait("the chain to drain", lambda: harness.active_jobs() == [], timeout=60)

@@ -13,7 +13,8 @@ import math
 import os
 
 import pytest
-from mtk.launcher import exitcodes
+
+from mtk import run_layout
 
 pytestmark = pytest.mark.integration
 
@@ -67,7 +68,7 @@ def test_a_node_failing_preflight_is_dropped_and_the_job_trains_on_the_two_healt
     assert allocated == ["node1", "node2", "node3"], "the spare was allocated"
     preflight = json.loads((run / "state" / "preflight.json").read_text())
     assert preflight["failed_hosts"] == [sick] and "read-only mount" in preflight["failed"][0]["problems"][0]
-    excluded = (run / exitcodes.EXCLUDED_FILE).read_text().splitlines()
+    excluded = (run / run_layout.EXCLUDED_FILE).read_text().splitlines()
     assert [line.split("\t")[0] for line in excluded] == [sick] and "preflight" in excluded[0]
     events = (run / "state" / "events.log").read_text()
     assert "training on 2 node(s) node2,node3 (spare nodes, at least 2)" in events, events

@@ -142,7 +142,7 @@ def test_sigstop_of_one_rank_hangs_excludes_its_node_and_resumes(harness, mtk_ve
     that node (preflight first) and the losses after the resume are the uninterrupted run's."""
     import json
 
-    from mtk.launcher import exitcodes
+    from mtk import exitcodes, run_layout
 
     timeout = 20
     hook = harness.root / "hook"
@@ -157,7 +157,7 @@ def test_sigstop_of_one_rank_hangs_excludes_its_node_and_resumes(harness, mtk_ve
     harness.wait("rank 1 to stop itself", mark.exists, timeout=900)
     harness.wait("the hang to be detected", lambda: "excluding node" in (run / "state" / "events.log").read_text(),
                  timeout=300)
-    hang = json.loads((run / exitcodes.HANG_FILE).read_text())
+    hang = json.loads((run / run_layout.HANG_FILE).read_text())
     rows = harness.wait("the replacement job to complete", lambda: len(r := harness.polled_status(run)) >= 2
                         and r[-1]["state"] == "COMPLETED" and r, timeout=900)
     assert rows[0]["id"] == job and rows[0]["exit_code"] == exitcodes.HANG, rows

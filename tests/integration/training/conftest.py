@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from mtk.launcher.spec.loader import apply_overrides, validate
+
+from mtk.spec.loader import apply_overrides, validate
 
 REPO = Path(__file__).resolve().parents[3]
 TINY = REPO / "examples" / "tiny.yaml"

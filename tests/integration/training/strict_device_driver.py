@@ -22,9 +22,10 @@ def main(job_path: str, out_dir: str) -> None:
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
     from megatron.core.models.gpt import GPTModel
-    from mtk.launcher.spec import load_job_json
     from mtk.training import data, device_plan, distributed, loop, model
     from mtk.training.strict_device import TRACKER, StrictDeviceError
+
+    from mtk.spec import load_job_json
 
     job = load_job_json(job_path)
     distributed.init(job, cpu=True)

@@ -163,8 +163,8 @@ def bpe_export(tr, engine_root):
 
 
 def _mtk_tokenizer(run: Path):
-    from mtk.data_jobs.tokenizers import build_tokenizer
-    from mtk.launcher.spec import load_job_json
+    from mtk.spec import load_job_json
+    from mtk.tokenizers import build_tokenizer
 
     job = load_job_json(run / "job.json")
     return build_tokenizer(job.data.tokenizer, job.data.dir)

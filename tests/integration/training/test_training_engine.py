@@ -18,8 +18,9 @@ import signal
 import statistics
 
 import pytest
-from mtk.launcher import exitcodes
 from support.faults import Hold, crash_env
+
+from mtk import exitcodes, run_layout
 
 pytestmark = pytest.mark.integration
 
@@ -136,7 +137,7 @@ def dist_fp32_ref(tr, engine_root):
 def dist_fp32_exit(tr, engine_root):
     d = engine_root / "dist_fp32_exit"
     tr.make_job(d, *DIST_FP32_JOB)
-    return d, _interrupt_and_resume(tr, d, exitcodes.EXIT_TRIGGER, at=3)
+    return d, _interrupt_and_resume(tr, d, run_layout.EXIT_TRIGGER, at=3)
 
 
 # --------------------------------------------------------------------------- training at each parallelism
@@ -280,7 +281,7 @@ def test_exit_trigger_saves_exits_43_and_resume_is_exact_distributed_fp32(dist_f
     assert "exitcode  : 43" in first["log"]
     k = le["iteration"]
     assert le["checkpoint_iteration"] == k == 4
-    assert not (d / exitcodes.EXIT_TRIGGER).exists()  # consumed, so the restart runs
+    assert not (d / run_layout.EXIT_TRIGGER).exists()  # consumed, so the restart runs
     assert res["rc2"] == 0
     _assert_resume_exact(dist_fp32_ref, d, k)
 

@@ -6,7 +6,8 @@ import math
 import types
 
 import pytest
-from mtk.launcher.spec import Job
+
+from mtk.spec import Job
 
 pytestmark = pytest.mark.integration  # imports megatron.core
 
@@ -77,7 +78,7 @@ def test_resume_with_a_longer_run_replans_the_decay_with_replan():
 
 def test_resume_with_a_longer_run_keeps_the_checkpoint_schedule_by_default():
     """keep (the default): the checkpoint's horizon and step; past it the LR stays at min_lr."""
-    from mtk.launcher.spec.train import TrainSpec
+    from mtk.spec.train import TrainSpec
 
     assert TrainSpec().lr_schedule_on_resume == "keep"
     new, opt = _resumed("keep", steps=5)

@@ -15,10 +15,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from mtk.launcher import exitcodes
-from mtk.launcher.backends import Artifacts, Backend, StepStatus
-from mtk.launcher.runs import Run
-from mtk.launcher.spec.errors import Problem
+from mtk import run_layout
+from mtk.backends import Artifacts, Backend, StepStatus
+from mtk.runs import Run
+from mtk.spec.errors import Problem
 
 SCRIPT = "toy-run.sh"
 CANCELLED = "toy.cancelled"
@@ -36,10 +36,10 @@ class ToyBackend(Backend):
         return []
 
     def render(self, job, run_dir: str) -> Artifacts:
-        log = f"{run_dir}/{exitcodes.LOGS_DIR}/toy.log"
+        log = f"{run_dir}/{run_layout.LOGS_DIR}/toy.log"
         script = "\n".join(["#!/bin/sh", f"mkdir -p {shlex.quote(os.path.dirname(log))}",
                             f"echo 'toy run of {job.name} started' >> {shlex.quote(log)}", "exec sleep 600", ""])
-        return Artifacts(backend=self.name, run_dir=run_dir, files={exitcodes.JOB_FILE: job.to_json(), SCRIPT: script},
+        return Artifacts(backend=self.name, run_dir=run_dir, files={run_layout.JOB_FILE: job.to_json(), SCRIPT: script},
                          commands=[["sh", f"{run_dir}/{SCRIPT}"]], modes={SCRIPT: 0o755})
 
     def submit(self, job, artifacts: Artifacts) -> Run:
@@ -56,7 +56,7 @@ class ToyBackend(Backend):
         return [StepStatus(step="train", state=state, id=pid)]
 
     def logs(self, run: Run, follow: bool = False, step: str | None = None, node: str | None = None) -> Iterator[str]:
-        path = Path(run.run_dir) / exitcodes.LOGS_DIR / "toy.log"
+        path = Path(run.run_dir) / run_layout.LOGS_DIR / "toy.log"
         yield from path.read_text().splitlines(keepends=True) if path.exists() else []
 
     def cancel(self, run: Run) -> None:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from mtk.containers.apptainer import definition, prepare_dockerfile, runscript
 from mtk.containers.recipe import make_recipe
-from mtk.launcher.spec import load_job
+
+from mtk.spec import load_job
 
 REPO = Path(__file__).resolve().parents[3]
 GOLDEN = Path(__file__).parent / "golden"

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from mtk.containers.context import planned_files, wheel_digest, write_context
 from mtk.containers.recipe import make_recipe
-from mtk.launcher.spec import load_job
+
+from mtk.spec import load_job
 
 REPO = Path(__file__).resolve().parents[3]
 

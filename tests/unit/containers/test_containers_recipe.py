@@ -16,7 +16,8 @@ from mtk.containers.recipe import (
     requirements,
     wheel_name,
 )
-from mtk.launcher.spec import SpecError, load_job
+
+from mtk.spec import SpecError, load_job
 
 REPO = Path(__file__).resolve().parents[3]
 JOB = REPO / "examples" / "tiny.yaml"
@@ -129,7 +130,7 @@ def test_efa_installer_is_verified_against_aws_signing_key_before_it_runs():
 
 
 def test_preflight_tools_land_on_path_and_the_tuner_where_netenv_points():
-    from mtk.launcher.netenv import TUNER_PLUGIN
+    from mtk.netenv import TUNER_PLUGIN
 
     text = make_recipe(job(), REPO).dockerfile
     assert "ln -sf /opt/nccl-tests/build/all_reduce_perf /usr/local/bin/all_reduce_perf" in text

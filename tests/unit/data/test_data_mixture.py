@@ -7,8 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from mtk.data_jobs.mixture import MixtureError, expand_folders, format_table, mixture_rows
-from mtk.launcher.spec.data import DataSpec
+
+from mtk.mixture import MixtureError, expand_folders, format_table, mixture_rows
+from mtk.spec.data import DataSpec
 
 
 def _write_prefix(megatron_indexed, prefix: Path, docs: int, seed: int, dtype=np.uint16) -> int:

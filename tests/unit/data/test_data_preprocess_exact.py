@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from mtk.data_jobs.preprocess import PreprocessConfig, preprocess
-from mtk.data_jobs.tokenizers import build_tokenizer
-from mtk.launcher.spec.data import TokenizerSpec
+
+from mtk.spec.data import TokenizerSpec
+from mtk.tokenizers import build_tokenizer
 
 
 def _run(tmp: Path, corpus: Path, spec: TokenizerSpec, data_dir: Path, **kw) -> tuple[bytes, bytes, dict]:

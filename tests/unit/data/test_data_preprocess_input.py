@@ -10,7 +10,8 @@ import pytest
 from mtk.data_jobs import bpe_fast
 from mtk.data_jobs.preprocess import PreprocessConfig, PreprocessError, preprocess
 from mtk.data_jobs.preprocess_cli import main
-from mtk.launcher.spec.data import TokenizerSpec
+
+from mtk.spec.data import TokenizerSpec
 
 GPT2 = TokenizerSpec(type="GPT2BPETokenizer", vocab_file="vocab.json", merge_file="merges.txt")
 
@@ -103,7 +104,7 @@ def test_megatron_flags_compressed_shards_and_shard_invariance(tmp_path, bpe_dir
 def test_job_spec_output_is_what_training_reads(tmp_path, bpe_dir, write_jsonl, capsys):
     import shutil
 
-    from mtk.launcher.spec import load_job
+    from mtk.spec import load_job
 
     data_dir = tmp_path / "data"
     data_dir.mkdir()
@@ -127,7 +128,7 @@ def test_job_spec_output_is_what_training_reads(tmp_path, bpe_dir, write_jsonl, 
 
 
 def test_fast_engine_refuses_vocab_whose_ranks_disagree(tmp_path, bpe_dir):
-    from mtk.data_jobs.tokenizers import build_tokenizer
+    from mtk.tokenizers import build_tokenizer
 
     vocab = json.loads((bpe_dir / "vocab.json").read_text())
     merges = (bpe_dir / "merges.txt").read_text().split("\n")
@@ -194,7 +195,7 @@ def test_preprocess_with_the_index_cache_prints_no_upstream_noise(tmp_path, bpe_
     import subprocess
     import sys
 
-    from mtk.launcher.spec import load_job
+    from mtk.spec import load_job
 
     data_dir = tmp_path / "data"
     data_dir.mkdir()

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from mtk.data_jobs.preprocess import PreprocessConfig, PreprocessError, preprocess
 from mtk.data_jobs.preprocess_cli import main
-from mtk.launcher.spec.data import TokenizerSpec
+
+from mtk.spec.data import TokenizerSpec
 
 GPT2 = TokenizerSpec(type="GPT2BPETokenizer", vocab_file="vocab.json", merge_file="merges.txt")
 
@@ -29,7 +30,7 @@ def docs(edge_docs) -> list[str]:
 
 
 def _job(tmp: Path, bpe_dir: Path, corpus: str, shards: int, **corpus_fields) -> Path:
-    from mtk.launcher.spec import load_job
+    from mtk.spec import load_job
 
     data = tmp / "data"
     data.mkdir(exist_ok=True)
@@ -219,7 +220,8 @@ def test_rendered_indexed_job_command_with_job_completion_index_builds_the_datas
     """The EKS Indexed Job, exercised for real: its pod command, run as local processes with the environment
     the Job controller gives each pod (JOB_COMPLETION_INDEX), at most ``parallelism`` at a time."""
     from mtk.k8s import manifests, names
-    from mtk.launcher.spec.loader import validate
+
+    from mtk.spec.loader import validate
 
     docs = docs * 2
     ref = _reference(tmp_path, bpe_dir, docs, corpus_formats)
@@ -307,8 +309,9 @@ def test_merge_builds_the_training_index_cache_once_in_the_data_dir(tmp_path, bp
                                                                     capsys):
     """After the merge the run's GPTDataset indices exist in <data.dir>/index-cache; the training ranks' build
     then only loads them (no file is added or rewritten)."""
-    from mtk.launcher.spec import load_job_json
     from mtk.training import data as train_data
+
+    from mtk.spec import load_job_json
 
     job_path = _job(tmp_path, bpe_dir, "corpus", shards=2)
     job = json.loads(job_path.read_text())
@@ -330,8 +333,9 @@ def test_merge_builds_the_training_index_cache_once_in_the_data_dir(tmp_path, bp
 
 
 def test_mock_data_index_goes_to_the_run_dir_not_the_working_directory(tmp_path):
-    from mtk.launcher.spec.loader import validate
     from mtk.training import data as train_data
+
+    from mtk.spec.loader import validate
 
     job = validate({"name": "m", "model": {"preset": "tiny"}, "data": {"dir": "data"}})
     assert train_data.cache_dir(job, run_dir=str(tmp_path / "run")) == str(tmp_path / "run" / "index-cache")

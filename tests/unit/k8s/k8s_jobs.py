@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from mtk.launcher.spec import load_job
-from mtk.launcher.spec.loader import validate
+from mtk.spec import load_job
+from mtk.spec.loader import validate
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE_7B = REPO / "examples" / "gpt-7.5b-p5-eks.yaml"

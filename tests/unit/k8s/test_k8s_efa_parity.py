@@ -8,7 +8,8 @@ from pathlib import Path
 import kubernetes_validate
 from mtk.k8s import manifests, names
 from mtk.launcher.paths import resolve_paths
-from mtk.launcher.spec import load_job
+
+from mtk.spec import load_job
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 RUN_DIR = "/fsx/runs/gpt-7-5b-p5-20261124-000000"

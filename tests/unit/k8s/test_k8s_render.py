@@ -18,8 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mtk.k8s import manifests, names, yamlio
 from mtk.k8s.backend import ALL_FILE, EksBackend
-from mtk.launcher.netenv import efa_count, network_env
 from support import k8s_schema, operator_env
+
+from mtk.netenv import efa_count, network_env
 
 RUN_DIR = "/fsx/runs/tiny-eks-20261122-010203"
 BUILTIN = {"ConfigMap", "Service", "Deployment", "Job", "NetworkPolicy"}

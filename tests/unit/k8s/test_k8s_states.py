@@ -77,8 +77,8 @@ class Block:
         if name == "kubernetes" or name.startswith("kubernetes."):
             raise ImportError("kubernetes blocked for this test")
 sys.meta_path.insert(0, Block())
-from mtk.launcher.backends import get_backend
-from mtk.launcher.spec import load_job
+from mtk.backends import get_backend
+from mtk.spec import load_job
 job = load_job({str(tmp_path / 'job.yaml')!r}, backend="eks")
 art = get_backend("eks").render(job, "/fsx/runs/x-1")
 assert "manifests/all.yaml" in art.files

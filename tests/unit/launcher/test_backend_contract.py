@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from mtk.launcher.backends import Backend, backend_class, backend_names, get_backend
-from mtk.launcher.spec import SpecError, validate
+
+from mtk.backends import Backend, backend_class, backend_names, get_backend
+from mtk.spec import SpecError, validate
 
 TINY = {"name": "c", "model": {"preset": "tiny"}, "cluster": {"nodes": 1, "procs_per_node": 1, "device": "cpu"}}
 

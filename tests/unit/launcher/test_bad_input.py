@@ -58,7 +58,7 @@ def test_env_keys_owned_by_torchrun_or_slurm_are_refused_by_name(tmp_path):
 
 
 def test_env_keys_a_job_may_set_stay_allowed():
-    from mtk.launcher.spec import load_job
+    from mtk.spec import load_job
 
     job = load_job(TINY, ['cluster.env.CUDA_VISIBLE_DEVICES="0,1"', 'cluster.env.MTK_DEBUG="1"',
                           'cluster.env.OMP_NUM_THREADS="4"', "cluster.env.NCCL_SOCKET_IFNAME=eth0",
@@ -147,8 +147,9 @@ def test_slurm_launch_refuses_a_pyxis_image_that_is_not_a_readable_file(tmp_path
 
 
 def test_pyxis_image_check_passes_a_readable_file_and_an_image_reference(tmp_path):
-    from mtk.launcher.spec import load_job
     from mtk.slurm.image_check import image_problems
+
+    from mtk.spec import load_job
 
     sqsh = tmp_path / "mtk.sqsh"
     sqsh.write_bytes(b"hsqs")
@@ -164,7 +165,7 @@ def test_pyxis_image_check_passes_a_readable_file_and_an_image_reference(tmp_pat
 
 # ---- 7. mtk logs --node that names no node of the run ------------------------------------------------------------
 def _slurm_run(root: Path) -> Path:
-    from mtk.launcher.runs import Run
+    from mtk.runs import Run
 
     run_dir = root / "runs" / "tiny-1"
     (run_dir / "logs").mkdir(parents=True)
@@ -185,7 +186,7 @@ def test_logs_refuse_a_node_the_slurm_run_does_not_have(tmp_path):
 
 
 def test_logs_refuse_a_node_or_step_the_local_run_does_not_have(tmp_path):
-    from mtk.launcher.runs import Run
+    from mtk.runs import Run
 
     run_dir = tmp_path / "runs" / "tiny-1"
     assert run(tmp_path, "launch", TINY, "--dry-run", "--no-megatron-check", "--run-dir", str(run_dir)).returncode == 0
@@ -223,7 +224,8 @@ def test_launch_refuses_a_checkpoint_dir_whose_writer_is_alive(tmp_path):
 def test_a_dead_writers_lease_does_not_block_a_launch(tmp_path):
     """The nodes take over a lease whose holder is provably gone; the launch must not refuse it either."""
     from mtk.launcher.launch_checks import running_writer
-    from mtk.launcher.spec import load_job
+
+    from mtk.spec import load_job
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from mtk.launcher.ckpt_precheck import CheckpointDamaged, check_resume_checkpoint_once
-from mtk.launcher.spec import load_job
+
+from mtk.spec import load_job
 
 TINY = str(Path(__file__).resolve().parents[3] / "examples" / "tiny.yaml")
 

@@ -217,7 +217,7 @@ def _dcp_checkpoint(root: Path, iteration: int) -> Path:
 def test_damaged_checkpoint_is_named_once_before_any_rank_starts(tmp_path):
     ckpt = tmp_path / "ckpt"
     job = tmp_path / "job.json"
-    from mtk.launcher.spec import load_job
+    from mtk.spec import load_job
 
     spec = load_job(TINY, [f"train.checkpoint.dir={ckpt}"])
     job.write_text(spec.to_json())

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from mtk.launcher.spec.fetch_pins import moving_ref
+
+from mtk.spec.fetch_pins import moving_ref
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[3] / "examples").glob("*.yaml"))
 TINY = str(Path(__file__).resolve().parents[3] / "examples" / "tiny.yaml")

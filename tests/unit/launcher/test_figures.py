@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from mtk.launcher.figures import bytes_per_parameter, compute, padded_vocab
-from mtk.launcher.spec import validate
+
+from mtk.figures import bytes_per_parameter, compute, padded_vocab
+from mtk.spec import validate
 
 
 def figures(preset: str, **parallel):

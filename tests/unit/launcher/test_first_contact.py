@@ -62,7 +62,7 @@ def test_eks_launch_without_the_kubernetes_client_is_one_line_naming_the_extra(t
 def test_a_missing_optional_library_anywhere_is_bad_set_up_not_a_bug():
     """The error boundary's safety net: an optional library's ModuleNotFoundError is exit 2 with the install
     command; one of mtk's own modules missing stays an internal error (a bug someone must see)."""
-    from mtk.launcher.failures import classify
+    from mtk.failures import classify
 
     code, message = classify(ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib"))
     assert code == 2 and "pip install 'mtk[report]'" in message
@@ -122,7 +122,7 @@ def test_the_override_accepts_an_estimate_over_the_gpus_memory_and_says_so():
 
 
 def test_readme_names_the_gpu_memory_the_check_uses():
-    from mtk.launcher.spec.memory_checks import GPU_GIB_BY_FAMILY
+    from mtk.spec.memory_checks import GPU_GIB_BY_FAMILY
 
     readme = (REPO / "README.md").read_text()
     for family, shown in (("p5", "p5 79.6 GiB"), ("p4d", "p4d 40"), ("p4de", "p4de 80"), ("p5e", "p5e/p5en 140.4"),

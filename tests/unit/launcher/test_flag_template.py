@@ -8,8 +8,9 @@ from pathlib import Path
 
 import mtk.slurm.render as slurm_render
 import pytest
-from mtk.launcher.flag_template import TemplateError, render_flags
-from mtk.launcher.templating import render_template
+
+from mtk.flag_template import TemplateError, render_flags
+from mtk.templating import render_template
 
 STEP_FLAGS = ("train", "pyxis", "singleton", "preflight", "spare", "sqsh")
 

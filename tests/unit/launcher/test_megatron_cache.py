@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from mtk.launcher import megatron_cache as cache
-from mtk.launcher.spec import load_job
+
+from mtk.spec import load_job
 
 TINY = str(Path(__file__).resolve().parents[3] / "examples" / "tiny.yaml")
 ENV = {"versions": {"mtk": "0.1.0", "megatron-core": "0.19.2", "torch": "2.13.0", "transformer-engine": None,

@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from mtk.launcher import netenv
-from mtk.launcher.spec import load_job
+
+from mtk import netenv
+from mtk.spec import load_job
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples" / "gpt-7.5b-p5-slurm.yaml"
@@ -83,4 +84,4 @@ def test_readme_table_lists_every_variable_the_presets_set():
     names = set(re.findall(r"^\| `([A-Z0-9_]+)[=`]", table, re.M))
     code = {s.name for i in netenv.INSTANCES for s in netenv.preset(job(i, "data.num_workers=2",
                                                                         "parallel.sequence_parallel=true"))}
-    assert code == names, f"README table and launcher/netenv.py differ: {sorted(code ^ names)}"
+    assert code == names, f"README table and mtk/netenv.py differ: {sorted(code ^ names)}"

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from mtk.launcher import exitcodes
-from mtk.launcher.rendezvous import RendezvousError, from_environment
-from mtk.launcher.spec import validate
 from mtk.launcher.train_step import outcome, torchrun_argv
 from mtk.slurm import environment as slurm_environment
 from mtk.slurm.environment import expand_nodelist
+
+from mtk import exitcodes
+from mtk.rendezvous import RendezvousError, from_environment
+from mtk.spec import validate
 
 
 @pytest.fixture(autouse=True)
@@ -210,7 +211,7 @@ def test_each_backend_parses_its_own_environment_in_precedence_order():
 
 # ---- the node's place in its scheduler's job: each backend reads its own variables -----------------------------
 def test_slurm_node_place_reads_the_job_the_node_and_the_requeues():
-    from mtk.launcher.rendezvous import NodePlace, node_place
+    from mtk.rendezvous import NodePlace, node_place
 
     env = {"SLURM_JOB_ID": "41", "SLURM_NODEID": "2", "SLURM_NNODES": "4", "SLURM_RESTART_COUNT": "3",
            "SLURM_ARRAY_TASK_ID": "5"}
@@ -219,7 +220,7 @@ def test_slurm_node_place_reads_the_job_the_node_and_the_requeues():
 
 
 def test_kubeflow_node_place_knows_the_rank_only_of_a_static_pytorchjob():
-    from mtk.launcher.rendezvous import node_place
+    from mtk.rendezvous import node_place
 
     static = node_place({"PET_NODE_RANK": "1", "PET_NNODES": "2", "POD_NAME": "run-worker-1"})
     assert (static.job_id, static.node_rank, static.nnodes, static.restarts_failed_containers) == \
@@ -231,7 +232,7 @@ def test_kubeflow_node_place_knows_the_rank_only_of_a_static_pytorchjob():
 
 
 def test_no_scheduler_is_an_empty_place_and_a_bad_index_is_named():
-    from mtk.launcher.rendezvous import NodePlace, node_place
+    from mtk.rendezvous import NodePlace, node_place
 
     assert node_place({"HOME": "/root"}) == NodePlace()
     with pytest.raises(ValueError, match="SLURM_ARRAY_TASK_ID='x' is not a task index"):

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from mtk.launcher.spec import SpecError, validate
-from mtk.launcher.spec.loader import apply_overrides
+
+from mtk.spec import SpecError, validate
+from mtk.spec.loader import apply_overrides
 
 REPO = Path(__file__).resolve().parents[3]
 

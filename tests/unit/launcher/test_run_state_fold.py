@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from mtk.launcher.backends import StepStatus
 from mtk.launcher.runtable import fold_states, fold_steps
+
+from mtk.backends import StepStatus
 
 
 @pytest.mark.parametrize(("states", "run"), [

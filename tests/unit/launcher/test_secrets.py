@@ -60,8 +60,9 @@ def test_local_launch_needs_the_secret_set_and_writes_it_nowhere(tmp_path):
 
 
 def test_slurm_render_passes_names_and_exports_all():
-    from mtk.launcher.spec import load_job
     from mtk.slurm.render import render
+
+    from mtk.spec import load_job
 
     job = load_job(EXAMPLES / "tiny-slurm.yaml", ["cluster.secrets=[HF_TOKEN]"], backend="slurm")
     art = render(job, "/shared/runs/x")
@@ -74,7 +75,8 @@ def test_slurm_render_passes_names_and_exports_all():
 
 def test_eks_manifests_carry_secret_key_refs_and_pass_strict_validation(tmp_path):
     from mtk.k8s.backend import EksBackend
-    from mtk.launcher.spec import load_job
+
+    from mtk.spec import load_job
 
     sets = ["image.registry=r.example", "cluster.runs_dir=/fsx/runs", "data.dir=/fsx/data",
             "cluster.secrets=[HF_TOKEN, {name: WANDB_API_KEY, k8s_secret: team-wandb, key: api-key}]",
@@ -116,7 +118,7 @@ def test_eks_manifests_carry_secret_key_refs_and_pass_strict_validation(tmp_path
 
 
 def test_env_dump_redacts_secrets_by_value_and_in_urls(tmp_path):
-    from mtk.launcher.secrets import redact_env
+    from mtk.secrets import redact_env
 
     env = {"HF_TOKEN": TOKEN, "HTTPS_PROXY": "http://alice:pr0xyPass@proxy:3128", "GH_PAT": "ghp_abcdefgh",
            "DB_PASS": "hunter22", "TRACKING": f"https://t.example/run?id=3&token={TOKEN}",
@@ -141,7 +143,8 @@ def test_run_files_follow_the_umask(tmp_path):
 
 def test_local_cancel_leaves_a_reused_pid_alone(tmp_path):
     from mtk.launcher.local import LocalBackend
-    from mtk.launcher.runs import Run
+
+    from mtk.runs import Run
 
     # The "reused" pid: an unrelated group that reports every catchable signal and answers a ping. cancel()
     # signals synchronously, so a signal it sent is handled before the ping written after it returns is read;
@@ -167,8 +170,8 @@ def test_local_cancel_leaves_a_reused_pid_alone(tmp_path):
 
 
 def test_eks_launch_pins_the_content_tag_build_image_recorded(tmp_path):
-    from mtk.launcher.image_pin import build_record, pin_image
-    from mtk.launcher.spec import load_job
+    from mtk.image_pin import build_record, pin_image
+    from mtk.spec import load_job
 
     job = load_job(EXAMPLES / "tiny.yaml", ["image.registry=r.example"])
     same, note = pin_image(job, tmp_path)

@@ -9,8 +9,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 from mtk.launcher.cli import cli
-from mtk.launcher.spec import SpecError
-from mtk.launcher.spec.loader import validate
+
+from mtk.spec import SpecError
+from mtk.spec.loader import validate
 
 REPO = Path(__file__).resolve().parents[3]
 TINY = yaml.safe_load((REPO / "examples" / "tiny.yaml").read_text())

@@ -9,14 +9,15 @@ from pathlib import Path
 
 import pytest
 from mtk.launcher.paths import resolve_paths
-from mtk.launcher.rendezvous import RendezvousError, from_environment
-from mtk.launcher.spec import SpecError, load_job, validate
-from mtk.launcher.spec.loader import parse_yaml
 from mtk.launcher.train_step import job_for_node_count
 from mtk.slurm import environment as slurm_environment
 from mtk.slurm.environment import expand_nodelist
 from mtk.slurm.render import render
 from support.sbatch import directives
+
+from mtk.rendezvous import RendezvousError, from_environment
+from mtk.spec import SpecError, load_job, validate
+from mtk.spec.loader import parse_yaml
 
 REPO = Path(__file__).resolve().parents[3]
 SEED = REPO / "examples" / "seed-multinode.yaml"

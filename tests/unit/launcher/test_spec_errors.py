@@ -8,7 +8,8 @@ import sys
 
 import pytest
 import yaml
-from mtk.launcher.spec import SpecError, validate
+
+from mtk.spec import SpecError, validate
 
 BASE = {
     "name": "demo",
@@ -146,7 +147,7 @@ def test_bad_spec_names_field_and_fix(changes, backend, path, fragment):
 
 def test_every_section_of_the_spec_has_a_bad_input_case():
     """Against the schema, not the table's own size: a new section of Job without a case here fails."""
-    from mtk.launcher.spec import Job
+    from mtk.spec import Job
 
     assert set(Job.model_fields) - {path.split(".")[0] for _, _, path, _ in CASES} == set()
 

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 from mtk.launcher.paths import resolve_paths
-from mtk.launcher.spec import load_job
 from mtk.slurm.backend import SlurmBackend
 from mtk.slurm.commands import has_gpu_gres
 from mtk.slurm.render import HYPERPOD_MARKER, render
 from support.sbatch import directives
+
+from mtk.spec import load_job
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 RUN = "/shared/runs/r1"
@@ -42,7 +43,7 @@ def test_cpu_jobs_never_ask_for_gpus():
 
 
 def test_extra_sbatch_cannot_ask_for_gpus_or_wait_behind_the_choice():
-    from mtk.launcher.spec import SpecError
+    from mtk.spec import SpecError
 
     for key in ("gpus-per-node", "gpus", "wait-all-nodes"):
         with pytest.raises(SpecError) as err:

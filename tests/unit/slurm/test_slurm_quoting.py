@@ -16,10 +16,11 @@ from pathlib import Path
 import yaml
 from hypothesis import HealthCheck, Phase, assume, example, given, settings
 from hypothesis import strategies as st
-from mtk.launcher.spec import Job
 from mtk.slurm.quoting import directive_value, sh
 from mtk.slurm.render import render
 from support.sbatch import parse_directive_value
+
+from mtk.spec import Job
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 CANARY = "/tmp/mtk-slurm-quoting-canary"

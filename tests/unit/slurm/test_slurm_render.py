@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 from mtk.launcher.paths import resolve_paths
-from mtk.launcher.spec import SpecError, load_job
 from mtk.slurm.render import SCRIPTS, plan, render
 from support.sbatch import directives
+
+from mtk.spec import SpecError, load_job
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 RUN = "/shared/runs/r1"

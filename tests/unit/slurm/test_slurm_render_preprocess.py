@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 from mtk.launcher.paths import resolve_paths
-from mtk.launcher.spec import load_job
 from mtk.slurm.render import render
 from support.sbatch import directives, parse_directive_value
+
+from mtk.spec import load_job
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 RUN = "/shared/runs/r1"

@@ -7,7 +7,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from mtk.launcher.runs import Run
 from mtk.slurm import logfiles
 from mtk.slurm.backend import STATES, SlurmBackend, neutral
 from mtk.slurm.commands import (
@@ -19,6 +18,8 @@ from mtk.slurm.commands import (
     parse_squeue,
     parse_submit,
 )
+
+from mtk.runs import Run
 
 # Captured from `squeue -h --states=all -j 2,4,5,3 -o '%i|%T|%r|%N'` and `scontrol show job -o 4`.
 SQUEUE = """2|CANCELLED|None|node[1-2]

@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
-from mtk.data_jobs.tokenizers import build_tokenizer
-from mtk.launcher.spec.data import TokenizerSpec
 from mtk.training.interop import hf_tokenizer
+
+from mtk.spec.data import TokenizerSpec
+from mtk.tokenizers import build_tokenizer
 
 TEXTS = [f"def f{i}(x):\n    return x * {i}  # the quick brown fox, naïve café" for i in range(200)]
 PROBES = ["def main(argv):\n    return 0", "naïve café <|endoftext|> done", " leading space", "x  =  1", "a\n\nb"]

@@ -14,10 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from mtk.launcher.figures import padded_vocab
-from mtk.launcher.spec.loader import apply_overrides, validate
 from mtk.training import checkpoint
 from mtk.training.interop import megatron_lm
+
+from mtk.figures import padded_vocab
+from mtk.spec.loader import apply_overrides, validate
 
 REPO = Path(__file__).resolve().parents[3]
 LLAMA = ("model.arch=llama", "model.position_embedding=rope", "model.normalization=RMSNorm",

@@ -11,12 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from mtk.launcher import activations
-from mtk.launcher.figures import compute, padded_vocab
-from mtk.launcher.spec.loader import apply_overrides, validate
-from mtk.launcher.spec.parallel_checks import data_parallel_size
 from mtk.training import metrics
 from mtk.training.interop import megatron_lm
+
+from mtk import activations
+from mtk.figures import compute, padded_vocab
+from mtk.spec.loader import apply_overrides, validate
+from mtk.spec.parallel_checks import data_parallel_size
 
 SCRIPT = Path(__file__).parent / "megatron_lm" / "reference_figures.py"
 MEGATRON = pytest.mark.megatron  # the reference subprocess imports megatron.training (~15 s)

@@ -72,7 +72,7 @@ def test_published_iterations_ignores_other_entries(tmp_path):
 
 
 def _job(**parallel_train):
-    from mtk.launcher.spec import Job
+    from mtk.spec import Job
 
     parallel = {k: v for k, v in parallel_train.items() if k in ("tp", "pp", "distributed_optimizer")}
     train = {k: v for k, v in parallel_train.items() if k == "precision"}

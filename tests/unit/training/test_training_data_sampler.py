@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from mtk.launcher.spec import Job
 from mtk.training import data
+
+from mtk.spec import Job
 
 
 def _all(total, consumed, mbs, dp):

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from mtk.launcher.spec import Job
 from mtk.training import device_plan, model, optimizer_state
+
+from mtk.spec import Job
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -98,8 +99,8 @@ def test_attention_and_adam_follow_the_spec_and_the_libraries(gpu, te, apex, ask
 
 
 def test_auto_attention_keeps_megatron_core_where_sdpa_cannot_and_explicit_choices_are_refused():
-    from mtk.launcher.spec.errors import SpecError
-    from mtk.launcher.spec.loader import validate
+    from mtk.spec.errors import SpecError
+    from mtk.spec.loader import validate
 
     cp2 = {"name": "t", "model": {"preset": "tiny"}, "parallel": {"cp": 2, "tp": 1},
            "cluster": {"nodes": 1, "procs_per_node": 2, "device": "gpu"}}
@@ -169,8 +170,9 @@ def test_prefill_adds_step_only_where_the_optimizer_keeps_it_per_param():
 
 def test_process_group_timeout_is_a_spec_field_with_a_floor():
     import pytest
-    from mtk.launcher.spec.errors import SpecError
-    from mtk.launcher.spec.loader import validate
+
+    from mtk.spec.errors import SpecError
+    from mtk.spec.loader import validate
 
     assert _job().cluster.pg_timeout_s == 600
     assert _job(cluster={"pg_timeout_s": 3600}).cluster.pg_timeout_s == 3600

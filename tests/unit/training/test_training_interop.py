@@ -6,9 +6,10 @@ import dataclasses
 
 import pytest
 import torch
-from mtk.launcher.spec.loader import apply_overrides, validate
 from mtk.training import checkpoint
 from mtk.training.interop import hf, megatron_lm
+
+from mtk.spec.loader import apply_overrides, validate
 
 LLAMA = hf.Shape(num_layers=2, hidden_size=64, ffn_hidden_size=96, num_attention_heads=4, num_query_groups=2,
                  kv_channels=16, vocab_size=1000, padded_vocab_size=1024, max_position_embeddings=64, rope=True,

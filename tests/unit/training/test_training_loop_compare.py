@@ -38,7 +38,7 @@ def _dry_run(tmp_path: Path, *extra: str) -> dict[str, tuple[list[str], list[str
 
 
 def _job(mtk_cmd: list[str]):
-    from mtk.launcher.spec import load_job
+    from mtk.spec import load_job
 
     assert mtk_cmd[1:4] == ["-m", "mtk", "launch"] and _flag(mtk_cmd, "--backend") == "local"
     sets = [mtk_cmd[i + 1] for i, a in enumerate(mtk_cmd) if a == "--set"]

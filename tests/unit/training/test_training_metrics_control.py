@@ -7,9 +7,10 @@ import os
 import signal
 
 import pytest
-from mtk.launcher import exitcodes
-from mtk.launcher.spec import Job
 from mtk.training import control, metrics
+
+from mtk import exitcodes, run_layout
+from mtk.spec import Job
 
 
 def _job(**model) -> Job:
@@ -52,7 +53,7 @@ def test_writer_averages_between_logs_and_writes_jsonl(tmp_path, capsys, monkeyp
     assert rec["step_time_ms"] == pytest.approx(200.0)
     assert rec["tokens_per_s"] == pytest.approx(8 * 64 / 0.2)
     assert rec["restart_count"] == 1
-    lines = [json.loads(x) for x in (tmp_path / exitcodes.METRICS_FILE).read_text().splitlines()]
+    lines = [json.loads(x) for x in (tmp_path / run_layout.METRICS_FILE).read_text().splitlines()]
     assert [r["kind"] for r in lines] == ["train", "eval"]
     assert lines[1]["ppl"] == pytest.approx(4.4816890703)
     out = capsys.readouterr().out
@@ -65,7 +66,7 @@ def test_non_zero_ranks_write_nothing(tmp_path):
     w.step(1.0, 0.1, False)
     assert w.log(1, 8, 1e-3, None, 1.0)["grad_norm"] is None
     w.close()
-    assert not (tmp_path / exitcodes.METRICS_FILE).exists()
+    assert not (tmp_path / run_layout.METRICS_FILE).exists()
 
 
 def test_signal_sets_flag_and_flags_reduce_to_a_decision(tmp_path):
@@ -76,7 +77,7 @@ def test_signal_sets_flag_and_flags_reduce_to_a_decision(tmp_path):
         os.kill(os.getpid(), signal.SIGUSR2)
         assert c.signalled == "SIGUSR2"
         (tmp_path / "triggers").mkdir()
-        (tmp_path / exitcodes.SAVE_TRIGGER).touch()
+        (tmp_path / run_layout.SAVE_TRIGGER).touch()
         assert c.local_flags(check_triggers=True) == [1.0, 1.0, 0.0]
         assert c.local_flags(check_triggers=False) == [1.0, 0.0, 0.0]
     finally:
@@ -84,7 +85,7 @@ def test_signal_sets_flag_and_flags_reduce_to_a_decision(tmp_path):
     d = c.decision([0.0, 2.0, 1.0])
     assert d == control.Decision(signal=False, save=True, exit=True)
     c.consume_save_trigger()
-    assert not (tmp_path / exitcodes.SAVE_TRIGGER).exists()
+    assert not (tmp_path / run_layout.SAVE_TRIGGER).exists()
 
 
 def test_peer_signal_is_named(tmp_path):

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from mtk.launcher.figures import padded_vocab
-from mtk.launcher.spec import Job
 from mtk.training import model
 from mtk.training.debug import _redact
+
+from mtk.figures import padded_vocab
+from mtk.spec import Job
 
 
 def _job(model_: dict | None = None, **sections) -> Job:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from mtk.launcher.spec import Job
 from mtk.training.loop import EngineError, preflight
+
+from mtk.spec import Job
 
 
 def _job(parallel=None, train=None) -> Job:

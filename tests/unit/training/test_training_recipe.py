@@ -10,10 +10,11 @@ import gc
 import json
 
 import pytest
-from mtk.launcher.spec import Job, SpecError
-from mtk.launcher.spec.loader import validate
 from mtk.training import compat, device_plan, gc_control, loop, metrics, model, optim
 from mtk.training.interop import megatron_lm
+
+from mtk.spec import Job, SpecError
+from mtk.spec.loader import validate
 
 compat.install_import_stubs()  # megatron-core imports triton for one GPU-only module; absent here
 pytestmark = pytest.mark.megatron  # most tests build megatron-core's real configs

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from mtk.launcher.figures import padded_vocab
-from mtk.launcher.spec.loader import apply_overrides, validate
 from mtk.training import checkpoint, reshard
 from mtk.training.interop import megatron_lm
+
+from mtk.figures import padded_vocab
+from mtk.spec.loader import apply_overrides, validate
 
 
 def _job(*sets: str):

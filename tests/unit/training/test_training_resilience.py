@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from mtk.launcher.spec.resilience import StragglerSpec, WatchdogSpec
 from mtk.training.stragglers import StragglerStats, describe, summarize
 from mtk.training.watchdog import Timeouts, judge
+
+from mtk.spec.resilience import StragglerSpec, WatchdogSpec
 
 
 def beat(rank, phase="step", iteration=10, progress=100.0, timeout=20.0, alive=100.0, host="n1"):

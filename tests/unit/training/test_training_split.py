@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mtk.launcher.spec import validate
 from mtk.training import compat
 from mtk.training.data import check_split_documents, effective_split
+
+from mtk.spec import validate
 
 
 def job(split: str, eval_interval=None):

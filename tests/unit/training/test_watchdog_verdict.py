@@ -7,10 +7,11 @@ import json
 import threading
 import time
 
-from mtk.launcher import exitcodes
-from mtk.launcher.spec.resilience import WatchdogSpec
 from mtk.training import watchdog
 from mtk.training.watchdog import HangMonitor, Heartbeat, Verdict, heartbeat_dir, read_verdict
+
+from mtk import run_layout
+from mtk.spec.resilience import WatchdogSpec
 
 BLAMED = [{"rank": 1, "host": "pod-1", "node": "node-b", "pid": 7, "phase": "step", "iteration": 7,
            "silent_s": 12.0, "no_progress_s": 15.0, "timeout_s": 15.0}]
@@ -19,7 +20,7 @@ BLAMED = [{"rank": 1, "host": "pod-1", "node": "node-b", "pid": 7, "phase": "ste
 def _write_verdict(run_dir, at: float) -> None:
     (run_dir / "state").mkdir(parents=True, exist_ok=True)
     data = {**Verdict(blamed=BLAMED, overdue=[0, 1], reason="rank 1 went silent").to_json(), "time": at}
-    (run_dir / exitcodes.HANG_FILE).write_text(json.dumps(data))
+    (run_dir / run_layout.HANG_FILE).write_text(json.dumps(data))
 
 
 def test_a_verdict_from_an_earlier_attempt_is_ignored(tmp_path):
@@ -39,11 +40,11 @@ def test_a_monitor_adopts_the_verdict_another_node_declared_and_does_not_rewrite
             {"rank": rank, "host": f"pod-{rank}", "pid": 1, "phase": "step", "iteration": 7, "progress": now,
              "deadline": now + 3600, "alive": now + 10, "interval": 0.05, "timeout": 3600}))
     _write_verdict(tmp_path, at=time.time())
-    before = (tmp_path / exitcodes.HANG_FILE).read_text()
+    before = (tmp_path / run_layout.HANG_FILE).read_text()
     verdict = monitor.watch()
     assert [b["rank"] for b in verdict.blamed] == [1] and verdict.hosts == ["node-b"]
     monitor.record(Verdict(blamed=[{**BLAMED[0], "rank": 0, "node": "node-a"}], reason="other"))
-    assert (tmp_path / exitcodes.HANG_FILE).read_text() == before
+    assert (tmp_path / run_layout.HANG_FILE).read_text() == before
 
 
 def _wait(what: str, predicate, timeout: float = 60.0) -> None:

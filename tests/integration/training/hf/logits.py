@@ -21,8 +21,9 @@ def main() -> None:
 
     compat.install()
     import torch
-    from mtk.launcher.spec import load_job_json
     from mtk.training import checkpoint, device_plan, distributed, model
+
+    from mtk.spec import load_job_json
 
     job = load_job_json(Path(a.job))
     distributed.init(job, True)

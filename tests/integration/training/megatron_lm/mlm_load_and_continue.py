@@ -28,10 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "support" / "megatr
 def main() -> None:
     import torch
     from adam_without_fused import fill_empty_state, own_step_per_param
-    from mtk.launcher.spec import load_job_json
     from mtk.training import checkpoint, compat, data
     from mtk.training.interop import megatron_lm
     from mtk.training.loop import Trainer
+
+    from mtk.spec import load_job_json
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--job", required=True)

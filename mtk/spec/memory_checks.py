@@ -1,5 +1,5 @@
 """Does the per-GPU estimate fit the GPU? ``mtk validate`` refuses a spec whose weights + grads + optimizer state +
-activations (:mod:`mtk.launcher.figures`) exceed one GPU's memory: such a job would queue for hours and then die
+activations (:mod:`mtk.figures`) exceed one GPU's memory: such a job would queue for hours and then die
 with an out-of-memory error on its first step. The GPU's memory comes from ``cluster.gpu_memory_gib`` or
 ``cluster.instance_type``; without either the estimate is printed but not judged. ``cluster.allow_memory_overcommit``
 accepts it anyway (a layout the estimate over-counts).
@@ -49,7 +49,7 @@ def gpu_memory(job: Job) -> tuple[float, str] | None:
 
 def estimate_gib(job: Job, parameters_per_rank: int | None = None) -> tuple[float, float, float]:
     """(total, weights+grads+optimizer, activations) per GPU, with the optimizer layout the spec uses."""
-    from mtk.launcher.figures import compute
+    from mtk.figures import compute
 
     f = compute(job, parameters_per_rank)
     state = f.gib_per_gpu_distributed_optimizer if job.parallel.distributed_optimizer else f.gib_per_gpu
@@ -58,7 +58,7 @@ def estimate_gib(job: Job, parameters_per_rank: int | None = None) -> tuple[floa
 
 def levers(job: Job) -> list[str]:
     """What lowers the estimate, for the refusal: only the levers this spec has not pulled yet."""
-    from mtk.launcher.figures import compute
+    from mtk.figures import compute
 
     p, t, out = job.parallel, job.train, []
     if not p.distributed_optimizer:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mtk.launcher.spec.data import TokenizerSpec
+    from mtk.spec.data import TokenizerSpec
 
 EOD_TEXT = "<|endoftext|>"
 # Megatron's preprocess switches to int32 ids at this size (indexed_dataset.DType.optimal_dtype).

@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mtk import run_layout
+
 from . import exitcodes
 
-LAST_EXIT = f"{exitcodes.STATE_DIR}/last_exit.json"
+LAST_EXIT = f"{run_layout.STATE_DIR}/last_exit.json"
 
 
 def last_exit(run_dir: str | Path) -> dict | None:
@@ -28,7 +30,7 @@ def last_exit(run_dir: str | Path) -> dict | None:
 def has_train_records(run_dir: str | Path) -> bool:
     """True once ``metrics.jsonl`` holds a train iteration (read line by line, stopping at the first)."""
     try:
-        with open(Path(run_dir) / exitcodes.METRICS_FILE, errors="replace") as fh:
+        with open(Path(run_dir) / run_layout.METRICS_FILE, errors="replace") as fh:
             for line in fh:
                 try:
                     record = json.loads(line)
@@ -54,7 +56,7 @@ def why_no_figures(run_dir: str | Path) -> str:
     done = nothing_to_do(run_dir)
     if done is not None:
         return f"trained nothing: its checkpoint was already at iteration {done}"
-    if not (Path(run_dir) / exitcodes.METRICS_FILE).is_file():
+    if not (Path(run_dir) / run_layout.METRICS_FILE).is_file():
         return "no metrics.jsonl here (not started yet, or its run dir is on the cluster)"
     record = last_exit(run_dir)
     if record:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from mtk import megatron_index
 
 if TYPE_CHECKING:
-    from mtk.launcher.spec.data import DataSpec
+    from mtk.spec.data import DataSpec
 
 
 

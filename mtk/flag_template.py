@@ -4,7 +4,7 @@ The sbatch step logic (``slurm/templates/step.sh.j2``) interpolates no values: s
 Importing and compiling Jinja2 for that was ~40 ms of every ``mtk launch --backend slurm`` (a tenth of the
 command on a 2-core machine). This renders the Jinja subset such a file uses — ``if`` / ``elif`` / ``else`` /
 ``endif`` over flag names joined by ``and`` / ``or`` / ``not`` — byte for byte as Jinja does with
-``trim_blocks``, ``lstrip_blocks`` and ``keep_trailing_newline`` (the settings of :mod:`mtk.launcher.templating`),
+``trim_blocks``, ``lstrip_blocks`` and ``keep_trailing_newline`` (the settings of :mod:`mtk.templating`),
 so the file stays a valid Jinja template and the tests render it both ways. Anything outside the subset
 (``{{ }}``, ``{# #}``, other tags, an unknown flag) is refused with its line, never passed through.
 """

@@ -18,7 +18,7 @@ NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$"
 
 
 class Job(Section):
-    """Everything a run needs. Load with :func:`mtk.launcher.spec.load_job`, which also runs the checks."""
+    """Everything a run needs. Load with :func:`mtk.spec.load_job`, which also runs the checks."""
 
     name: str = Field(..., pattern=NAME_PATTERN,
                       description="Run name: lowercase letters, digits and '-', ≤ 40 chars (it names k8s objects).")

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 def credentials_by_reference(job: Job, backend) -> list[Problem]:
     """A credential in ``cluster.env`` would be written in clear into job.json, scripts and manifests."""
-    from mtk.launcher.secrets import looks_secret
+    from mtk.secrets import looks_secret
 
     c, out = job.cluster, []
     for name in c.env:
@@ -82,7 +82,7 @@ def _url_carries_credentials(url: str) -> bool:
     parsed = urllib.parse.urlsplit(url)
     if parsed.password or (parsed.username and parsed.scheme in ("http", "https")):
         return True
-    from mtk.launcher.secrets import looks_secret
+    from mtk.secrets import looks_secret
 
     names = [k for k, _ in urllib.parse.parse_qsl(parsed.query, keep_blank_values=True)]
     return any(looks_secret(k.replace("-", "_")) or "signature" in k.lower() for k in names)

@@ -158,6 +158,6 @@ def moe_sizes(job: Job, backend) -> list[Problem]:
 
 
 def _backend(name: str):
-    from mtk.launcher.backends import backend_class
+    from mtk.backends import backend_class
 
     return backend_class(name)

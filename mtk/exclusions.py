@@ -11,9 +11,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mtk import run_layout
 from mtk.files import atomic_write
-
-from . import exitcodes
 
 
 @dataclass(frozen=True)
@@ -24,7 +23,7 @@ class Excluded:
 
 
 def read_excluded(run_dir: str | Path) -> list[Excluded]:
-    path = Path(run_dir) / exitcodes.EXCLUDED_FILE
+    path = Path(run_dir) / run_layout.EXCLUDED_FILE
     try:
         lines = path.read_text().splitlines()
     except OSError:
@@ -44,7 +43,7 @@ def add_excluded(run_dir: str | Path, host: str, reason: str) -> bool:
         return False
     if "\t" in host or "\n" in host or not host:
         raise ValueError(f"not a host name: {host!r}")
-    path = Path(run_dir) / exitcodes.EXCLUDED_FILE
+    path = Path(run_dir) / run_layout.EXCLUDED_FILE
     old = path.read_text() if path.exists() else ""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     atomic_write(path, old + f"{host}\t{stamp}\t{' '.join(reason.split())}\n")
@@ -80,12 +79,12 @@ def recorded_for_relaunch(job, run_dir: str | Path) -> list[tuple[Path, Excluded
     runs = Path(job.cluster.runs_dir)
     ckpt = job.train.checkpoint.dir
     if ckpt and runs.is_dir():
-        dirs += sorted(p.parent for p in runs.glob(f"*/{exitcodes.JOB_FILE}")
+        dirs += sorted(p.parent for p in runs.glob(f"*/{run_layout.JOB_FILE}")
                        if p.parent != Path(run_dir) and _same_checkpoints(p, ckpt))
     found: list[tuple[Path, Excluded]] = []
     seen = set()
     for d in dirs:
-        path = d / exitcodes.EXCLUDED_FILE
+        path = d / run_layout.EXCLUDED_FILE
         for lineno, e in enumerate(read_excluded(d), 1):
             if not _NODE_NAME.match(e.host):
                 raise BadExclusionRecord(f"{path}:{lineno}: {e.host!r} is not a node name; fix or delete that "

@@ -2,7 +2,7 @@
 
 Every value interpolated into a shell script goes through ``q``; templates never paste raw strings.
 A template that only switches blocks on flags (the sbatch step logic) is rendered by
-:mod:`mtk.launcher.flag_template` instead, with these same settings, so a launch does not import Jinja2.
+:mod:`mtk.flag_template` instead, with these same settings, so a launch does not import Jinja2.
 """
 
 from __future__ import annotations

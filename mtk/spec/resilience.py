@@ -44,7 +44,7 @@ class PreflightSpec(Section):
                                             "too few healthy refuse.")
     allreduce_mb: float = Field(64.0, gt=0, le=4096, description="Size of the timed all-reduce (bus bandwidth).")
     min_busbw_gbps: float | None = Field(None, gt=0, description="Fail nodes below this all-reduce bus bandwidth "
-                                         "(GB/s); default: the instance type's floor (launcher/netenv.py).")
+                                         "(GB/s); default: the instance type's floor (mtk/netenv.py).")
 
 
 class ResilienceSpec(Section):

@@ -92,7 +92,7 @@ def profiler_is_wired_for_backend(job: Job, backend) -> list[Problem]:
     """Nsight Systems wraps the node agent where a backend renders it so; elsewhere it would be silently ignored."""
     if not job.debug.nsys.enabled or backend is None or _backend(backend).runs_nsys:
         return []
-    from mtk.launcher.backends import backend_classes
+    from mtk.backends import backend_classes
 
     wired = "/".join(cls.name for cls in backend_classes() if cls.runs_nsys)
     return [Problem("debug.nsys.enabled", f"Nsight Systems capture is wired into the {wired} backend only, not "
@@ -130,7 +130,7 @@ def env_not_owned_by_the_launcher(job: Job, backend) -> list[Problem]:
 
 
 def _backend(name: str):
-    from mtk.launcher.backends import backend_class
+    from mtk.backends import backend_class
 
     return backend_class(name)
 

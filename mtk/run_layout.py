@@ -1,0 +1,99 @@
+"""Every path inside a run dir, in one place: the CLI, the backends, the node steps and the engine ask here.
+
+The names are relative to the run dir (the Slurm script and the PyTorchJob see them through the rendered files);
+:class:`RunLayout` joins them onto one run's directory. The checkpoint dir's default lives in
+:mod:`mtk.checkpoint_paths` (a configured ``train.checkpoint.dir`` wins over it).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from mtk import checkpoint_paths
+
+JOB_FILE = "job.json"
+METRICS_FILE = "metrics.jsonl"
+CHECKPOINTS_DIR = checkpoint_paths.CHECKPOINTS_DIR  # a run's own checkpoints when train.checkpoint.dir is unset
+TENSORBOARD_DIR = "tensorboard"
+LOGS_DIR = "logs"
+DEBUG_DIR = "debug"
+STATE_DIR = "state"
+SAVE_TRIGGER = "triggers/save"
+EXIT_TRIGGER = "triggers/exit"
+HEARTBEATS_DIR = "state/heartbeats"
+HANG_FILE = "state/hang.json"
+# The hosts the watchdog blamed, one per line, for the Slurm script (which moves them into EXCLUDED_FILE).
+HANG_HOSTS_FILE = "state/hang.hosts"
+# The run's excluded nodes, one per line: host, UTC time, reason (tab-separated); every restart passes --exclude.
+EXCLUDED_FILE = "state/excluded_nodes"
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """The paths of one run, joined onto its run dir (``checkpoint_dir``: ``train.checkpoint.dir`` when set)."""
+
+    run_dir: Path
+    checkpoint_dir_setting: str | None = None
+
+    @classmethod
+    def of(cls, run_dir: str | os.PathLike[str], checkpoint_dir: str | None = None) -> RunLayout:
+        return cls(Path(run_dir), checkpoint_dir)
+
+    @property
+    def job_file(self) -> Path:
+        return self.run_dir / JOB_FILE
+
+    @property
+    def metrics(self) -> Path:
+        return self.run_dir / METRICS_FILE
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.run_dir / TENSORBOARD_DIR
+
+    @property
+    def logs(self) -> Path:
+        return self.run_dir / LOGS_DIR
+
+    @property
+    def debug(self) -> Path:
+        return self.run_dir / DEBUG_DIR
+
+    @property
+    def state(self) -> Path:
+        return self.run_dir / STATE_DIR
+
+    @property
+    def save_trigger(self) -> Path:
+        return self.run_dir / SAVE_TRIGGER
+
+    @property
+    def exit_trigger(self) -> Path:
+        return self.run_dir / EXIT_TRIGGER
+
+    @property
+    def heartbeats(self) -> Path:
+        return self.run_dir / HEARTBEATS_DIR
+
+    @property
+    def hang(self) -> Path:
+        return self.run_dir / HANG_FILE
+
+    @property
+    def hang_hosts(self) -> Path:
+        return self.run_dir / HANG_HOSTS_FILE
+
+    @property
+    def excluded(self) -> Path:
+        return self.run_dir / EXCLUDED_FILE
+
+    @property
+    def checkpoints(self) -> Path:
+        """The checkpoint dir: ``train.checkpoint.dir`` when set, else the run's own ``checkpoints/``."""
+        return Path(checkpoint_paths.checkpoint_dir(self.checkpoint_dir_setting, self.run_dir))
+
+    @property
+    def tracker(self) -> Path:
+        return self.checkpoints / checkpoint_paths.TRACKER
