@@ -14,6 +14,10 @@ FOLDERS = ("launcher", "containers", "slurm", "k8s", "data_jobs", "training")
 
 def _packages() -> tuple[list[str], dict[str, str]]:
     packages, package_dir = ["mtk"], {"mtk": "mtk"}
+    for init in sorted((ROOT / "mtk").rglob("*/__init__.py")):  # the core's own sub-packages (mtk/spec)
+        rel = init.parent.relative_to(ROOT)
+        packages.append(".".join(rel.parts))
+        package_dir[".".join(rel.parts)] = rel.as_posix()
     for folder in FOLDERS:
         for init in sorted((ROOT / folder).rglob("__init__.py")):
             rel = init.parent.relative_to(ROOT)

@@ -5,7 +5,7 @@ setup.py maps top-level folders onto the ``mtk`` namespace (``launcher/`` is ``m
 install serves that mapping through an import hook, which mypy does not run, and no mypy setting maps a folder
 onto another package name. So this script asks the interpreter where each ``mtk.<name>`` is installed, mirrors
 exactly that as a tree of symlinks (``.mypy_cache/view/mtk/launcher -> launcher/``) and runs mypy on ``-p mtk``
-from inside it, away from the source tree (whose own ``mtk/`` holds only ``__init__.py``). File names in mypy's
+from inside it, away from the source tree. File names in mypy's
 output are mapped back to the source tree, so they open in an editor. Exit status is mypy's.
 """
 
@@ -44,6 +44,8 @@ def build_view(layout: dict[str, Path]) -> None:
     (CACHE / ".gitignore").write_text("*\n")  # what mypy puts in its cache dir; here before mypy runs
     for entry in Path(spec.origin).parent.glob("*.py"):
         (VIEW / "mtk" / entry.name).symlink_to(entry)
+    for entry in Path(spec.origin).parent.glob("*/__init__.py"):  # the core's own sub-packages (mtk/spec)
+        (VIEW / "mtk" / entry.parent.name).symlink_to(entry.parent, target_is_directory=True)
     for name, target in layout.items():
         (VIEW / "mtk" / name).symlink_to(target, target_is_directory=True)
 
