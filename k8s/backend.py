@@ -173,11 +173,16 @@ class EksBackend(Backend):
 
         return Kube(namespace)
 
-    def submit(self, job, artifacts: Artifacts, wait: bool = True, timeout: float | None = None) -> Run:
-        """Apply in order. ``wait``: follow each step (etcd ready, data Jobs complete, training running) before
-        applying the next, so training pods hold no nodes while data is prepared; a failed step raises
-        SubmitError. Without ``wait``, or once ``timeout`` passes (or Ctrl-C), every remaining step is applied
-        at once — each waits in the cluster for the one before it — and StoppedWaiting carries the run."""
+    def submit(self, job, artifacts: Artifacts, options: Mapping[str, object] | None = None) -> Run:
+        """Apply in order. ``options["wait"]`` (default True): follow each step (etcd ready, data Jobs complete,
+        training running) before applying the next, so training pods hold no nodes while data is prepared; a failed
+        step raises SubmitError. Without waiting, or once ``options["timeout"]`` (seconds) passes (or Ctrl-C), every
+        remaining step is applied at once — each waits in the cluster for the one before it — and StoppedWaiting
+        carries the run."""
+        options = options or {}
+        wait = bool(options.get("wait", True))
+        limit = options.get("timeout")
+        timeout = float(limit) if isinstance(limit, (int, float)) else None
         run_dir = artifacts.run_dir
         run_name = names.run_id(run_dir)
         objs = yamlio.load_all(artifacts.files[ALL_FILE])

@@ -103,7 +103,7 @@ class LocalBackend(Backend):
             modes={"run.sh": 0o755},
         )
 
-    def submit(self, job: Job, artifacts: Artifacts) -> Run:
+    def submit(self, job: Job, artifacts: Artifacts, options: Mapping[str, object] | None = None) -> Run:
         run_dir = Path(artifacts.run_dir)
         (run_dir / run_layout.LOGS_DIR).mkdir(parents=True, exist_ok=True)
         with open(run_dir / run_layout.LOGS_DIR / "runner.log", "ab") as out:

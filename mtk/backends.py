@@ -13,6 +13,7 @@ group (``name = "package.module:Class"``).
 
 from __future__ import annotations
 
+import abc
 import functools
 import importlib
 from collections.abc import Iterator, Mapping
@@ -102,8 +103,9 @@ class SubmitStopped(Exception):
         self.run = run
 
 
-class Backend:
-    """The contract. A backend implements render/submit/status/logs/cancel and overrides the facts and hooks below
+class Backend(abc.ABC):
+    """The contract. A backend implements render/submit/status/logs/cancel (abstract: a backend missing one cannot
+    be instantiated) and overrides the facts and hooks below
     where its scheduler differs from the defaults. Each fact answers a question the generic layer would otherwise
     answer by comparing backend names."""
 
@@ -135,25 +137,27 @@ class Backend:
     # Which environment wins when several match (higher first).
     rendezvous_precedence: ClassVar[int] = 0
 
+    @abc.abstractmethod
     def render(self, job: Job, run_dir: str) -> Artifacts:
         """Pure and deterministic: the files for the run dir and the exact commands (what --dry-run prints)."""
-        raise NotImplementedError
 
-    def submit(self, job: Job, artifacts: Artifacts) -> Run:
-        """Act on rendered artifacts; keyword options are what ``launch_options`` returned. May raise
+    @abc.abstractmethod
+    def submit(self, job: Job, artifacts: Artifacts, options: Mapping[str, object] | None = None) -> Run:
+        """Act on rendered artifacts; ``options`` is what ``launch_options`` returned (None: the defaults). May raise
         ``SubmitStopped`` carrying the run when it stops following what it submitted."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def status(self, run: Run) -> list[StepStatus]:
-        raise NotImplementedError
+        """Each step of the run, mapped to a neutral state."""
 
+    @abc.abstractmethod
     def logs(self, run: Run, follow: bool = False, step: str | None = None,
              node: str | None = None) -> Iterator[str]:
-        raise NotImplementedError
+        """A step's log lines (``follow``: until it ends)."""
 
+    @abc.abstractmethod
     def cancel(self, run: Run) -> None:
         """Stop every step; safe to repeat."""
-        raise NotImplementedError
 
     @classmethod
     def validate(cls, job: Job) -> list[Problem]:
@@ -161,7 +165,7 @@ class Backend:
         return []
 
     def launch_options(self, wait: bool | None, timeout: str | None) -> dict[str, object]:
-        """Check ``mtk launch``'s step-following options and turn them into ``submit``'s keyword arguments; a backend
+        """Check ``mtk launch``'s step-following options and turn them into ``submit``'s ``options``; a backend
         that does not follow steps refuses them rather than ignoring them (ValueError, shown as a usage error)."""
         if wait is not None or timeout is not None:
             followers = [cls.title or cls.name for cls in backend_classes()

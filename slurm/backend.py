@@ -114,7 +114,7 @@ class SlurmBackend(Backend):
         self._client().ping()
         return []
 
-    def submit(self, job: Job, artifacts: Artifacts) -> Run:
+    def submit(self, job: Job, artifacts: Artifacts, options: Mapping[str, object] | None = None) -> Run:
         """sbatch each step after the previous one; if a later sbatch is refused, cancel the earlier ones."""
         slurm = self._client()
         subs = plan(job, artifacts.run_dir)

@@ -103,7 +103,7 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
     artifacts.write()
     stopped = None
     try:
-        run = impl.submit(job, artifacts, **options)
+        run = impl.submit(job, artifacts, options)
     except SubmitStopped as exc:
         if exc.run is None:  # submit attaches the run; without it there is nothing to record
             raise

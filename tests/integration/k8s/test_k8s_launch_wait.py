@@ -71,7 +71,7 @@ def test_no_wait_submits_every_step_at_once_and_each_waits_in_the_cluster(standi
     lines: list[str] = []
     job = k8s_jobs.tiny_eks(data=_data())
     backend, art, run = _render(tmp_path, job, lines)
-    out = backend.submit(job, art, wait=False)
+    out = backend.submit(job, art, {"wait": False})
     assert out.ids["train"] == f"PyTorchJob/{run}"
     assert _patched(standin.state) == ORDER
     assert not [r for r in standin.state.requests if r.method == "GET"], "nothing was waited for"
@@ -100,7 +100,7 @@ def test_timeout_stops_waiting_not_the_run(standin, k8s_jobs, tmp_path):
     job = k8s_jobs.tiny_eks(data=_data())
     backend, art, run = _render(tmp_path, job, lines)
     with pytest.raises(StoppedWaiting) as stop:
-        backend.submit(job, art, timeout=0.5)
+        backend.submit(job, art, {"timeout": 0.5})
     assert stop.value.exit_code == WAIT_TIMEOUT
     assert "stopped waiting after 0s (--timeout): preprocess is RUNNING active=1 succeeded=0/1" in str(stop.value)
     assert stop.value.run is not None and stop.value.run.ids["train"] == f"PyTorchJob/{run}"

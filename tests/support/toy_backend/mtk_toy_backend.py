@@ -42,7 +42,7 @@ class ToyBackend(Backend):
         return Artifacts(backend=self.name, run_dir=run_dir, files={run_layout.JOB_FILE: job.to_json(), SCRIPT: script},
                          commands=[["sh", f"{run_dir}/{SCRIPT}"]], modes={SCRIPT: 0o755})
 
-    def submit(self, job, artifacts: Artifacts) -> Run:
+    def submit(self, job, artifacts: Artifacts, options=None) -> Run:
         proc = subprocess.Popen(["sh", f"{artifacts.run_dir}/{SCRIPT}"], start_new_session=True,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return Run(backend=self.name, run_dir=artifacts.run_dir, name=job.name, ids={"train": str(proc.pid)})
