@@ -17,6 +17,7 @@ from pathlib import Path
 
 from mtk import exitcodes, run_layout
 from mtk.files import atomic_write
+from mtk.run_layout import RunLayout
 
 STEPS_FILE = "steps.json"
 STATE_FILE = f"{run_layout.STATE_DIR}/steps.json"
@@ -53,7 +54,7 @@ def _step_state(rc: int, cancelled: bool) -> str:
 def stopped_reason(run_dir: str | Path) -> str:
     """Where a stopped run stopped and what it saved, from the engine's ``state/last_exit.json``."""
     try:
-        last = json.loads((Path(run_dir) / run_layout.STATE_DIR / "last_exit.json").read_text())
+        last = json.loads(RunLayout.of(run_dir).last_exit.read_text())
         at, saved = int(last["iteration"]), last.get("checkpoint_iteration")
     except (OSError, ValueError, KeyError, TypeError):
         return "stopped by the exit trigger (mtk stop); checkpoint saved"

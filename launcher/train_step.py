@@ -22,6 +22,7 @@ from pathlib import Path
 
 from mtk import exitcodes, run_layout
 from mtk.rendezvous import RendezvousError, from_environment, node_place
+from mtk.run_layout import RunLayout
 
 FORWARDED = (signal.SIGUSR2, signal.SIGTERM)
 # Signals Slurm/Kubernetes use to end a step; handled, not fatal, so the workers can save first.
@@ -112,7 +113,7 @@ def _reap_orphans(grace: float) -> None:
 
 def read_last_exit(run_dir: str, since: float) -> dict | None:
     """The engine's account of why it stopped, if written during this attempt."""
-    path = Path(run_dir) / run_layout.STATE_DIR / "last_exit.json"
+    path = RunLayout.of(run_dir).last_exit
     try:
         if path.stat().st_mtime + 1 < since:
             return None

@@ -28,7 +28,8 @@ HANG_FILE = "state/hang.json"
 HANG_HOSTS_FILE = "state/hang.hosts"
 # The run's excluded nodes, one per line: host, UTC time, reason (tab-separated); every restart passes --exclude.
 EXCLUDED_FILE = "state/excluded_nodes"
-
+# Why the engine exited (code, iteration, reason, checkpoint), by rank 0; the node step and `mtk status` read it.
+LAST_EXIT_FILE = "state/last_exit.json"
 
 @dataclass(frozen=True)
 class RunLayout:
@@ -88,6 +89,10 @@ class RunLayout:
     @property
     def excluded(self) -> Path:
         return self.run_dir / EXCLUDED_FILE
+
+    @property
+    def last_exit(self) -> Path:
+        return self.run_dir / LAST_EXIT_FILE
 
     @property
     def checkpoints(self) -> Path:

@@ -11,17 +11,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mtk import run_layout
-
-from . import exitcodes
-
-LAST_EXIT = f"{run_layout.STATE_DIR}/last_exit.json"
+from mtk import exitcodes, run_layout
+from mtk.run_layout import RunLayout
 
 
 def last_exit(run_dir: str | Path) -> dict | None:
     """The engine's record of why training ended (rank 0 writes it on every backend), or None."""
     try:
-        record = json.loads((Path(run_dir) / LAST_EXIT).read_text())
+        record = json.loads(RunLayout.of(run_dir).last_exit.read_text())
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) else None

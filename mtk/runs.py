@@ -8,9 +8,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from mtk.files import atomic_write
+from mtk.run_layout import RunLayout
 
 RECORD = "run.json"
-JOB_FILE = "job.json"
 
 
 @dataclass
@@ -34,7 +34,7 @@ class Run:
 
     @property
     def job_file(self) -> Path:
-        return Path(self.run_dir) / JOB_FILE
+        return RunLayout.of(self.run_dir).job_file
 
     def save(self) -> Path:
         path = Path(self.record_dir or self.run_dir) / RECORD

@@ -20,11 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtk import run_layout
 from mtk.files import atomic_write
+from mtk.run_layout import RunLayout
 
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
-LAST_EXIT = "last_exit.json"
 
 
 @dataclass
@@ -59,11 +58,11 @@ class Control:
 
     @property
     def save_trigger(self) -> Path:
-        return self.run_dir / run_layout.SAVE_TRIGGER
+        return RunLayout.of(self.run_dir).save_trigger
 
     @property
     def exit_trigger(self) -> Path:
-        return self.run_dir / run_layout.EXIT_TRIGGER
+        return RunLayout.of(self.run_dir).exit_trigger
 
     def local_flags(self, check_triggers: bool) -> list[float]:
         """This rank's [signal, save trigger, exit trigger]; only rank 0 reads the trigger files (one
@@ -94,7 +93,7 @@ class Control:
 def write_last_exit(run_dir: str | Path, code: int, iteration: int, reason: str,
                     checkpoint_iteration: int | None) -> Path:
     """Atomically record why the worker exited (rank 0 only)."""
-    path = Path(run_dir) / run_layout.STATE_DIR / LAST_EXIT
+    path = RunLayout.of(run_dir).last_exit
     record = {"code": int(code), "iteration": int(iteration), "reason": reason,
               "checkpoint_iteration": checkpoint_iteration, "time": time.time()}
     atomic_write(path, json.dumps(record, indent=2) + "\n")
