@@ -127,28 +127,33 @@ def _runtime_nodes(tree: ast.AST):
                 todo.append(child)
 
 
+def _imports(path: Path, mod: str) -> list[tuple[int, str]]:
+    """(line, module) for each ``mtk.*``-or-relative import in ``path`` (lazy ones too; not those under
+    ``if TYPE_CHECKING:``, which never run), relative ones resolved; ``from x import name`` gives ``x.name``."""
+    package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+    found: list[tuple[int, str]] = []
+    for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            found += [(node.lineno, f"{base}.{a.name}") for a in node.names] + [(node.lineno, base)]
+    return found
+
+
 def _import_graph() -> dict[str, set[str]]:
-    """Module -> the package modules it imports (anywhere in the file, lazy imports too; not those under
-    ``if TYPE_CHECKING:``, which never run), ``mtk.*`` resolved as installed."""
+    """Module -> the package modules it imports (see :func:`_imports`), ``mtk.*`` resolved as installed."""
     files = {_module_name(p): p for p in _package_files()}
     graph: dict[str, set[str]] = {m: set() for m in files}
     for mod, path in files.items():
-        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
-        for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
-            targets: list[str] = []
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                    base = ".".join([*anchor, base] if base else anchor)
-                targets = [f"{base}.{a.name}" for a in node.names] + [base]
-            for t in targets:
-                while t and t not in files:  # `from mtk.x import name` -> mtk.x
-                    t = t.rpartition(".")[0]
-                if t and t != mod and not mod.startswith(t + "."):  # a package's own __init__ is no circle
-                    graph[mod].add(t)
+        for _, t in _imports(path, mod):
+            while t and t not in files:  # `from mtk.x import name` -> mtk.x
+                t = t.rpartition(".")[0]
+            if t and t != mod and not mod.startswith(t + "."):  # a package's own __init__ is no circle
+                graph[mod].add(t)
     return graph
 
 
@@ -196,13 +201,74 @@ def test_no_new_module_over_500_lines():
     assert long == KNOWN_LONG
 
 
-# The neutral core: modules every folder may import. They import no backend, CLI or engine code, only each other.
-CORE = {"mtk", "mtk.files", "mtk.megatron_index"}
+# ---- layers at folder level: every folder imports only the folders below it --------------------------------------
+#   launcher/                      the CLI: stands on everything below
+#   slurm/  k8s/                   the backends: may import data_jobs (the data steps they schedule)
+#   containers/                    image build: the core only
+#   data_jobs/                     getdata, preprocess: may import training (the index caches it builds once)
+#   training/                      the engine: the core only
+#   mtk/                           the neutral core (spec, run layout, exit codes, backend contract): nothing above
+# Backends are reached from the CLI through the registry (``mtk.backends.REGISTRY``: module paths, loaded by name),
+# never by an import: nothing below the CLI imports a backend. ``TYPE_CHECKING`` imports aside.
+LAYERS: dict[str, set[str]] = {
+    "launcher": {"slurm", "k8s", "containers", "data_jobs", "training", "mtk"},
+    "slurm": {"data_jobs", "mtk"},
+    "k8s": {"data_jobs", "mtk"},
+    "containers": {"mtk"},
+    "data_jobs": {"training", "mtk"},
+    "training": {"mtk"},
+    "mtk": set(),
+}
+# `python -m mtk` runs the CLI: a program, imported by nothing, not part of the core's floor.
+ENTRY_POINTS = {"mtk/__main__.py"}
+
+
+def _folder(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS and parts[1] != "mtk" else "mtk"
+
+
+def _folder_arrows() -> list[tuple[str, str, str]]:
+    """(from folder, to folder, "file:line: module") for every import that crosses a folder."""
+    arrows = []
+    for path in _package_files():
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in ENTRY_POINTS:
+            continue
+        mod = _module_name(path)
+        for line, target in _imports(path, mod):
+            if target.split(".")[0] == "mtk" and _folder(target) != _folder(mod):
+                arrows.append((_folder(mod), _folder(target), f"{rel}:{line}: {target}"))
+    return arrows
+
+
+def test_folders_import_only_the_folders_below_them():
+    wrong = [f"{where} ({src} may import {sorted(LAYERS[src]) or 'no other folder'})"
+             for src, dst, where in _folder_arrows() if dst not in LAYERS[src]]
+    assert wrong == []
+
+
+def test_the_layers_have_no_circle_and_every_middle_arrow_is_used():
+    """The rule is a floor plan (no circle: a topological order exists) and says no more than is true: each arrow
+    below the CLI is one some file takes (remove an arrow from LAYERS when its last import goes)."""
+    graph = {f: set(deps) for f, deps in LAYERS.items()}
+    assert _circles(graph) == set() and all(f not in deps for f, deps in graph.items())
+    used = {(src, dst) for src, dst, _ in _folder_arrows()}
+    unused = {(src, dst) for src, deps in LAYERS.items() if src != "launcher" for dst in deps} - used
+    assert unused == set()
+
+
+def test_the_folder_check_names_a_wrong_arrow(tmp_path, monkeypatch):
+    bad = ROOT / "training" / "_layer_probe.py"
+    monkeypatch.setattr(f"{__name__}._package_files", lambda: [bad])
+    monkeypatch.setattr(f"{__name__}._imports", lambda path, mod: [(3, "mtk.launcher.cli")])
+    assert _folder_arrows() == [("training", "launcher", "training/_layer_probe.py:3: mtk.launcher.cli")]
 
 
 def test_the_core_imports_only_the_core():
     graph = _import_graph()
-    assert {m: graph[m] - CORE for m in CORE if graph[m] - CORE} == {}
+    core = {m for m in graph if _folder(m) == "mtk" and m != "mtk.__main__"}
+    assert {m: sorted(graph[m] - core) for m in core if graph[m] - core} == {}
 
 
 # ---- backends own their knowledge: outside a backend's own modules nothing compares against a backend's name ----
