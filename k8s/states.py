@@ -41,10 +41,9 @@ def stopped_if_asked(state: str, reason: str, run_dir: str) -> tuple[str, str]:
     dir says STOPPED."""
     if state != "COMPLETED":
         return state, reason
-    from mtk.launcher.local_runner import stopped_reason
 
     from mtk import exitcodes
-    from mtk.run_outcome import last_exit
+    from mtk.run_outcome import last_exit, stopped_reason
 
     record = last_exit(run_dir)
     if record and record.get("code") == exitcodes.STOPPED:

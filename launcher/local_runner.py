@@ -15,9 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from mtk import exitcodes, run_layout
+from mtk import exitcodes, run_layout, run_outcome
 from mtk.files import atomic_write
-from mtk.run_layout import RunLayout
 
 STEPS_FILE = "steps.json"
 STATE_FILE = f"{run_layout.STATE_DIR}/steps.json"
@@ -49,17 +48,6 @@ def _step_state(rc: int, cancelled: bool) -> str:
     if rc == exitcodes.STOPPED:
         return "STOPPED"
     return "COMPLETED" if rc == 0 else "FAILED"
-
-
-def stopped_reason(run_dir: str | Path) -> str:
-    """Where a stopped run stopped and what it saved, from the engine's ``state/last_exit.json``."""
-    try:
-        last = json.loads(RunLayout.of(run_dir).last_exit.read_text())
-        at, saved = int(last["iteration"]), last.get("checkpoint_iteration")
-    except (OSError, ValueError, KeyError, TypeError):
-        return "stopped by the exit trigger (mtk stop); checkpoint saved"
-    return (f"stopped by the exit trigger (mtk stop) at iteration {at}, checkpoint {saved}; "
-            "launching again resumes")
 
 
 def run(run_dir: Path) -> int:
@@ -97,7 +85,7 @@ def run(run_dir: Path) -> int:
             rc = proc.wait()
         entry.update(ended=time.time(), exit_code=rc, state=_step_state(rc, bool(current.get("cancelled"))))
         if entry["state"] == "STOPPED":
-            entry["reason"] = stopped_reason(run_dir)
+            entry["reason"] = run_outcome.stopped_reason(run_dir)
         _save(run_dir, state)
     state["done"] = True
     _save(run_dir, state)

@@ -24,6 +24,17 @@ def last_exit(run_dir: str | Path) -> dict | None:
     return record if isinstance(record, dict) else None
 
 
+def stopped_reason(run_dir: str | Path) -> str:
+    """Where a stopped run stopped and what it saved, from the engine's ``state/last_exit.json``."""
+    last = last_exit(run_dir) or {}
+    try:
+        at, saved = int(last["iteration"]), last.get("checkpoint_iteration")
+    except (KeyError, TypeError, ValueError):
+        return "stopped by the exit trigger (mtk stop); checkpoint saved"
+    return (f"stopped by the exit trigger (mtk stop) at iteration {at}, checkpoint {saved}; "
+            "launching again resumes")
+
+
 def has_train_records(run_dir: str | Path) -> bool:
     """True once ``metrics.jsonl`` holds a train iteration (read line by line, stopping at the first)."""
     try:
