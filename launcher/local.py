@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -175,14 +176,26 @@ class LocalBackend(Backend):
                     time.sleep(0.2)
 
     def cancel(self, run: Run) -> None:
+        """End the runner and every process under it, and return only once they are gone.
+
+        SIGTERM goes to the runner's process group (runner, step, torchrun); torchrun's workers run in sessions of
+        their own and end when torchrun shuts them down. Whatever of the tree (taken before signalling) still
+        lives after the grace period is killed, so a rank that ignores SIGTERM (hung, or stuck in a collective)
+        cannot outlive ``mtk cancel``."""
         pid = int(run.ids.get("runner", "0"))
-        if _alive(pid) and _is_runner_of(pid, run.run_dir):
-            os.killpg(pid, signal.SIGTERM)
-            deadline = time.time() + 30
-            while _alive(pid) and time.time() < deadline:
-                time.sleep(0.2)
-            if _alive(pid):
-                os.killpg(pid, signal.SIGKILL)
+        if not (_alive(pid) and _is_runner_of(pid, run.run_dir)):
+            return
+        tree = [pid, *_descendants(pid)]
+        os.killpg(pid, signal.SIGTERM)
+        deadline = time.time() + 30
+        while any(_alive(p) for p in tree) and time.time() < deadline:
+            time.sleep(0.2)
+        for p in tree:
+            if _alive(p):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(p, signal.SIGKILL)
+        while any(_alive(p) for p in tree) and time.time() < deadline + 10:
+            time.sleep(0.1)
 
 
 class LogsError(ValueError):
@@ -216,6 +229,26 @@ def _alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (parent links from /proc: the plain CLI install has no psutil)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                parent = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo.extend(children.get(child, []))
+    return found
 
 
 def _is_runner_of(pid: int, run_dir: str) -> bool:
