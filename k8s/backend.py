@@ -57,26 +57,12 @@ class EksBackend(Backend):
     render_marker = "manifests"
     spare_nodes_refused = ("for Slurm only: on EKS a smaller world would crash-loop on the world-size check (the "
                            "PyTorchJob keeps exactly cluster.nodes pods; a lost pod is replaced)")
-    environment_hint = "Kubeflow (PET_*)"
-    rendezvous_precedence = 2
 
     @classmethod
     def validate(cls, job) -> list:
         from .rules import problems
 
         return problems(job)
-
-    @classmethod
-    def rendezvous(cls, job, env: Mapping[str, str]):
-        from .environment import rendezvous
-
-        return rendezvous(job, env)
-
-    @classmethod
-    def node_place(cls, env: Mapping[str, str]):
-        from .environment import node_place
-
-        return node_place(env)
 
     def launch_options(self, wait: bool | None, timeout: str | None) -> dict[str, object]:
         """--wait (default) follows each step; --timeout (parsed before anything is rendered) bounds it."""

@@ -21,7 +21,6 @@ from pathlib import Path
 from mtk import run_layout
 from mtk.backends import Artifacts, Backend, StepStatus
 from mtk.netenv import network_env
-from mtk.rendezvous import Rendezvous
 from mtk.runs import Run
 from mtk.spec import Job
 from mtk.spec.errors import Problem
@@ -66,18 +65,6 @@ class LocalBackend(Backend):
             return [Problem("cluster.nodes", "the local backend runs on this machine only; set nodes: 1 "
                             "(or use --backend slurm/eks)", c.nodes)]
         return []
-
-    @classmethod
-    def rendezvous(cls, job: Job, env: Mapping[str, str]) -> Rendezvous | None:
-        """One node, no scheduler: a standalone rendezvous (or a fixed port, cluster.local.rdzv_port)."""
-        if job.cluster.nodes != 1:
-            return None
-        procs = str(job.cluster.procs_per_node)
-        args = ["--standalone", "--nnodes", "1", "--nproc-per-node", procs]
-        if job.cluster.local.rdzv_port:
-            args = ["--nnodes", "1", "--nproc-per-node", procs, "--master-addr", "127.0.0.1", "--master-port",
-                    str(job.cluster.local.rdzv_port)]
-        return Rendezvous("local", args, "local")
 
     def render(self, job: Job, run_dir: str) -> Artifacts:
         from .train_step import torchrun_argv

@@ -6,9 +6,11 @@ its rules for a job (``validate``), the scheduler's environment on a node (``ren
 and the few facts the generic layer asks (``Backend``'s class attributes), so that the CLI, the spec checks, paths
 and outputs never name a backend.
 
-Backends are registered by module path so that a Slurm user never imports the Kubernetes client. Adding a backend
-= one module + one line in ``REGISTRY``, or, from another distribution, one entry point in the ``mtk.backends``
-group (``name = "package.module:Class"``).
+Backends are registered by module path so that a Slurm user never imports the Kubernetes client, and a node finds
+its scheduler through ``SCHEDULERS`` without importing any backend. Adding a backend = one module + one line in
+``REGISTRY`` (+ one in ``SCHEDULERS`` if its nodes run under a scheduler), or, from another distribution, one entry
+point in the ``mtk.backends`` group (``name = "package.module:Class"``; its class's ``scheduler`` says how its nodes
+recognise theirs).
 """
 
 from __future__ import annotations
@@ -19,15 +21,38 @@ import importlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, ClassVar
 
 from mtk.files import atomic_write, current_umask  # noqa: F401  (re-exported; new code imports mtk.files)
 
 if TYPE_CHECKING:
-    from .rendezvous import NodePlace, Rendezvous
     from .runs import Run
     from .spec import Job
     from .spec.errors import Problem
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    """A scheduler a node can run under, recognised by its variables without importing its backend.
+
+    ``module`` reads them: ``rendezvous(job, env) -> Rendezvous | None`` and ``node_place(env) -> NodePlace |
+    None`` (None: ``env`` is not one of its processes after all), and optionally ``job_ended(job_id) -> bool`` (True
+    when the scheduler says that job is no longer queued or running)."""
+
+    backend: str  # the backend that launches onto it; a lease names its holder's scheduler by it
+    markers: tuple[str, ...]  # name prefixes of the variables it sets in every process it starts
+    module: str
+    hint: str  # its variables, for the error when a multi-node job finds no scheduler
+    precedence: int = 0  # which wins when several match (higher first): a PyTorchJob pod on a Slurm host is a pod
+
+    def marks(self, env: Mapping[str, str]) -> bool:
+        return any(key.startswith(self.markers) for key in env)
+
+    def reader(self) -> ModuleType:
+        """The module that reads its variables (imported now, not before)."""
+        return importlib.import_module(self.module)
+
 
 ENTRY_POINT_GROUP = "mtk.backends"
 # The one list of built-in backends (the first is the CLI's default); others come from the entry point group.
@@ -36,6 +61,12 @@ REGISTRY: dict[str, str] = {
     "slurm": "mtk.slurm.backend:SlurmBackend",
     "eks": "mtk.k8s.backend:EksBackend",
 }
+# The built-in backends' schedulers, by the variables they set on a node: the node imports the reader module of the
+# one its environment carries (``mtk.rendezvous``), never a backend.
+SCHEDULERS: tuple[Scheduler, ...] = (
+    Scheduler("slurm", ("SLURM_",), "mtk.slurm.environment", "Slurm (SLURM_JOB_ID, SLURM_JOB_NODELIST)", 1),
+    Scheduler("eks", ("PET_", "JOB_COMPLETION_INDEX"), "mtk.k8s.environment", "Kubeflow (PET_*)", 2),
+)
 
 
 @dataclass(frozen=True)
@@ -132,10 +163,9 @@ class Backend(abc.ABC):
     render_marker: ClassVar[str] = ""
     # Why a `nodes: MIN:MAX` spare-node range is refused here ("" when the backend runs one).
     spare_nodes_refused: ClassVar[str] = ""
-    # The scheduler variables that identify a node of this backend, for the error when none is found ("" if none).
-    environment_hint: ClassVar[str] = ""
-    # Which environment wins when several match (higher first).
-    rendezvous_precedence: ClassVar[int] = 0
+    # How its nodes recognise its scheduler (a plugin's; the built-ins' are in SCHEDULERS, so that a node never
+    # imports a backend to find out where it runs). None: its processes run without one (like the local backend's).
+    scheduler: ClassVar[Scheduler | None] = None
 
     @abc.abstractmethod
     def render(self, job: Job, run_dir: str) -> Artifacts:
@@ -197,22 +227,6 @@ class Backend(abc.ABC):
         """What to tell the user after ``submit`` returned (or stopped following), on stderr; "" for nothing."""
         return ""
 
-    @classmethod
-    def rendezvous(cls, job: Job, env: Mapping[str, str]) -> Rendezvous | None:
-        """torchrun's rendezvous from this scheduler's variables on a node; None when ``env`` is not one of its."""
-        return None
-
-    @classmethod
-    def node_place(cls, env: Mapping[str, str]) -> NodePlace | None:
-        """This node's place in a job of this scheduler, from its variables; None when ``env`` is not one of its."""
-        return None
-
-    @classmethod
-    def job_ended(cls, job_id: str) -> bool:
-        """True when this scheduler says ``job_id`` (a lease holder's) is no longer queued or running; False when
-        it cannot tell (not one of its ids, its commands unavailable)."""
-        return False
-
 
 @functools.cache
 def _registered() -> dict[str, str]:
@@ -252,6 +266,14 @@ def infer_backend(cluster: object, source: str | None = None) -> tuple[str, str]
     if blocks and blocks[0] != next(iter(REGISTRY)):
         return blocks[0], f"the spec's cluster.{blocks[0]} block"
     return next(iter(REGISTRY)), ""
+
+
+@functools.cache
+def schedulers() -> tuple[Scheduler, ...]:
+    """Every scheduler a node may run under: the built-ins', then those of backends other distributions register
+    (their class is imported to ask; a built-in backend's never is)."""
+    plugins = (backend_class(name).scheduler for name in _registered() if name not in REGISTRY)
+    return SCHEDULERS + tuple(s for s in plugins if s is not None)
 
 
 def backend_classes() -> list[type[Backend]]:

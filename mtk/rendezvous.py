@@ -1,18 +1,22 @@
 """Where this node runs: torchrun's rendezvous arguments, and the node's place in its scheduler's job.
 
-Pure functions of (job, environment) so every case is unit-tested without a cluster; each scheduler's variables
-are parsed in its own package (``mtk.slurm.environment``, ``mtk.k8s.environment``) behind its backend's
-``rendezvous`` and ``node_place``. The node-side steps (preflight, checkpoint precheck, train step, the engine's
+Pure functions of (job, environment) so every case is unit-tested without a cluster. Each scheduler's variables
+are parsed in a small module of its own backend's package (``mtk.slurm.environment``, ``mtk.k8s.environment``),
+named with the variables that mark its processes by a :class:`Scheduler` in ``mtk.backends``: a node imports the
+one module its environment names and no backend (a training node under Slurm never loads the Kubernetes backend,
+nor the Slurm backend's renderer). The node-side steps (preflight, checkpoint precheck, train step, the engine's
 lease and metrics, sharded preprocess) ask :func:`node_place` and never read a scheduler's variables themselves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from .backends import Scheduler
     from .spec import Job
 
 
@@ -43,20 +47,45 @@ class NodePlace:
     restarts_failed_containers: bool = False
 
 
-def _by_precedence() -> list:
-    """The registered backends, the one whose environment wins when several match first."""
-    from .backends import backend_classes
+def _schedulers_here(env: Mapping[str, str]) -> Iterator[tuple[Scheduler, ModuleType]]:
+    """The schedulers whose variables ``env`` carries, highest precedence first, each with its reader module
+    (imported only when its variables are present)."""
+    from .backends import schedulers
 
-    return sorted(backend_classes(), key=lambda cls: -cls.rendezvous_precedence)
+    for scheduler in sorted(schedulers(), key=lambda s: -s.precedence):
+        if scheduler.marks(env):
+            yield scheduler, scheduler.reader()
+
+
+def scheduler_here(env: Mapping[str, str]) -> str:
+    """The backend whose scheduler started this process ("" outside every scheduler): what a lease records so that
+    whoever meets it later asks that scheduler, and only it, whether the holder's job is still there."""
+    return next((s.backend for s, reader in _schedulers_here(env) if reader.node_place(env) is not None), "")
 
 
 def node_place(env: Mapping[str, str]) -> NodePlace:
-    """The first backend (highest ``rendezvous_precedence``) that recognises ``env`` says where this node is."""
-    for cls in _by_precedence():
-        place = cls.node_place(env)
+    """The first scheduler (highest precedence) that recognises ``env`` says where this node is."""
+    for _, reader in _schedulers_here(env):
+        place = reader.node_place(env)
         if place is not None:
             return place
     return NodePlace()
+
+
+def job_ended(job_id: str, scheduler: str | None) -> bool:
+    """True when ``scheduler`` (a backend name; None: unknown, every one that can tell is asked) says ``job_id``
+    is no longer queued or running; False when it cannot tell."""
+    from .backends import schedulers
+
+    if not job_id:
+        return False
+    for candidate in schedulers():
+        if scheduler is not None and candidate.backend != scheduler:
+            continue
+        ended = getattr(candidate.reader(), "job_ended", None)
+        if ended is not None and ended(job_id):
+            return True
+    return False
 
 
 def digits(env: Mapping[str, str], name: str) -> int | None:
@@ -88,17 +117,31 @@ def int_var(env: Mapping[str, str], name: str, minimum: int = 0) -> int:
     return value
 
 
-def from_environment(job: Job, env: Mapping[str, str]) -> Rendezvous:
-    """Pick the rendezvous for this process's environment: each backend parses its own scheduler's variables, the
-    highest ``rendezvous_precedence`` first (a PyTorchJob's, then Slurm's, then this machine alone)."""
-    from .backends import backend_classes
+def standalone(job: Job) -> Rendezvous | None:
+    """One node, no scheduler: torchrun's standalone rendezvous (or a fixed port, cluster.local.rdzv_port)."""
+    if job.cluster.nodes != 1:
+        return None
+    procs = str(job.cluster.procs_per_node)
+    if job.cluster.local.rdzv_port:
+        return Rendezvous("local", ["--nnodes", "1", "--nproc-per-node", procs, "--master-addr", "127.0.0.1",
+                                    "--master-port", str(job.cluster.local.rdzv_port)], "local")
+    return Rendezvous("local", ["--standalone", "--nnodes", "1", "--nproc-per-node", procs], "local")
 
-    for cls in _by_precedence():
-        found = cls.rendezvous(job, env)
+
+def from_environment(job: Job, env: Mapping[str, str]) -> Rendezvous:
+    """Pick the rendezvous for this process's environment: the scheduler whose variables are set parses them (the
+    highest precedence first: a PyTorchJob's, then Slurm's), else this machine alone."""
+    from .backends import schedulers
+
+    for _, reader in _schedulers_here(env):
+        found = reader.rendezvous(job, env)
         if found is not None:
             return found
-    hints = [(cls.name, cls.environment_hint) for cls in backend_classes() if cls.environment_hint]
+    found = standalone(job)
+    if found is not None:
+        return found
+    known = schedulers()
     raise RendezvousError(
-        f"cluster.nodes is {job.cluster.nodes} but neither {' nor '.join(h for _, h in hints)} variables are set; "
-        f"run through `mtk launch --backend {'|'.join(n for n, _ in hints)}`"
+        f"cluster.nodes is {job.cluster.nodes} but neither {' nor '.join(s.hint for s in known)} variables are set; "
+        f"run through `mtk launch --backend {'|'.join(s.backend for s in known)}`"
     )

@@ -23,7 +23,6 @@ from .commands import JobInfo, Slurm
 from .render import gpus_requested_at_submit, job_base, plan, render, submit_argv
 
 if TYPE_CHECKING:
-    from mtk.rendezvous import NodePlace, Rendezvous
     from mtk.spec import Job
     from mtk.spec.errors import Problem
 
@@ -57,32 +56,12 @@ class SlurmBackend(Backend):
     excludes_nodes = True
     runs_nsys = True
     render_marker = "train.sbatch"
-    environment_hint = "Slurm (SLURM_JOB_ID, SLURM_JOB_NODELIST)"
-    rendezvous_precedence = 1
 
     @classmethod
     def validate(cls, job: Job) -> list[Problem]:
         from .rules import problems
 
         return problems(job)
-
-    @classmethod
-    def rendezvous(cls, job: Job, env: Mapping[str, str]) -> Rendezvous | None:
-        from .environment import rendezvous
-
-        return rendezvous(job, env)
-
-    @classmethod
-    def node_place(cls, env: Mapping[str, str]) -> NodePlace | None:
-        from .environment import node_place
-
-        return node_place(env)
-
-    @classmethod
-    def job_ended(cls, job_id: str) -> bool:
-        from .environment import job_ended
-
-        return job_ended(job_id)
 
     def __init__(self, slurm: Slurm | None = None):
         self._slurm = slurm

@@ -29,11 +29,11 @@ class LeaseHeld(Refused):
 
 
 def _holder_here(run_dir: str) -> dict:
-    from mtk.rendezvous import node_place
+    from mtk.rendezvous import node_place, scheduler_here
 
     job = node_place(os.environ).job_id or os.environ.get("HOSTNAME") or ""
-    return {"host": socket.gethostname(), "pid": os.getpid(), "job_id": job, "run_dir": str(run_dir),
-            "since": time.time()}
+    return {"host": socket.gethostname(), "pid": os.getpid(), "job_id": job, "scheduler": scheduler_here(os.environ),
+            "run_dir": str(run_dir), "since": time.time()}
 
 
 def _alive_here(pid: int) -> bool:
@@ -46,11 +46,13 @@ def _alive_here(pid: int) -> bool:
     return True
 
 
-def _job_ended(job_id: str) -> bool:
-    """True when a scheduler says the holder's job is no longer queued or running (False when none can tell)."""
-    from mtk.backends import backend_classes
+def _job_ended(holder: dict) -> bool:
+    """True when the holder's scheduler says its job is no longer queued or running (False when it cannot tell).
+    A lease written before leases named their scheduler asks every scheduler that can tell."""
+    from mtk.rendezvous import job_ended
 
-    return bool(job_id) and any(cls.job_ended(job_id) for cls in backend_classes())
+    scheduler = holder.get("scheduler")
+    return job_ended(str(holder.get("job_id", "")), scheduler if isinstance(scheduler, str) else None)
 
 
 def _stale(holder: dict, me: dict) -> bool:
@@ -58,7 +60,7 @@ def _stale(holder: dict, me: dict) -> bool:
         return True  # the same run, restarted: its previous attempt is over
     if holder.get("host") == me["host"]:
         return not _alive_here(int(holder.get("pid", 0)))
-    return _job_ended(str(holder.get("job_id", "")))  # e.g. a run whose node died, resumed on another
+    return _job_ended(holder)  # e.g. a run whose node died, resumed on another
 
 
 def describe(holder: dict) -> str:

@@ -312,9 +312,10 @@ def test_the_comparison_check_sees_each_form():
 
 # ---- ...and their schedulers' variables: the node-side steps ask mtk.rendezvous.node_place, never the env ----
 SCHEDULER_VARIABLE = re.compile(r"^(?:SLURM_\w*|PET_\w*|JOB_COMPLETION_INDEX|POD_NAME)$")
-# The one module outside the backends that names them, with why: the spec refuses cluster.env keys that these
-# programs set (it lists prefixes such as "SLURM_" and reads no variable).
-SCHEDULER_VARIABLE_LISTS = {"mtk/spec/env_names.py"}
+# The modules outside the backends that name them, with why, and read none: the spec refuses cluster.env keys that
+# these programs set (it lists prefixes such as "SLURM_"); the registry names the prefixes by which a node tells
+# which scheduler's reader to import (mtk.backends.SCHEDULERS), so that it need not import every backend to ask.
+SCHEDULER_VARIABLE_LISTS = {"mtk/spec/env_names.py", "mtk/backends.py"}
 
 
 def _scheduler_variable_names(source: str) -> list[str]:

@@ -239,3 +239,56 @@ def test_no_scheduler_is_an_empty_place_and_a_bad_index_is_named():
         node_place({"SLURM_ARRAY_TASK_ID": "x"})
     with pytest.raises(ValueError, match="JOB_COMPLETION_INDEX='-1' is not a task index"):
         node_place({"JOB_COMPLETION_INDEX": "-1"})
+
+
+# ---- a node imports the reader of its own scheduler, and no backend -------------------------------------------
+def _modules_loaded_by(code: str, env: dict[str, str]) -> set[str]:
+    """The mtk modules a fresh interpreter has loaded after running ``code`` with ``env`` as its environment."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    probe = f"import json, os, sys\n{code}\nprint(json.dumps(sorted(m for m in sys.modules if m.startswith('mtk'))))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         env={"PATH": os.environ["PATH"], **env})
+    return set(json.loads(out.stdout.splitlines()[-1]))
+
+
+NODE_STEP = ("from mtk.rendezvous import from_environment, node_place\n"
+             "from mtk.spec import validate\n"
+             "job = validate({'name': 'n', 'model': {'preset': 'tiny'}, 'cluster': {'nodes': 2, 'procs_per_node': 1, 'device': 'cpu'}})\n"
+             "from_environment(job, os.environ); node_place(os.environ)\n"
+             "from mtk.training import lease\n"
+             "lease._stale({'run_dir': 'other', 'host': 'elsewhere', 'pid': 1, 'job_id': '7', 'scheduler': "
+             "os.environ.get('HOLDER', '')}, lease._holder_here('mine'))\n")
+BACKENDS = {"mtk.launcher.local", "mtk.slurm.backend", "mtk.k8s.backend"}
+
+
+def test_a_slurm_node_loads_the_slurm_reader_and_no_backend():
+    loaded = _modules_loaded_by(NODE_STEP, {**SLURM, "HOLDER": "slurm"})
+    assert "mtk.slurm.environment" in loaded
+    assert not loaded & BACKENDS and not {m for m in loaded if m.startswith("mtk.k8s")}, sorted(loaded)
+
+
+def test_a_pytorchjob_pod_loads_the_kubeflow_reader_and_no_backend():
+    pod = {"PET_NNODES": "2", "PET_RDZV_BACKEND": "etcd-v2", "PET_RDZV_ENDPOINT": "etcd:2379",
+           "PET_NPROC_PER_NODE": "1", "POD_NAME": "run-worker-0", "HOLDER": "eks"}
+    loaded = _modules_loaded_by(NODE_STEP, pod)
+    assert "mtk.k8s.environment" in loaded
+    assert not loaded & BACKENDS and not {m for m in loaded if m.startswith("mtk.slurm")}, sorted(loaded)
+
+
+def test_a_lease_names_its_scheduler_and_only_that_one_is_asked(monkeypatch):
+    """A holder recorded under Kubeflow is not looked up in Slurm's queue (a Slurm job with the same number would
+    otherwise decide it); a lease from before schedulers were recorded asks every scheduler that can tell."""
+    from mtk.rendezvous import job_ended, scheduler_here
+
+    asked = []
+    monkeypatch.setattr(slurm_environment, "job_ended", lambda job_id: asked.append(job_id) or True)
+    assert scheduler_here(SLURM) == "slurm" and scheduler_here({"PET_NNODES": "2"}) == "eks"
+    assert scheduler_here({"HOME": "/root"}) == ""
+    assert not job_ended("41", "eks") and asked == []
+    assert not job_ended("41", "") and asked == []  # a holder that ran under no scheduler: none can tell
+    assert job_ended("41", "slurm") and asked == ["41"]
+    assert job_ended("42", None) and asked == ["41", "42"]
