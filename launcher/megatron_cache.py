@@ -2,11 +2,12 @@
 same model skips the child process (importing megatron.core is most of its ~8 s).
 
 An entry is keyed on exactly what the check reads and nothing else (see :func:`spec_material`): the model,
-parallel sections, the train fields the LR scheduler / config / device plan use, the cluster's device and world
-size. Paths, ``cluster.slurm.*``, the run name, data, image and resilience settings are not read by the check,
-so changing them keeps the verdict. The environment joins the key: the versions of mtk, megatron-core, torch
-(and Transformer Engine / Apex where present), the Python version, and the size and mtime of mtk's own source
-files (a source checkout changes without a version bump). Only the standard library here: it runs in the CLI.
+parallel sections, the train fields the LR scheduler / config / device plan use (each marked where it is declared,
+``mtk.spec.train.READ_BY_CHECK``), the cluster's device and world size. Paths, ``cluster.slurm.*``, the run name,
+data, image and resilience settings are not read by the check, so changing them keeps the verdict. The environment
+joins the key: the versions of mtk, megatron-core, torch (and Transformer Engine / Apex where present), the Python
+version, and the size and mtime of mtk's own source files (a source checkout changes without a version bump). Only
+the standard library and mtk's core here: it runs in the CLI.
 """
 
 from __future__ import annotations
@@ -19,17 +20,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mtk.files import atomic_write
+from mtk.spec.train import read_by_check
 
 if TYPE_CHECKING:
     from mtk.spec import Job
 
 SCHEMA = 1  # bump when an entry's layout or the key's meaning changes
-# TrainSpec fields the child reads: the LR scheduler (optim.build_scheduler), the TransformerConfig
-# (model.transformer_config_kwargs), the device plan (device_plan.plan) and the engine preflight (loop.preflight).
-TRAIN_FIELDS = ("precision", "fp8", "grad_reduce_dtype", "cross_entropy_fusion", "check_nan_in_grad",
-                "per_token_loss", "recompute", "recompute_num_layers", "iterations", "global_batch_size", "lr",
-                "min_lr", "lr_warmup_iters", "lr_decay_iters", "lr_decay_style", "lr_schedule_on_resume",
-                "weight_decay")
 # Distributions whose code the check runs (missing ones count as None).
 DISTRIBUTIONS = ("mtk", "megatron-core", "torch", "transformer-engine", "apex")
 
@@ -47,7 +43,7 @@ def cache_dir() -> Path:
 
 def spec_material(job: Job) -> dict[str, Any]:
     """The parts of ``job`` the check's verdict depends on, as plain JSON data."""
-    train = job.train.model_dump(mode="json", include=set(TRAIN_FIELDS))
+    train = job.train.model_dump(mode="json", include=set(read_by_check()))
     return {"model": job.model.model_dump(mode="json"), "parallel": job.parallel.model_dump(mode="json"),
             "train": train, "cluster": {"device": job.cluster.device, "world_size": job.cluster.world_size}}
 

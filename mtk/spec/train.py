@@ -3,8 +3,15 @@
 from typing import Literal
 
 from pydantic import Field
+from pydantic.json_schema import JsonDict
 
 from .base import Section
+
+# The mark of a ``train`` field the megatron-core check (mtk.launcher.megatron_check: the LR scheduler, the
+# TransformerConfig, the device plan, the engine preflight) reads. Its cached verdict is keyed on exactly the marked
+# fields (:func:`read_by_check`, used by mtk.launcher.megatron_cache): a field the check starts reading gets the
+# mark here, and tests/integration/launcher/test_megatron_check_cache.py fails naming a read field without it.
+READ_BY_CHECK: JsonDict = {"megatron_check": True}
 
 
 class CheckpointSpec(Section):
@@ -61,13 +68,16 @@ class TrainSpec(Section):
         return self.fp8 or Fp8Spec()
 
     micro_batch_size: int = Field(1, ge=1, description="Sequences per forward pass per data-parallel rank.")
-    global_batch_size: int = Field(8, ge=1, description="Sequences per optimizer step across all ranks.")
-    iterations: int = Field(100, ge=1, description="Optimizer steps to train for (train_iters).")
-    lr: float = Field(3e-4, gt=0, description="Peak learning rate.")
-    min_lr: float = Field(3e-5, ge=0, description="Learning rate at the end of decay.")
-    lr_warmup_iters: int = Field(0, ge=0, description="Linear warmup steps.")
-    lr_decay_style: Literal["cosine", "linear", "constant"] = "cosine"
-    lr_decay_iters: int | None = Field(None, ge=1, description="Decay horizon (default: iterations).")
+    global_batch_size: int = Field(8, ge=1, description="Sequences per optimizer step across all ranks.",
+                                   json_schema_extra=READ_BY_CHECK)
+    iterations: int = Field(100, ge=1, description="Optimizer steps to train for (train_iters).",
+                            json_schema_extra=READ_BY_CHECK)
+    lr: float = Field(3e-4, gt=0, description="Peak learning rate.", json_schema_extra=READ_BY_CHECK)
+    min_lr: float = Field(3e-5, ge=0, description="Learning rate at the end of decay.", json_schema_extra=READ_BY_CHECK)
+    lr_warmup_iters: int = Field(0, ge=0, description="Linear warmup steps.", json_schema_extra=READ_BY_CHECK)
+    lr_decay_style: Literal["cosine", "linear", "constant"] = Field("cosine", json_schema_extra=READ_BY_CHECK)
+    lr_decay_iters: int | None = Field(None, ge=1, description="Decay horizon (default: iterations).",
+                                       json_schema_extra=READ_BY_CHECK)
     lr_schedule_on_resume: Literal["keep", "replan"] = Field(
         "keep", description="When a resumed checkpoint's LR schedule (lr, min_lr, warmup, decay iterations, style) "
         "differs from this spec's — e.g. train.iterations raised to train further: keep continues the checkpoint's "
@@ -76,22 +86,25 @@ class TrainSpec(Section):
         "checkpoint's step (--override-opt_param-scheduler; extending a finished cosine run raises the LR again). "
         "Either way the resume logs one line with both schedules and the next iteration's LR. Default keep: "
         "Megatron-LM refuses a mismatch unless told, and a silent LR jump on a trained model is the classic loss "
-        "spike.")
-    weight_decay: float = Field(0.1, ge=0)
+        "spike.", json_schema_extra=READ_BY_CHECK)
+    weight_decay: float = Field(0.1, ge=0, json_schema_extra=READ_BY_CHECK)
     adam_beta1: float = Field(0.9, gt=0, lt=1)
     adam_beta2: float = Field(0.95, gt=0, lt=1)
     adam_eps: float = Field(1e-8, gt=0)
     clip_grad: float = Field(1.0, ge=0, description="Global grad-norm clip; 0 disables.")
-    precision: Literal["fp32", "bf16", "fp16", "fp8"] = Field("bf16", description="fp8 needs Transformer Engine.")
+    precision: Literal["fp32", "bf16", "fp16", "fp8"] = Field("bf16", description="fp8 needs Transformer Engine.",
+                                                              json_schema_extra=READ_BY_CHECK)
     fp8: Fp8Spec | None = Field(
-        None, description="FP8 settings (precision fp8 only; unset: NVIDIA's H100 recipe, see Fp8Spec).")
+        None, description="FP8 settings (precision fp8 only; unset: NVIDIA's H100 recipe, see Fp8Spec).",
+        json_schema_extra=READ_BY_CHECK)
     grad_reduce_dtype: Literal["auto", "fp32", "bf16"] = Field(
         "auto", description="Dtype of the gradient buffers that accumulate micro-batches and are reduced over data "
         "parallel ranks (bf16 = --grad-reduce-in-bf16: half the reduce bytes, as NVIDIA's H100 recipe). Needs "
-        "precision bf16 or fp8. auto: bf16 on GPU with bf16/fp8, fp32 otherwise (CPU runs keep fp32).")
+        "precision bf16 or fp8. auto: bf16 on GPU with bf16/fp8, fp32 otherwise (CPU runs keep fp32).",
+        json_schema_extra=READ_BY_CHECK)
     cross_entropy_fusion: bool | None = Field(
         None, description="megatron-core's fused vocab-parallel cross entropy (--cross-entropy-loss-fusion, native "
-        "implementation). Default: on GPU, off on CPU.")
+        "implementation). Default: on GPU, off on CPU.", json_schema_extra=READ_BY_CHECK)
     manual_gc: bool = Field(
         True, description="Disable Python's automatic garbage collector and collect at the same points on every "
         "rank (--manual-gc: at the start, around evaluation, and every manual_gc_interval steps), so GC pauses "
@@ -105,16 +118,20 @@ class TrainSpec(Section):
         None, ge=0, description="Final LR of the embedding and output layers (--decoupled-min-lr); needs decoupled_lr.")
     per_token_loss: bool = Field(
         False, description="Average the loss over all tokens of the global batch instead of per micro-batch "
-        "(--calculate-per-token-loss): micro-batches with fewer loss tokens weigh less.")
+        "(--calculate-per-token-loss): micro-batches with fewer loss tokens weigh less.",
+        json_schema_extra=READ_BY_CHECK)
     check_nan_in_grad: bool | None = Field(
         None, description="Check every rank's gradients for NaN/Inf before they are reduced and stop the run with an "
         "error (Megatron-LM's --check-for-nan-in-loss-and-grad). Default: on, except with fp16, whose dynamic loss "
-        "scaler treats an overflow as a skipped step (as Megatron-LM). Off: a NaN step only shows in the grad norm.")
+        "scaler treats an overflow as a skipped step (as Megatron-LM). Off: a NaN step only shows in the grad norm.",
+        json_schema_extra=READ_BY_CHECK)
     initial_loss_scale: float = Field(2.0**16, gt=0, description="fp16 only: starting dynamic loss scale.")
     seed: int = Field(1234, ge=0, le=2**31 - 1, description="numpy takes 32-bit seeds and Megatron adds rank "
                       "offsets: at most 2**31 - 1.")
-    recompute: Literal["none", "selective", "full"] = Field("none", description="Activation recomputation.")
-    recompute_num_layers: int = Field(1, ge=1, description="full recompute: layers per recompute block.")
+    recompute: Literal["none", "selective", "full"] = Field("none", description="Activation recomputation.",
+                                                            json_schema_extra=READ_BY_CHECK)
+    recompute_num_layers: int = Field(1, ge=1, description="full recompute: layers per recompute block.",
+                                      json_schema_extra=READ_BY_CHECK)
     log_interval: int = Field(
         1, ge=1, description="Iterations between log lines (also how often triggers are checked)."
     )
@@ -128,3 +145,9 @@ class TrainSpec(Section):
         " ignored once the run has its own checkpoint (then it resumes).",
     )
     tensorboard: bool = Field(True, description="Write TensorBoard scalars to <run dir>/tensorboard.")
+
+
+def read_by_check() -> tuple[str, ...]:
+    """The ``train`` fields marked :data:`READ_BY_CHECK`, in declaration order."""
+    return tuple(name for name, info in TrainSpec.model_fields.items()
+                 if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("megatron_check"))

@@ -120,8 +120,9 @@ SPY = textwrap.dedent("""
 
 def test_the_key_holds_every_spec_field_the_check_reads(tmp_path):
     """Run the check's child code with every spec section spied on: each field it reads must be in the cache key
-    (else a change to it would be served a stale verdict). A GPU MoE job with full recompute and the distributed
-    optimizer walks the most branches of the device plan and the model build."""
+    (else a change to it would be served a stale verdict); the key's train fields are those marked
+    ``READ_BY_CHECK`` in mtk/spec/train.py, so a newly read field without the mark fails here. A GPU MoE job with
+    full recompute and the distributed optimizer walks the most branches of the device plan and the model build."""
     job = load_job(TINY, ["cluster.device=gpu", "model.moe.num_experts=2", "model.add_bias_linear=false",
                           "train.recompute=full", "parallel.distributed_optimizer=true", "train.precision=bf16",
                           "train.lr_decay_iters=20"])
@@ -140,7 +141,10 @@ def test_the_key_holds_every_spec_field_the_check_reads(tmp_path):
     keyed |= {"cluster.device", "cluster.nodes", "cluster.procs_per_node"}  # world_size = nodes × procs_per_node
     # the top-level attributes leading to a section are reads of that section, not of a field of their own
     sections = {"model", "parallel", "train", "cluster", "model.moe", "train.fp8"}
-    assert reads - keyed - sections == set()
+    unkeyed = reads - keyed - sections
+    assert unkeyed == set(), (f"the check reads {sorted(unkeyed)} but its cache key lacks them: mark a train field "
+                              "json_schema_extra=READ_BY_CHECK in mtk/spec/train.py (model and parallel are keyed "
+                              "whole; a cluster field joins megatron_cache.spec_material)")
 
 
 def train_fp8_fields() -> set[str]:

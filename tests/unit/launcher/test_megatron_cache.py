@@ -51,6 +51,16 @@ def test_a_field_the_check_reads_changes_the_key(change):
     assert _key(change) != _key()
 
 
+def test_the_keyed_train_fields_are_those_marked_in_the_spec():
+    """The key holds the train fields marked READ_BY_CHECK beside their declaration (no list kept here): the
+    integration test that spies on the check's reads fails for a read field without the mark."""
+    from mtk.spec.train import READ_BY_CHECK, TrainSpec, read_by_check
+
+    marked = {name for name, info in TrainSpec.model_fields.items() if info.json_schema_extra == READ_BY_CHECK}
+    assert set(cache.spec_material(load_job(TINY))["train"]) == marked == set(read_by_check())
+    assert {"lr", "global_batch_size", "precision"} <= marked and not {"seed", "log_interval"} & marked
+
+
 def test_world_size_not_its_factors_is_the_key():
     """The check reads nodes × procs_per_node (the fake world's size), not how it is split over nodes."""
     assert _key("cluster.nodes=2", "cluster.procs_per_node=1") == _key()
