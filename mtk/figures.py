@@ -93,7 +93,7 @@ def compute(job: Job, parameters_per_rank: int | None = None) -> Figures:
     per_gpu = parameters_per_rank if parameters_per_rank is not None else (
         total // (p.tp * p.pp) if not job.model.moe.num_experts else total // (p.tp * p.pp * p.ep))
     gib = 1024**3
-    micro_batches = t.global_batch_size // (t.micro_batch_size * dp) if dp else 0
+    micro_batches = t.micro_batches(dp) if dp else 0
     vocab = padded_vocab(job.model.vocab_size, job.model.make_vocab_size_divisible_by, p.tp)
     return Figures(
         world_size=job.cluster.world_size,

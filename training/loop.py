@@ -212,8 +212,7 @@ class Trainer:
         from .stragglers import StragglerStats
 
         self.stragglers = StragglerStats(job.resilience.stragglers, self.run_dir, self.rank, self.world)
-        t = job.train
-        self.num_microbatches = t.global_batch_size // (t.micro_batch_size * self.dp_size)
+        self.num_microbatches = job.train.micro_batches(self.dp_size)
 
     # ------------------------------------------------------------------ steps
     def _fwd_bwd(self, iterator, forward_only: bool) -> list[dict]:

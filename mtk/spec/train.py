@@ -67,6 +67,11 @@ class TrainSpec(Section):
         """``fp8`` as given, else the H100-recipe defaults."""
         return self.fp8 or Fp8Spec()
 
+    def micro_batches(self, data_parallel: int) -> int:
+        """Micro-batches per optimizer step on each data-parallel rank: global ÷ (micro × DP) (the checks refuse a
+        global batch that does not divide)."""
+        return self.global_batch_size // (self.micro_batch_size * data_parallel)
+
     micro_batch_size: int = Field(1, ge=1, description="Sequences per forward pass per data-parallel rank.")
     global_batch_size: int = Field(8, ge=1, description="Sequences per optimizer step across all ranks.",
                                    json_schema_extra=READ_BY_CHECK)

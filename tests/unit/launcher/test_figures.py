@@ -61,3 +61,12 @@ def test_moe_active_parameters_below_total():
 def test_padded_vocab():
     assert padded_vocab(50257, 128, 8) == 51200
     assert padded_vocab(1024, 128, 2) == 1024
+
+
+def test_micro_batches_per_step_is_global_over_micro_times_dp():
+    """The one division the figures, the engine and the benchmarks share (TrainSpec.micro_batches)."""
+    f = figures("gpt-7.5b", tp=8)  # 64 GPUs / tp 8 = DP 8; global 512, micro 1
+    assert f.micro_batches_per_step == 512 // (1 * 8) == 64
+    job = validate({"name": "m", "model": {"preset": "tiny"}, "cluster": {"nodes": 1, "procs_per_node": 2},
+                    "train": {"global_batch_size": 16, "micro_batch_size": 2}})
+    assert job.train.micro_batches(2) == 4 and compute(job).micro_batches_per_step == 4
