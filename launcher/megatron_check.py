@@ -81,7 +81,7 @@ WHAT_IT_RUNS = "a child process imports torch + megatron.core and builds the mod
 
 
 @dataclass
-class Verdict:
+class MegatronVerdict:
     """What megatron-core said about a job: problems (field, message) and, when the model built, its size.
     ``cached``: the verdict came from the cache (no child ran); ``seconds``: how long the child took (for a cache
     hit, the run that produced the entry); ``cache_note``: why a fresh verdict was not cached."""
@@ -141,7 +141,7 @@ def _find_word(text: str, word: str) -> int:
     return m.start() if m else -1
 
 
-def check(job: Job, timeout: float = 300, recheck: bool = False) -> Verdict:
+def check(job: Job, timeout: float = 300, recheck: bool = False) -> MegatronVerdict:
     """Ask megatron-core (in a child process) whether it would build this job's model, or take the verdict the
     cache holds for the same model/parallel/train and versions (``recheck``: run it anyway, refresh the entry).
 
@@ -149,7 +149,7 @@ def check(job: Job, timeout: float = 300, recheck: bool = False) -> Verdict:
     code give the same refusal), so re-validating an unchanged spec repeats the same error without the import.
     A check that could not run (a crash, a timeout, a broken install) is never cached."""
     if not available():
-        return Verdict(False, note="megatron-core checks skipped: torch/megatron-core are not installed here "
+        return MegatronVerdict(False, note="megatron-core checks skipped: torch/megatron-core are not installed here "
                                    "(pip install 'mtk[train]' to have megatron-core check the model before submit)")
     from . import megatron_cache as cache
 
@@ -157,7 +157,7 @@ def check(job: Job, timeout: float = 300, recheck: bool = False) -> Verdict:
     path = cache.entry_path(material)
     hit = None if recheck else cache.load(path, material)
     if hit is not None:
-        return Verdict(True, [(name, msg) for name, msg in hit["problems"]], hit["parameters_per_rank"],
+        return MegatronVerdict(True, [(name, msg) for name, msg in hit["problems"]], hit["parameters_per_rank"],
                        cached=True, seconds=hit["seconds"])
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "mtk.launcher.megatron_check"], input=job.to_json(),
@@ -168,14 +168,14 @@ def check(job: Job, timeout: float = 300, recheck: bool = False) -> Verdict:
         problems = [(str(name), str(msg)) for name, msg in out["problems"]]
     except (ValueError, IndexError, KeyError, TypeError):
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-8:])
-        return Verdict(False, note=f"megatron-core check could not run (exit {proc.returncode}):\n{tail}")
+        return MegatronVerdict(False, note=f"megatron-core check could not run (exit {proc.returncode}):\n{tail}")
     result = {"problems": problems, "parameters_per_rank": out.get("parameters_per_rank")}
     cache_note = cache.store(path, material, result, seconds) or ""
-    return Verdict(True, problems, result["parameters_per_rank"], seconds=seconds, cache_note=cache_note)
+    return MegatronVerdict(True, problems, result["parameters_per_rank"], seconds=seconds, cache_note=cache_note)
 
 
 def enforce(job: Job, source: str | None = None, recheck: bool = False,
-            say: Callable[[str], None] | None = None) -> Verdict:
+            say: Callable[[str], None] | None = None) -> MegatronVerdict:
     """Raise SpecError naming each field megatron-core refuses; return the verdict (sizes, skip note) otherwise.
     ``say`` gets the one line on where the verdict came from (ran now / cached), before any refusal."""
     from mtk.spec.errors import Problem, SpecError

@@ -193,7 +193,7 @@ def dump_flight_recorder(run_dir: Path, host: str, rank: int) -> Path | None:
 
 # ===================================================================== the monitor (node side, no torch)
 @dataclass
-class Verdict:
+class HangVerdict:
     """Which ranks stopped reporting, and why (what ``state/hang.json`` holds)."""
 
     blamed: list[dict] = field(default_factory=list)
@@ -211,13 +211,13 @@ class Verdict:
                 "blamed": self.blamed, "overdue_ranks": self.overdue}
 
 
-def read_verdict(run_dir: str | Path, since: float) -> Verdict | None:
+def read_verdict(run_dir: str | Path, since: float) -> HangVerdict | None:
     """The verdict in ``state/hang.json`` if one was declared at or after ``since`` (this attempt), else None."""
     try:
         data = json.loads((Path(run_dir) / run_layout.HANG_FILE).read_text())
         if float(data["time"]) < since:
             return None
-        return Verdict(blamed=list(data["blamed"]), overdue=list(data["overdue_ranks"]), reason=str(data["reason"]))
+        return HangVerdict(blamed=list(data["blamed"]), overdue=list(data["overdue_ranks"]), reason=str(data["reason"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -235,7 +235,7 @@ def read_heartbeats(run_dir: str | Path, since: float) -> list[dict]:
     return out
 
 
-def judge(records: list[dict], now: float) -> Verdict | None:
+def judge(records: list[dict], now: float) -> HangVerdict | None:
     """None while every rank is within its deadline; otherwise who is to blame.
 
     A rank whose publisher thread went quiet (``alive`` older than STALE_INTERVALS intervals) is not running:
@@ -266,7 +266,7 @@ def judge(records: list[dict], now: float) -> Verdict | None:
     reason = (f"rank(s) {', '.join(str(e['rank']) for e in entries)} on {hosts} "
               f"{why}; rank {first['rank']} passed its {first['phase']} deadline "
               f"({first.get('timeout') or 0:.0f}s) at iteration {first['iteration']}")
-    return Verdict(blamed=entries, overdue=sorted(r["rank"] for r in overdue), reason=reason)
+    return HangVerdict(blamed=entries, overdue=sorted(r["rank"] for r in overdue), reason=reason)
 
 
 def _stopped(pid: int) -> bool:
@@ -280,7 +280,7 @@ def _stopped(pid: int) -> bool:
 
 
 class HangMonitor:
-    """Runs in ``mtk-entrypoint train`` beside torchrun; :meth:`watch` returns a Verdict once a hang is found."""
+    """Runs in ``mtk-entrypoint train`` beside torchrun; :meth:`watch` returns a HangVerdict once a hang is found."""
 
     def __init__(self, run_dir: str | Path, spec, log=print):
         self.run_dir = Path(run_dir)
@@ -292,8 +292,8 @@ class HangMonitor:
     def stop(self) -> None:
         self._stop.set()
 
-    def watch(self) -> Verdict | None:
-        """Poll until a hang is found (the Verdict) or :meth:`stop` is called (None)."""
+    def watch(self) -> HangVerdict | None:
+        """Poll until a hang is found (the HangVerdict) or :meth:`stop` is called (None)."""
         while not self._stop.wait(self.spec.interval):
             # A verdict another node already declared wins: after it, the blamed rank is woken to dump its stacks
             # and could look alive, so judging again could blame different ranks.
@@ -304,7 +304,7 @@ class HangMonitor:
                 return verdict
         return None
 
-    def record(self, verdict: Verdict) -> Path:
+    def record(self, verdict: HangVerdict) -> Path:
         """``state/hang.json`` (written once per attempt: the first node to decide; others adopt its verdict)."""
         path = self.run_dir / run_layout.HANG_FILE
         if read_verdict(self.run_dir, self.started) is None:

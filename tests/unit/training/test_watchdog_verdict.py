@@ -8,7 +8,7 @@ import threading
 import time
 
 from mtk.training import watchdog
-from mtk.training.watchdog import HangMonitor, Heartbeat, Verdict, heartbeat_dir, read_verdict
+from mtk.training.watchdog import HangMonitor, HangVerdict, Heartbeat, heartbeat_dir, read_verdict
 
 from mtk import run_layout
 from mtk.spec.resilience import WatchdogSpec
@@ -19,7 +19,7 @@ BLAMED = [{"rank": 1, "host": "pod-1", "node": "node-b", "pid": 7, "phase": "ste
 
 def _write_verdict(run_dir, at: float) -> None:
     (run_dir / "state").mkdir(parents=True, exist_ok=True)
-    data = {**Verdict(blamed=BLAMED, overdue=[0, 1], reason="rank 1 went silent").to_json(), "time": at}
+    data = {**HangVerdict(blamed=BLAMED, overdue=[0, 1], reason="rank 1 went silent").to_json(), "time": at}
     (run_dir / run_layout.HANG_FILE).write_text(json.dumps(data))
 
 
@@ -43,7 +43,7 @@ def test_a_monitor_adopts_the_verdict_another_node_declared_and_does_not_rewrite
     before = (tmp_path / run_layout.HANG_FILE).read_text()
     verdict = monitor.watch()
     assert [b["rank"] for b in verdict.blamed] == [1] and verdict.hosts == ["node-b"]
-    monitor.record(Verdict(blamed=[{**BLAMED[0], "rank": 0, "node": "node-a"}], reason="other"))
+    monitor.record(HangVerdict(blamed=[{**BLAMED[0], "rank": 0, "node": "node-a"}], reason="other"))
     assert (tmp_path / run_layout.HANG_FILE).read_text() == before
 
 
