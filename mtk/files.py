@@ -9,7 +9,9 @@ from pathlib import Path
 
 
 def current_umask() -> int:
-    """The process umask, read without changing it (os.umask can only be read by setting it)."""
+    """The process umask, read without changing it (os.umask can only be read by setting it, which races other
+    threads' file creation). Linux's /proc/self/status says it; psutil has no umask, and this runs in the CLI too
+    (the plain install has no psutil). Elsewhere: set and restore."""
     try:
         with open("/proc/self/status") as fh:
             for line in fh:
