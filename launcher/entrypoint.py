@@ -8,32 +8,23 @@
     mtk-entrypoint doctor                      pre-flight: torch/CUDA/NCCL/EFA/megatron.core
     mtk-entrypoint preflight  --job JOB.json   health gate on every node: doctor, storage, all-reduce check
 
-Each step lives in its own module and is imported only when called.
+Each step lives in its own module and is imported only when called; the steps, their modules and which ones
+initialise CUDA are listed once, in :class:`mtk.steps.Step` (a new step is one module plus one line there).
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
+from collections.abc import Callable
+from typing import cast
 
-STEPS: dict[str, tuple[str, str]] = {
-    "getdata": ("mtk.data_jobs.getdata", "fetch corpus and tokenizer files into the shared data dir"),
-    "preprocess": ("mtk.data_jobs.preprocess_cli", "tokenize JSONL into Megatron .bin/.idx"),
-    "train": ("mtk.launcher.train_step", "start torchrun for this node with rendezvous from the environment"),
-    "worker": ("mtk.training.worker", "one training rank (started by torchrun)"),
-    "doctor": ("mtk.containers.doctor", "check torch, CUDA, NCCL, EFA and megatron.core on this node"),
-    "preflight": ("mtk.launcher.preflight", "health gate: doctor, storage, GPU/EFA counts, all-reduce across nodes"),
-}
-
-
-# Steps that initialise CUDA (or start what does): checked for CUDA forward compatibility first.
-CUDA_STEPS = ("train", "worker", "doctor", "preflight")
+from mtk.steps import Step
 
 
 def usage() -> str:
-    width = max(map(len, STEPS))
+    width = max(len(step) for step in Step)
     lines = ["usage: mtk-entrypoint STEP [ARGS...]", "", "steps:"]
-    lines += [f"  {name:<{width}}  {help_}" for name, (_, help_) in STEPS.items()]
+    lines += [f"  {step:<{width}}  {step.summary}" for step in Step]
     return "\n".join(lines)
 
 
@@ -46,19 +37,21 @@ def main(argv: list[str] | None = None) -> int:
     if argv[0] in ("-h", "--help", "help"):
         print(usage())
         return 0
-    step, rest = argv[0], argv[1:]
-    if step not in STEPS:
+    step, rest = next((s for s in Step if s == argv[0]), None), argv[1:]
+    if step is None:
         from mtk.suggest import did_you_mean
 
-        print(f"mtk-entrypoint: unknown step '{step}'{did_you_mean(step, STEPS)}\n\n{usage()}", file=sys.stderr)
+        print(f"mtk-entrypoint: unknown step '{argv[0]}'{did_you_mean(argv[0], Step)}\n\n{usage()}", file=sys.stderr)
         return 2
-    if step in CUDA_STEPS:
+    if step.cuda:
         from .cuda_compat import reexec_if_needed
 
         reexec_if_needed(argv)
     try:
-        module = importlib.import_module(STEPS[step][0])
-        return int(module.main(rest) or 0)
+        from mtk.loading import load
+
+        run = cast("Callable[[list[str]], int | None]", load(step.module, default="main"))
+        return int(run(rest) or 0)
     except (Exception, KeyboardInterrupt) as exc:
         from mtk.failures import report
 

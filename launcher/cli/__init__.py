@@ -5,11 +5,13 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
+from typing import cast
 
 import click
+
+from mtk.loading import load
 
 # verb -> (module[:command attribute], one-line help). Only verbs that work are listed.
 VERBS: dict[str, tuple[str, str]] = {
@@ -37,8 +39,7 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in VERBS:
             return None
-        module, _, attr = VERBS[name][0].partition(":")
-        return getattr(importlib.import_module(module), attr or "command")
+        return cast(click.Command, load(VERBS[name][0], default="command"))
 
     def resolve_command(self, ctx: click.Context, args: list[str]):
         """An unknown verb gets the closest one suggested ('lanch' → 'launch'), as an unknown option does."""

@@ -20,6 +20,6 @@ def test_run_dir_is_required(capsys):
 
 
 def test_entrypoint_dispatches_worker_to_this_module():
-    from mtk.launcher.entrypoint import STEPS
+    from mtk.steps import Step
 
-    assert STEPS["worker"][0] == worker.__name__
+    assert Step.WORKER.module == worker.__name__
