@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mtk.backends import SubmitStopped
+from mtk.steps import Step, StepState
 
 from . import names, states
 
@@ -91,7 +92,7 @@ def job_snapshot(step: str, obj: dict | None) -> Snapshot:
     status, spec = (obj or {}).get("status") or {}, (obj or {}).get("spec") or {}
     counts = (f"active={status.get('active', 0)} succeeded={status.get('succeeded', 0)}/{spec.get('completions', 1)} "
               f"failed={status.get('failed', 0)}")
-    if state == "RUNNING":  # job_state's reason repeats the counts
+    if state == StepState.RUNNING:  # job_state's reason repeats the counts
         reason = ""
     return Snapshot(step, f"job/{name}", state, counts, reason)
 
@@ -113,7 +114,7 @@ def pytorchjob_snapshot(obj: dict | None, pods: list[dict]) -> Snapshot:
     counts = " ".join(f"{phase.lower()}={n}" for phase, n in sorted(phases.items())) or "no pods yet"
     if waiting:
         reason = f"{reason}; pods waiting: {', '.join(waiting)}" if reason else f"pods waiting: {', '.join(waiting)}"
-    return Snapshot("train", f"pytorchjob/{name}", state, f"pods {counts}", reason)
+    return Snapshot(Step.TRAIN, f"pytorchjob/{name}", state, f"pods {counts}", reason)
 
 
 class Follower:
@@ -139,7 +140,7 @@ class Follower:
             ready = states.deployment_ready(obj)
             status = (obj or {}).get("status") or {}
             want = ((obj or {}).get("spec") or {}).get("replicas", 1)
-            snap = Snapshot("etcd", f"deployment/{name}", "RUNNING" if ready else "PENDING",
+            snap = Snapshot("etcd", f"deployment/{name}", StepState.RUNNING if ready else StepState.PENDING,
                             f"ready={int(status.get('readyReplicas') or 0)}/{want}")
             if not ready and time.monotonic() > give_up:
                 raise SubmitError(f"etcd Deployment {name} not ready after {limit:.0f}s; "
@@ -153,7 +154,7 @@ class Follower:
 
         def probe() -> tuple[Snapshot, bool]:
             snap = job_snapshot(step, self.kube.get("Job", name))
-            return snap, snap.state == "COMPLETED"
+            return snap, snap.state == StepState.COMPLETED
 
         def failed(snap: Snapshot) -> SubmitError:
             return SubmitError(f"{step} Job {name} failed: {snap.reason}\n" + "\n".join(self.tail(step, 40)) +
@@ -166,12 +167,12 @@ class Follower:
         """Training running (or already finished); a failed PyTorchJob → SubmitError with worker log tails."""
 
         def probe() -> tuple[Snapshot, bool]:
-            pods = self.kube.list("Pod", names.selector(self.run, "train"))
+            pods = self.kube.list("Pod", names.selector(self.run, Step.TRAIN))
             snap = pytorchjob_snapshot(self.kube.get("PyTorchJob", name), pods)
-            return snap, snap.state in ("RUNNING", "COMPLETED")
+            return snap, snap.state in (StepState.RUNNING, StepState.COMPLETED)
 
         def failed(snap: Snapshot) -> SubmitError:
-            tail = "\n".join(self.tail("train", 40))
+            tail = "\n".join(self.tail(Step.TRAIN, 40))
             return SubmitError(f"training PyTorchJob {name} failed: {snap.reason}\n{tail}")
 
         self._until(probe, failed)
@@ -189,7 +190,7 @@ class Follower:
             if snap != last or now - last_said >= self.heartbeat:
                 self.say(snap.line(now - step_started))
                 last, last_said = snap, now
-            if failed is not None and snap.state == "FAILED":
+            if failed is not None and snap.state == StepState.FAILED:
                 raise failed(snap)
             if done:
                 return

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mtk.netenv import efa_count, network_env
+from mtk.steps import DATA_STEPS, Step
 
 from . import names
 
@@ -22,7 +23,6 @@ KUBEFLOW_API = "kubeflow.org/v1"
 CONTAINER = "pytorch"  # the training operator only configures the container with this name
 OPERATOR_PORT_NAME = "pytorchjob-port"
 OPERATOR_DEFAULT_PORT = 23456
-DATA_STEPS = ("getdata", "preprocess")
 ETCD_DATA = "/var/lib/etcd"
 # Restarting a failed worker container in place resumes from the latest checkpoint: the engine auto-loads
 # it and the etcd rendezvous admits the restarted agent (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1).
@@ -57,9 +57,9 @@ def _meta(job: Job, run: str, name: str, component: str) -> dict:
     return {"name": name, "namespace": job.cluster.eks.namespace, "labels": names.labels(run, component)}
 
 
-def step_command(step: str, run_dir: str) -> list[str]:
+def step_command(step: Step, run_dir: str) -> list[str]:
     """What every pod runs: the one entrypoint, the spec from the ConfigMap, the run dir on shared storage."""
-    return ["mtk-entrypoint", step, "--job", names.SPEC_PATH, "--run-dir", run_dir]
+    return ["mtk-entrypoint", str(step), "--job", names.SPEC_PATH, "--run-dir", run_dir]
 
 
 def _env_list(env: dict[str, str]) -> list[dict]:
@@ -208,25 +208,25 @@ def etcd_network_policy(job: Job, run: str) -> dict:
                                   "ports": [{"protocol": "TCP", "port": names.ETCD_PORT}]}]}}
 
 
-def data_job(job: Job, run: str, run_dir: str, step: str) -> dict:
+def data_job(job: Job, run: str, run_dir: str, step: Step) -> dict:
     """A ``batch/v1`` Job for getdata/preprocess: FSx mounted, no automatic pod restarts, bounded retries."""
     volumes, mounts = _volumes(job, run, shm=False)
-    container = {"name": step, "image": job.image.reference, "command": step_command(step, run_dir),
+    container = {"name": str(step), "image": job.image.reference, "command": step_command(step, run_dir),
                  "volumeMounts": mounts, "securityContext": security_context(job)}
     env = _env_list(job.cluster.env) + _secret_env(job)
     if env:
         container["env"] = env
     corpus = job.data.corpus
-    if step == "preprocess" and corpus is not None and corpus.workers:
+    if step == Step.PREPROCESS and corpus is not None and corpus.workers:
         # the workers' CPUs: a pod given fewer would run its workers on a fraction of a core each
         container["resources"] = {"requests": {"cpu": str(corpus.workers)}}
     pod = {"restartPolicy": "Never", "containers": [container], "volumes": volumes,
            **_pod_placement(job, with_instance_type=False)}
-    if step == "preprocess" and fetched_files(job):  # applied before getdata completes under --no-wait
-        pod["initContainers"] = [_wait_for_data(job, mounts, fetched_files(job), "getdata")]
+    if step == Step.PREPROCESS and fetched_files(job):  # applied before getdata completes under --no-wait
+        pod["initContainers"] = [_wait_for_data(job, mounts, fetched_files(job), Step.GETDATA)]
     spec: dict = {"backoffLimit": job.cluster.eks.backoff_limit,
                   "template": {"metadata": {"labels": names.labels(run, step)}, "spec": pod}}
-    if step == "preprocess" and corpus is not None and corpus.shards > 1:
+    if step == Step.PREPROCESS and corpus is not None and corpus.shards > 1:
         # One pod per task; each reads its index from JOB_COMPLETION_INDEX (set by the Job controller), works on
         # its slice of the corpus, and the last to finish merges the one output prefix training waits for.
         spec.update(completionMode="Indexed", completions=corpus.shards,
@@ -253,7 +253,7 @@ def worker_env(job: Job, run_dir: str) -> dict[str, str]:
 
 def fetched_files(job: Job) -> list[str]:
     """Where the getdata Job puts each ``data.fetch`` item (renamed into place only when complete)."""
-    if "getdata" not in job.steps():
+    if Step.GETDATA not in job.steps():
         return []
     from mtk.data_jobs.getdata import destination
 
@@ -263,12 +263,12 @@ def fetched_files(job: Job) -> list[str]:
 def data_files_to_wait_for(job: Job) -> list[str]:
     """Files training needs from this run's data Jobs: the preprocess outputs, or (without a preprocess step)
     what getdata fetches — so training waits under ``--no-wait`` and a plain ``kubectl apply`` too."""
-    if "preprocess" not in job.steps():
+    if Step.PREPROCESS not in job.steps():
         return fetched_files(job)
     return [f"{p}{ext}" for p in job.data.corpus_prefixes() for ext in (".bin", ".idx")]
 
 
-def _wait_for_data(job: Job, mounts: list[dict], files: list[str], step: str) -> dict:
+def _wait_for_data(job: Job, mounts: list[dict], files: list[str], step: Step) -> dict:
     """An init container that blocks until ``step``'s outputs exist; paths are argv, never script text."""
     script = ('for f in "$@"; do until [ -s "$f" ]; do echo "waiting for $f (' + step + ' Job)"; '
               f'sleep {WAIT_SECONDS}; done; done')
@@ -305,7 +305,7 @@ def pytorchjob(job: Job, run: str, run_dir: str) -> dict:
     c, e = job.cluster, job.cluster.eks
     volumes, mounts = _volumes(job, run, shm=True)
     container: dict = {
-        "name": CONTAINER, "image": job.image.reference, "command": step_command("train", run_dir),
+        "name": CONTAINER, "image": job.image.reference, "command": step_command(Step.TRAIN, run_dir),
         "env": _env_list(worker_env(job, run_dir)) + _secret_env(job),
         "securityContext": security_context(job, efa=job.cluster.device == "gpu" and efa_count(job) > 0),
         "ports": [{"name": OPERATOR_PORT_NAME, "containerPort": OPERATOR_DEFAULT_PORT, "protocol": "TCP"}],
@@ -323,7 +323,7 @@ def pytorchjob(job: Job, run: str, run_dir: str) -> dict:
         pod["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "NotIn", "values": list(c.exclude_nodes)}]}]}}}
     waits_for = data_files_to_wait_for(job)
-    producer = "preprocess" if "preprocess" in job.steps() else "getdata"
+    producer = Step.PREPROCESS if Step.PREPROCESS in job.steps() else Step.GETDATA
     init = [_wait_for_data(job, mounts, waits_for, producer)] if waits_for else []
     if job.resilience.preflight.enabled:
         # The health gate (doctor, storage, GPU/EFA counts, nccl-tests, DCGM, one all-reduce across the pods)
@@ -332,8 +332,8 @@ def pytorchjob(job: Job, run: str, run_dir: str) -> dict:
         rdzv = [{"name": "MTK_PREFLIGHT_RDZV", "value": f"{names.etcd(run)}:{names.ETCD_PORT}"},
                 {"name": "MTK_PREFLIGHT_RDZV_ID", "value": f"{run}-preflight"},
                 {"name": "MTK_PREFLIGHT_NODES", "value": str(c.nodes)}]
-        init.append({"name": "preflight", "image": job.image.reference,
-                     "command": step_command("preflight", run_dir), "env": container["env"] + rdzv,
+        init.append({"name": str(Step.PREFLIGHT), "image": job.image.reference,
+                     "command": step_command(Step.PREFLIGHT, run_dir), "env": container["env"] + rdzv,
                      "volumeMounts": mounts, **({"resources": resources} if resources else {})})
     for step in init:  # init containers run on the same node with the same image: same restrictions
         step.setdefault("securityContext", container["securityContext"])
@@ -342,7 +342,7 @@ def pytorchjob(job: Job, run: str, run_dir: str) -> dict:
     min_nodes = e.min_nodes or c.nodes
     return {
         "apiVersion": KUBEFLOW_API, "kind": "PyTorchJob",
-        "metadata": _meta(job, run, names.pytorchjob(run), "train"),
+        "metadata": _meta(job, run, names.pytorchjob(run), Step.TRAIN),
         "spec": {
             "elasticPolicy": {
                 "rdzvBackend": "etcd-v2", "rdzvHost": names.etcd(run), "rdzvPort": names.ETCD_PORT,
@@ -353,7 +353,7 @@ def pytorchjob(job: Job, run: str, run_dir: str) -> dict:
             "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": e.max_restarts},
             "pytorchReplicaSpecs": {
                 "Worker": {"replicas": c.nodes, "restartPolicy": WORKER_RESTART_POLICY,
-                           "template": {"metadata": {"labels": names.labels(run, "train")}, "spec": pod}},
+                           "template": {"metadata": {"labels": names.labels(run, Step.TRAIN)}, "spec": pod}},
             },
         },
     }
@@ -365,7 +365,7 @@ def build(job: Job, run_dir: str) -> list[Obj]:
     objs = [Obj("spec", spec_configmap(job, run)), Obj("etcd", etcd_network_policy(job, run)),
             Obj("etcd", etcd_service(job, run)), Obj("etcd", etcd_deployment(job, run))]
     objs += [Obj(step, data_job(job, run, run_dir, step)) for step in job.steps() if step in DATA_STEPS]
-    objs.append(Obj("train", pytorchjob(job, run, run_dir)))
+    objs.append(Obj(Step.TRAIN, pytorchjob(job, run, run_dir)))
     return objs
 
 

@@ -40,8 +40,8 @@ def run_id(run_dir: str) -> str:
 
 
 def labels(run: str, component: str) -> dict[str, str]:
-    """The labels every object and pod of the run carries."""
-    return {LABEL_RUN: run, LABEL_COMPONENT: component, LABEL_MANAGED_BY: MANAGER}
+    """The labels every object and pod of the run carries (plain strings: a ``Step`` is written as its name)."""
+    return {LABEL_RUN: run, LABEL_COMPONENT: str(component), LABEL_MANAGED_BY: MANAGER}
 
 
 def selector(run: str, component: str | None = None) -> str:

@@ -20,6 +20,7 @@ from mtk.checkpoint_paths import checkpoint_dir as _checkpoint_dir
 from mtk.flag_template import render_flags
 from mtk.netenv import network_env
 from mtk.spec.errors import Problem, SpecError
+from mtk.steps import PIPELINE, Step
 
 from .directives import check_extra, directive
 from .quoting import QuotingError, sh
@@ -27,7 +28,7 @@ from .quoting import QuotingError, sh
 if TYPE_CHECKING:
     from mtk.spec import Job
 
-SCRIPTS = {"getdata": "getdata.sbatch", "preprocess": "preprocess.sbatch", "train": "train.sbatch"}
+SCRIPTS = {step: f"{step}.sbatch" for step in PIPELINE}  # getdata.sbatch, preprocess.sbatch, train.sbatch
 # After the first node's task ends, srun gives the others this long before killing them: a crashed node
 # must not leave its peers blocked in a collective until the time limit.
 SRUN_WAIT_SECONDS = 60
@@ -41,10 +42,10 @@ HYPERPOD_MARKER = "/opt/sagemaker_cluster"
 class Submission:
     """One sbatch call of the chain."""
 
-    step: str
+    step: Step
     script: str  # absolute path of the sbatch file
     job_name: str
-    after: str | None  # the step this one waits for (afterok)
+    after: Step | None  # the step this one waits for (afterok)
 
 
 def job_base(run_dir: str) -> str:
@@ -95,7 +96,7 @@ def render(job: Job, run_dir: str) -> Artifacts:
              f"logs: {run_dir}/logs/<step>-<job id>.out (one line prefix per node: '0: ', '1: ', ...)"]
     if job.cluster.slurm.singleton:
         notes.append("the training job keeps one successor queued (--dependency=singleton)")
-    if gpus_requested_at_submit(job, "train"):
+    if gpus_requested_at_submit(job, Step.TRAIN):
         notes.append(f"cluster.slurm.gpu_request auto: mtk launch adds --gpus-per-node={job.cluster.procs_per_node}"
                      " to the train sbatch only where `sinfo -o %G` shows gpu GRES on the partition")
     return Artifacts(backend="slurm", run_dir=run_dir, files=files, commands=commands, notes=notes,
@@ -113,7 +114,7 @@ def render_script(job: Job, run_dir: str, sub: Submission) -> str:
     if problems:
         raise SpecError(problems)
     s = job.cluster.slurm
-    logic = render_flags(__file__, "step.sh.j2", train=sub.step == "train", pyxis=s.runtime == "pyxis",
+    logic = render_flags(__file__, "step.sh.j2", train=sub.step == Step.TRAIN, pyxis=s.runtime == "pyxis",
                          singleton=s.singleton, preflight=job.resilience.preflight.enabled,
                          spare=job.cluster.min_nodes is not None, sqsh=bool(_sqsh_path(job)))
     intro = [
@@ -136,7 +137,7 @@ def step_cpus(job: Job, step: str) -> tuple[str | None, str]:
     """CPUs each task asks for, and the field that decided it. Preprocess asks for what its workers use: the
     spec's workers, else cluster.slurm.cpus_per_task, else None (then the whole node: --exclusive)."""
     s, corpus = job.cluster.slurm, job.data.corpus
-    if step == "preprocess" and corpus is not None and corpus.workers:
+    if step == Step.PREPROCESS and corpus is not None and corpus.workers:
         return str(corpus.workers), "data.corpus.workers"
     if s.cpus_per_task:
         return str(s.cpus_per_task), "cluster.slurm.cpus_per_task"
@@ -145,8 +146,8 @@ def step_cpus(job: Job, step: str) -> tuple[str | None, str]:
 
 def _header(job: Job, run_dir: str, sub: Submission, problems: list[Problem]) -> list[str]:
     c, s = job.cluster, job.cluster.slurm
-    train = sub.step == "train"
-    array = preprocess_array(job) if sub.step == "preprocess" else None
+    train = sub.step == Step.TRAIN
+    array = preprocess_array(job) if sub.step == Step.PREPROCESS else None
     log = f"{run_dir}/{run_layout.LOGS_DIR}/{sub.step}-{'%A_%a' if array else '%j'}.out"
     wanted: list[tuple[str, str | None, str]] = [
         ("job-name", sub.job_name, "name"),
@@ -170,7 +171,7 @@ def _header(job: Job, run_dir: str, sub: Submission, problems: list[Problem]) ->
         value = getattr(s, key)
         if value is not None:
             wanted.append((key, value, f"cluster.slurm.{key}"))
-    if s.exclusive or (sub.step == "preprocess" and not cpus):
+    if s.exclusive or (sub.step == Step.PREPROCESS and not cpus):
         # preprocess without a worker count runs one worker per CPU of the node: it must be given them all
         wanted.append(("exclusive", None, "cluster.slurm.exclusive" if s.exclusive else "data.corpus.workers"))
     if c.exclude_nodes:
@@ -194,7 +195,7 @@ def _header(job: Job, run_dir: str, sub: Submission, problems: list[Problem]) ->
 
 def _values(job: Job, run_dir: str, sub: Submission, problems: list[Problem]) -> list[str]:
     s = job.cluster.slurm
-    train = sub.step == "train"
+    train = sub.step == Step.TRAIN
     assign: list[tuple[str, object, str]] = [
         ("MTK_STEP", sub.step, ""),
         ("MTK_RUN_DIR", run_dir, "run dir"),
@@ -264,7 +265,7 @@ def _sqsh_path(job: Job) -> str | None:
 
 def gpus_requested_at_submit(job: Job, step: str) -> bool:
     """Whether ``cluster.slurm.gpu_request: auto`` leaves the decision to ``mtk launch`` (sinfo at submit)."""
-    return step == "train" and job.cluster.device == "gpu" and job.cluster.slurm.gpu_request == "auto"
+    return step == Step.TRAIN and job.cluster.device == "gpu" and job.cluster.slurm.gpu_request == "auto"
 
 
 def _secret_check(job: Job, problems: list[Problem]) -> list[str]:
@@ -296,7 +297,7 @@ def _word(value: object, field: str, problems: list[Problem]) -> str:
 
 def _srun_args(job: Job, run_dir: str, sub: Submission, problems: list[Problem]) -> list[tuple[str, str]]:
     c, s = job.cluster, job.cluster.slurm
-    if sub.step == "train":
+    if sub.step == Step.TRAIN:
         # With spare nodes the node count (and list) of each step is decided by the script at run time.
         nodes = [] if c.min_nodes else [(f"--nodes={c.nodes}", "")]
         args = [("--label", ""), *nodes, ("--ntasks-per-node=1", ""), (f"--wait={SRUN_WAIT_SECONDS}", "")]
@@ -379,7 +380,7 @@ def _node_script(job: Job, sub: Submission) -> str:
         "  exit 127",
         "fi",
     ]
-    if sub.step == "train" and job.debug.nsys.enabled:
+    if sub.step == Step.TRAIN and job.debug.nsys.enabled:
         # The whole node agent runs under nsys; capture starts and stops where the engine calls
         # cudaProfilerStart/Stop (debug.nsys.start/stop on debug.nsys.ranks).
         lines += [

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from mtk.steps import Step
+
 from .base import Section
 from .cluster import ClusterSpec
 from .data import DataSpec
@@ -31,14 +33,14 @@ class Job(Section):
     debug: DebugSpec = Field(default_factory=DebugSpec)
     resilience: ResilienceSpec = Field(default_factory=ResilienceSpec)
 
-    def steps(self) -> list[str]:
-        """The pipeline steps this spec needs, in order."""
+    def steps(self) -> list[Step]:
+        """The pipeline steps this spec needs, in order (each equals its name: ``"getdata"``, ...)."""
         steps = []
         if self.data.fetch:
-            steps.append("getdata")
+            steps.append(Step.GETDATA)
         if self.data.corpus is not None:
-            steps.append("preprocess")
-        steps.append("train")
+            steps.append(Step.PREPROCESS)
+        steps.append(Step.TRAIN)
         return steps
 
     def to_json(self) -> str:
