@@ -3,31 +3,33 @@
 from __future__ import annotations
 
 from mtk.backends import StepStatus
+from mtk.steps import StepState
 
-POD_PHASES = {"Pending": "PENDING", "Running": "RUNNING", "Succeeded": "COMPLETED", "Failed": "FAILED",
-              "Unknown": "UNKNOWN"}
+POD_PHASES = {"Pending": StepState.PENDING, "Running": StepState.RUNNING, "Succeeded": StepState.COMPLETED,
+              "Failed": StepState.FAILED, "Unknown": StepState.UNKNOWN}
 # PyTorchJob condition types (training operator v1.9), by the latest condition whose status is True.
-PYTORCHJOB_CONDITIONS = {"Created": "PENDING", "Suspended": "PENDING", "Running": "RUNNING",
-                         "Restarting": "RUNNING", "Succeeded": "COMPLETED", "Failed": "FAILED"}
-JOB_CONDITIONS = {"Complete": "COMPLETED", "Failed": "FAILED", "Suspended": "PENDING"}
+PYTORCHJOB_CONDITIONS = {"Created": StepState.PENDING, "Suspended": StepState.PENDING, "Running": StepState.RUNNING,
+                         "Restarting": StepState.RUNNING, "Succeeded": StepState.COMPLETED,
+                         "Failed": StepState.FAILED}
+JOB_CONDITIONS = {"Complete": StepState.COMPLETED, "Failed": StepState.FAILED, "Suspended": StepState.PENDING}
 
 
 def _true_conditions(obj: dict) -> list[dict]:
     return [c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("status") == "True"]
 
 
-def pytorchjob_state(obj: dict | None) -> tuple[str, str]:
+def pytorchjob_state(obj: dict | None) -> tuple[StepState, str]:
     """(state, reason) from the last True condition; a job without conditions yet is PENDING."""
     if obj is None:
-        return "UNKNOWN", "not found"
+        return StepState.UNKNOWN, "not found"
     conditions = _true_conditions(obj)
     if not conditions:
-        return "PENDING", "no conditions yet (operator not running?)"
+        return StepState.PENDING, "no conditions yet (operator not running?)"
     last = conditions[-1]
     reason = last.get("reason") or last.get("type", "")
     if last.get("message"):
         reason = f"{reason}: {last['message']}"
-    return PYTORCHJOB_CONDITIONS.get(last.get("type", ""), "UNKNOWN"), reason
+    return PYTORCHJOB_CONDITIONS.get(last.get("type", ""), StepState.UNKNOWN), reason
 
 
 def stopped_if_asked(state: str, reason: str, run_dir: str) -> tuple[str, str]:
@@ -39,7 +41,7 @@ def stopped_if_asked(state: str, reason: str, run_dir: str) -> tuple[str, str]:
     sees it too (a shared filesystem mounted at the same path, or a kind cluster's host path). Where it does not,
     nothing in the API objects records the stop, and the job stays COMPLETED; ``mtk report`` on a copy of the run
     dir says STOPPED."""
-    if state != "COMPLETED":
+    if state != StepState.COMPLETED:
         return state, reason
 
     from mtk import exitcodes
@@ -47,21 +49,21 @@ def stopped_if_asked(state: str, reason: str, run_dir: str) -> tuple[str, str]:
 
     record = last_exit(run_dir)
     if record and record.get("code") == exitcodes.STOPPED:
-        return "STOPPED", stopped_reason(run_dir)
+        return StepState.STOPPED, stopped_reason(run_dir)
     return state, reason
 
 
-def job_state(obj: dict | None) -> tuple[str, str]:
+def job_state(obj: dict | None) -> tuple[StepState, str]:
     """(state, reason) of a batch/v1 Job: terminal conditions first, then active/pending pods."""
     if obj is None:
-        return "UNKNOWN", "not found"
+        return StepState.UNKNOWN, "not found"
     for cond in reversed(_true_conditions(obj)):
         if cond.get("type") in JOB_CONDITIONS:
             return JOB_CONDITIONS[cond["type"]], cond.get("message") or cond.get("reason") or cond["type"]
     status = obj.get("status") or {}
     if status.get("active"):
-        return "RUNNING", f"{status['active']} pod(s) active, {status.get('failed', 0)} failed"
-    return "PENDING", ""
+        return StepState.RUNNING, f"{status['active']} pod(s) active, {status.get('failed', 0)} failed"
+    return StepState.PENDING, ""
 
 
 def deployment_ready(obj: dict | None) -> bool:
@@ -90,5 +92,5 @@ def pod_status(pod: dict, step: str) -> StepStatus:
     if status.get("reason"):
         reasons.append(status["reason"])
     reason = f"restarts={restarts}" + (f" {'; '.join(reasons)}" if reasons else "")
-    return StepStatus(step=step, state=POD_PHASES.get(status.get("phase", ""), "UNKNOWN"),
+    return StepStatus(step=step, state=POD_PHASES.get(status.get("phase", ""), StepState.UNKNOWN),
                       id=f"pod/{meta.get('name', '?')}", exit_code=exit_code, reason=reason)

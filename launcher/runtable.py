@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from mtk import run_layout
 from mtk.run_outcome import nothing_to_do
 from mtk.runs import RECORD, Run, run_records
+from mtk.steps import StepState
 
 if TYPE_CHECKING:
     from mtk.backends import StepStatus
@@ -24,7 +25,8 @@ if TYPE_CHECKING:
 # Folding step states into one run state: the first rule that matches wins. STOPPED (``mtk stop``: checkpoint
 # saved, the engine's exit 43) ends a run as asked; it shows unless something failed or still runs. Steps the run
 # ended without needing (``StepStatus.needed`` False: a successor cancelled as "not needed") are left out first.
-_FOLD = ("FAILED", "CANCELLED", "RUNNING", "PENDING", "STOPPED", "UNKNOWN")
+_FOLD = (StepState.FAILED, StepState.CANCELLED, StepState.RUNNING, StepState.PENDING, StepState.STOPPED,
+         StepState.UNKNOWN)
 
 
 @dataclass
@@ -48,9 +50,9 @@ class RunRow:
 def fold_states(states: list[str]) -> str:
     """Step states → one: any failure shows, then cancellations, then work in progress, then a stop; all done is
     done."""
-    if states and all(s == "COMPLETED" for s in states):
-        return "COMPLETED"
-    return next((s for s in _FOLD if s in states), "UNKNOWN")
+    if states and all(s == StepState.COMPLETED for s in states):
+        return StepState.COMPLETED
+    return next((s for s in _FOLD if s in states), StepState.UNKNOWN)
 
 
 def fold_steps(steps: list[StepStatus]) -> str:
@@ -71,9 +73,10 @@ def _state(run: Run) -> tuple[str, str]:
         else:
             steps = get_backend(run.backend).status(run)
     except Exception as exc:  # a cluster out of reach must not hide the other runs
-        return "UNKNOWN", f"{run.backend} status failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return StepState.UNKNOWN, f"{run.backend} status failed: {why}"
     reasons = [f"{s.step}: {s.reason}" for s in steps
-               if s.reason and s.needed and s.state not in ("COMPLETED", "RUNNING")]
+               if s.reason and s.needed and s.state not in (StepState.COMPLETED, StepState.RUNNING)]
     return fold_steps(steps), "; ".join(reasons)
 
 

@@ -145,12 +145,13 @@ def followed_exit_code(states) -> int:
     tell "stopped as asked, launch again to resume" from a failure; 1 anything else. A step the run ended without
     needing (a Slurm successor cancelled because the run completed or stopped) is left out."""
     from mtk.exitcodes import FAILED, OK, STOPPED
+    from mtk.steps import StepState
 
-    unfinished = [s for s in states if s.state != "COMPLETED" and s.needed]
+    unfinished = [s for s in states if s.state != StepState.COMPLETED and s.needed]
     for s in unfinished:
         click.echo(f"{s.step}: {s.state} exit={s.exit_code} {s.reason}".rstrip(), err=True)
     if not unfinished:
         return OK
-    stopped = [s for s in unfinished if s.state == "STOPPED"]
-    rest = [s for s in unfinished if s.state != "STOPPED" and not s.reason.startswith("the run was stopped")]
+    stopped = [s for s in unfinished if s.state == StepState.STOPPED]
+    rest = [s for s in unfinished if s.state != StepState.STOPPED and not s.reason.startswith("the run was stopped")]
     return STOPPED if stopped and not rest else FAILED

@@ -10,6 +10,8 @@ import time
 
 import click
 
+from mtk.steps import StepState
+
 from .common import pick_run, run_argument, runs_dir_option
 
 
@@ -31,7 +33,7 @@ class RunEnded(RuntimeError):
     user_facing = True
 
 
-ENDED = {"COMPLETED", "FAILED", "CANCELLED"}
+ENDED = {StepState.COMPLETED, StepState.FAILED, StepState.CANCELLED}
 
 
 def _refuse_if_ended(run, trigger: str) -> None:
