@@ -98,7 +98,9 @@ def argv_from_checkpoint(iter_dir: Path, root: Path, save_interval: int) -> list
     run's checkpoint dir), plus the CPU kernel choices and the test's save interval."""
     from mtk.training.interop import megatron_lm
 
-    argv = megatron_lm.read_args_file((iter_dir / megatron_lm.ARGS_FILE).read_text())
+    from support.megatron_args_file import read_args_file
+
+    argv = read_args_file((iter_dir / megatron_lm.ARGS_FILE).read_text())
     for flag, value in (("--load", str(root)), ("--save", str(root)), ("--save-interval", str(save_interval))):
         argv[argv.index(flag) + 1] = value
     return [*argv, *CPU_FLAGS]

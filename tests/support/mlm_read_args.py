@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import typing
+from pathlib import Path
 
 if not hasattr(typing, "override"):  # megatron.training uses Python 3.12's typing.override
     typing.override = lambda f: f  # type: ignore[attr-defined]
@@ -31,7 +32,10 @@ def main() -> None:
     compat.install()
     from megatron.training import arguments, checkpointing, global_vars
     from mtk.training.checkpoint import resolve_checkpoint_dir
-    from mtk.training.interop.megatron_lm import ARGS_FILE, read_args_file
+    from mtk.training.interop.megatron_lm import ARGS_FILE
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: run by path, not under pytest
+    from support.megatron_args_file import read_args_file
 
     arguments.get_device_arch_version = lambda: 10  # validate_args asks the GPU's architecture when TP > 1
     path, _iteration, _release = resolve_checkpoint_dir(root)

@@ -436,11 +436,3 @@ def args_file_text(argv: list[str], iteration: int, job: Job, attention: str | N
         lines.append("  " + " ".join(shlex.quote(x) for x in argv[i:j]))
         i = j
     return "\n".join([*lines, ")"]) + "\n"
-
-
-def read_args_file(text: str) -> list[str]:
-    """The argv of an :func:`args_file_text` file."""
-    import shlex
-
-    body = text.split(f"{ARGS_ARRAY}=(", 1)[1].rsplit(")", 1)[0]
-    return shlex.split(body)

@@ -196,10 +196,11 @@ def test_export_loads_with_its_tokenizer_and_generates(bpe_export):
 
 def test_checkpoint_carries_the_megatron_lm_arguments_for_its_data_and_tokenizer(bpe_export):
     from mtk.training.interop import megatron_lm
+    from support.megatron_args_file import read_args_file
 
     run, _hf_dir, _docs, _ = bpe_export
     ckpt = run / "checkpoints"
-    argv = megatron_lm.read_args_file((ckpt / "iter_0000003" / megatron_lm.ARGS_FILE).read_text())
+    argv = read_args_file((ckpt / "iter_0000003" / megatron_lm.ARGS_FILE).read_text())
     flag = lambda name: argv[argv.index(name) + 1]  # noqa: E731
     assert flag("--tokenizer-type") == "GPT2BPETokenizer"
     assert flag("--vocab-file") == str(run / "data" / "vocab.json")

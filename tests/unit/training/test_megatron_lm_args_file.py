@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from mtk.training import checkpoint
 from mtk.training.interop import megatron_lm
+from support.megatron_args_file import read_args_file
 
 from mtk.figures import padded_vocab
 from mtk.spec.loader import apply_overrides, validate
@@ -78,7 +79,7 @@ def test_args_file_passes_megatron_lm_parser_and_checkpoint_checks(parsed, name)
     assert r["differ"] == {}, r["differ"]
     assert r["parsed"]["load"] == str(tmp / name / "checkpoints")
     assert not {"--override-opt-param-scheduler", "--no-load-optim", "--no-load-rng", "--finetune",
-                "--use-checkpoint-args"} & set(megatron_lm.read_args_file(files[name]))
+                "--use-checkpoint-args"} & set(read_args_file(files[name]))
 
 
 @pytest.mark.megatron  # the module fixture runs Megatron-LM's parser in a child
@@ -129,7 +130,7 @@ def test_args_file_is_written_beside_each_checkpoint(tmp_path):
     root = tmp_path / "checkpoints"
     (root / (iter_dir_name(3) + PARTIAL_SUFFIX)).mkdir(parents=True)
     text = megatron_lm.args_file_text(["--num-layers", "2", "--data-path", "1.0", "/d/x y"], 3, _job(tmp_path, ()))
-    assert megatron_lm.read_args_file(text) == ["--num-layers", "2", "--data-path", "1.0", "/d/x y"]
+    assert read_args_file(text) == ["--num-layers", "2", "--data-path", "1.0", "/d/x y"]
     manager = checkpoint.CheckpointManager(root)
     manager._side_files[3] = {megatron_lm.ARGS_FILE: text}
 

@@ -23,6 +23,7 @@ if not hasattr(typing, "override"):  # Megatron-LM's training package uses Pytho
     typing.override = lambda f: f
 # the tests' own Adam steps for Megatron-LM's loader without Apex/TE (importing the module, not its sitecustomize)
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "support" / "megatron_lm_cpu"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # tests/, for support.megatron_args_file
 
 
 def main() -> None:
@@ -31,6 +32,7 @@ def main() -> None:
     from mtk.training import checkpoint, compat, data
     from mtk.training.interop import megatron_lm
     from mtk.training.loop import Trainer
+    from support.megatron_args_file import read_args_file
 
     from mtk.spec import load_job_json
 
@@ -56,7 +58,7 @@ def main() -> None:
     from megatron.training.training import get_optimizer_param_scheduler
 
     path, _iteration, _release = checkpoint.resolve_checkpoint_dir(a.load)
-    argv = megatron_lm.read_args_file((path / megatron_lm.ARGS_FILE).read_text())
+    argv = read_args_file((path / megatron_lm.ARGS_FILE).read_text())
     for flag in ("--load", "--save"):
         argv[argv.index(flag) + 1] = a.load
     sys.argv = ["pretrain_gpt.py", *argv]

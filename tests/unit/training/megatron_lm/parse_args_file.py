@@ -14,6 +14,7 @@ import os
 import pickle
 import sys
 import typing
+from pathlib import Path
 
 if not hasattr(typing, "override"):  # megatron.training uses Python 3.12's typing.override
     typing.override = lambda f: f  # type: ignore[attr-defined]
@@ -41,7 +42,8 @@ def main() -> None:
     with open(cases_file, "rb") as fh:
         cases = pickle.load(fh)
     out = {}
-    from mtk.training.interop.megatron_lm import read_args_file
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # tests/: run by path, not under pytest
+    from support.megatron_args_file import read_args_file
 
     for name, text, ckpt_args, world in cases:
         os.environ["WORLD_SIZE"] = str(world)
