@@ -29,6 +29,7 @@ from mtk.files import atomic_write, current_umask  # noqa: F401  (re-exported; n
 if TYPE_CHECKING:
     from .runs import Run
     from .spec import Job
+    from .spec.base import Section
     from .spec.errors import Problem
 
 
@@ -60,6 +61,12 @@ REGISTRY: dict[str, str] = {
     "local": "mtk.launcher.local:LocalBackend",
     "slurm": "mtk.slurm.backend:SlurmBackend",
     "eks": "mtk.k8s.backend:EksBackend",
+}
+# The built-in backends' own spec blocks (``cluster.<name>``), by model; a plugin's is its class's ``options``. Light
+# modules: every spec load imports these.
+OPTIONS: dict[str, str] = {
+    "slurm": "mtk.slurm.options:SlurmOptions",
+    "eks": "mtk.k8s.options:EksOptions",
 }
 # The built-in backends' schedulers, by the variables they set on a node: the node imports the reader module of the
 # one its environment carries (``mtk.rendezvous``), never a backend.
@@ -166,6 +173,9 @@ class Backend(abc.ABC):
     # How its nodes recognise its scheduler (a plugin's; the built-ins' are in SCHEDULERS, so that a node never
     # imports a backend to find out where it runs). None: its processes run without one (like the local backend's).
     scheduler: ClassVar[Scheduler | None] = None
+    # The model of its own block, cluster.<name> (a plugin's; the built-ins' are in OPTIONS, so that a spec load
+    # imports no backend). None: it takes no options, and a cluster.<name> block is refused as unknown.
+    options: ClassVar[type[Section] | None] = None
 
     @abc.abstractmethod
     def render(self, job: Job, run_dir: str) -> Artifacts:
@@ -266,6 +276,18 @@ def infer_backend(cluster: object, source: str | None = None) -> tuple[str, str]
     if blocks and blocks[0] != next(iter(REGISTRY)):
         return blocks[0], f"the spec's cluster.{blocks[0]} block"
     return next(iter(REGISTRY)), ""
+
+
+@functools.cache
+def options_model(name: str) -> type[Section] | None:
+    """The model of backend ``name``'s block in ``cluster`` (None: not a backend, or one without options). A
+    built-in's is imported from OPTIONS; only a name that is no built-in's scans the installed distributions."""
+    if name in OPTIONS:
+        module, _, attr = OPTIONS[name].partition(":")
+        return getattr(importlib.import_module(module), attr)
+    if name in REGISTRY or name not in _registered():
+        return None
+    return backend_class(name).options
 
 
 @functools.cache

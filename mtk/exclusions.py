@@ -7,12 +7,17 @@ the Slurm script appends the nodes the hang watchdog blamed and passes the list 
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from mtk import run_layout
 from mtk.files import atomic_write
+
+# What a node name may be (a Slurm host, a Kubernetes node): cluster.exclude_nodes is checked against it, and a
+# recorded exclusion that is not one is ignored.
+NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 
 
 @dataclass(frozen=True)
@@ -73,8 +78,6 @@ def recorded_for_relaunch(job, run_dir: str | Path) -> list[tuple[Path, Excluded
     """Nodes that earlier attempts of this run excluded: the target run dir's list and the lists of every run
     under ``cluster.runs_dir`` that resumes from the same checkpoint dir (a relaunch into a new run dir
     continues those checkpoints, so it inherits their bad nodes). Paths not reachable from here give nothing."""
-    from .spec.cluster import _NODE_NAME
-
     dirs = [Path(run_dir)]
     runs = Path(job.cluster.runs_dir)
     ckpt = job.train.checkpoint.dir
@@ -86,7 +89,7 @@ def recorded_for_relaunch(job, run_dir: str | Path) -> list[tuple[Path, Excluded
     for d in dirs:
         path = d / run_layout.EXCLUDED_FILE
         for lineno, e in enumerate(read_excluded(d), 1):
-            if not _NODE_NAME.match(e.host):
+            if not NODE_NAME.match(e.host):
                 raise BadExclusionRecord(f"{path}:{lineno}: {e.host!r} is not a node name; fix or delete that "
                                          "line (the file lists host<TAB>time<TAB>reason)")
             if e.host not in seen:

@@ -34,6 +34,11 @@ class Section(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False, allow_inf_nan=False)
 
+    @classmethod
+    def accepted_keys(cls) -> list[str]:
+        """Every key this section takes: what an unknown key's error lists."""
+        return list(cls.model_fields)
+
     @field_validator("*", mode="before")
     @classmethod
     def _bool_is_not_a_number(cls, value: object, info: ValidationInfo) -> object:

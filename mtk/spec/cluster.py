@@ -1,170 +1,35 @@
-"""``cluster``: resources and the backend-specific blocks (local, slurm, eks).
+"""``cluster``: resources shared by every backend, this machine's block (``local``), and each backend's own.
 
-Neutral fields (nodes, processes per node, device, env) live at the top; each backend reads only its block.
+Neutral fields (nodes, processes per node, device, env) live here. A backend's block (``cluster.slurm``,
+``cluster.eks``, a plugin's ``cluster.<name>``) is that backend's model, found through the registry
+(``mtk.backends.options_model``) and validated here with its errors under ``cluster.<name>``: the core names none
+of their fields, and a plugin backend brings its block with it.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ..exclusions import NODE_NAME
 from .base import Section
 
+if TYPE_CHECKING:  # what the built-in backends' blocks are, for the type checker (at run time: the registry's)
+    from pydantic import ModelWrapValidatorHandler
+
+    from mtk.k8s.options import EksOptions
+    from mtk.slurm.options import SlurmOptions
+
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
-_SLURM_TIME = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$|^\d+$")
 
 
 class LocalSpec(Section):
-    """The embedded default: this machine, no container."""
+    """This machine alone, no scheduler (the local backend, and torchrun's standalone rendezvous that the core
+    picks on any node outside a scheduler)."""
 
     rdzv_port: int | None = Field(None, ge=1024, le=65535, description="torchrun master port (default: a free one).")
-
-
-class SlurmSpec(Section):
-    """sbatch options and how each node gets its software (``bare`` env or ``pyxis`` container)."""
-
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    time: str = Field("01:00:00", description="Wall-clock limit: MM, HH:MM:SS or D-HH:MM:SS.")
-    exclusive: bool = Field(True, description="Whole nodes (GPU jobs); set false to share CPU nodes.")
-    cpus_per_task: int | None = Field(None, ge=1, description="CPUs for the one task per node.")
-    mem: str | None = Field(None, description="Memory per node, e.g. '0' (all) or '200G'.")
-    runtime: Literal["bare", "pyxis"] = Field(
-        "pyxis", description="bare: activate venv/conda per node; pyxis: container."
-    )
-    venv: str | None = Field(None, description="bare: path of a virtualenv to activate on every node.")
-    conda_env: str | None = Field(None, description="bare: conda environment name or path.")
-    container_image: str | None = Field(None, description="pyxis: .sqsh path or image reference (default: image.sqsh).")
-    container_mounts: list[str] = Field(
-        default_factory=list, description="pyxis: SRC:DST mounts (data dir and run dir are added)."
-    )
-    container_workdir: str | None = None
-    requeue: bool = Field(True, description="Requeue after a signal-triggered save or a node failure.")
-    signal_lead: int = Field(
-        600, ge=0, le=65535, description="Seconds before the time limit to send SIGUSR2 (save and exit); 0 disables "
-        "(Slurm's --signal takes at most 65535)."
-    )
-    singleton: bool = Field(False, description="Keep one successor queued (--dependency=singleton) to pick up crashes.")
-    max_failures: int = Field(
-        3, ge=1, description="Guardrail: stop requeueing after N failures without checkpoint progress."
-    )
-    rdzv_port: int | None = Field(None, ge=1024, le=65535, description="c10d port (default: derived from the job id).")
-    gpu_request: Literal["auto", "gres", "none"] = Field(
-        "auto", description="GPU jobs: how training asks Slurm for GPUs. gres: '#SBATCH --gpus-per-node' (clusters "
-        "with GPU GRES, e.g. ParallelCluster); none: never (HyperPod without GRES rejects --gpus; --exclusive whole "
-        "nodes see every GPU); auto: mtk launch asks `sinfo -o %G` and adds --gpus-per-node only where the "
-        "partition's nodes have gpu GRES.")
-    hyperpod_auto_resume: bool = Field(
-        True, description="On a SageMaker HyperPod node (/opt/sagemaker_cluster exists) run training under "
-        "`srun --auto-resume=1`: HyperPod replaces a faulty node and restarts the step in place.")
-    extra_sbatch: dict[str, str] = Field(
-        default_factory=dict, description="More #SBATCH options, e.g. {constraint: a100}."
-    )
-
-    @field_validator("time")
-    @classmethod
-    def _slurm_time(cls, v: str) -> str:
-        if not _SLURM_TIME.match(v):
-            raise ValueError("time must look like '90', '01:30:00' or '1-00:00:00'")
-        return v
-
-
-# Kubernetes' own validation rules (apimachinery validation.go, resource.Quantity).
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_QUANTITY = re.compile(r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(([KMGTPE]i)|[numkMGTPE]|[eE][+-]?[0-9]+)?$")
-
-
-def _k8s_label(v: str, what: str) -> str:
-    if len(v) > 63 or not _DNS1123_LABEL.match(v):
-        raise ValueError(f"{what} must be a DNS-1123 label: ≤ 63 lowercase letters, digits and '-', starting "
-                         "and ending with a letter or digit")
-    return v
-
-
-def _k8s_subdomain(v: str, what: str) -> str:
-    if len(v) > 253 or not _DNS1123_SUBDOMAIN.match(v):
-        raise ValueError(f"{what} must be a DNS-1123 subdomain: ≤ 253 lowercase letters, digits, '-' and '.'")
-    return v
-
-
-def _label_key(k: str) -> None:
-    prefix, _, name = k.rpartition("/")
-    if prefix:
-        _k8s_subdomain(prefix, f"the prefix of label key '{k}'")
-    if not name or len(name) > 63 or not _LABEL_VALUE.match(name):
-        raise ValueError(f"label key '{k}': the name part must be ≤ 63 letters, digits, '-', '_', '.', starting "
-                         "and ending with a letter or digit")
-
-
-class EksSpec(Section):
-    """Kubeflow PyTorchJob placement, storage and rendezvous."""
-
-    namespace: str = "default"
-    fsx_claim: str | None = Field("fsx-claim", description="PersistentVolumeClaim of the shared filesystem.")
-    fsx_mount: str = Field("/fsx", description="Where the claim is mounted in every pod.")
-    shm_size: str = Field("64Gi", description="Size of the memory-backed /dev/shm.")
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[dict] = Field(default_factory=list)
-    service_account: str | None = None
-    image_pull_secrets: list[str] = Field(default_factory=list, description="Secret names only; never values.")
-    # By digest: a tag can be moved under a running fleet. The digest is the one another public deployment pins
-    # for this tag (no registry is reachable where mtk is developed to re-check it); override to re-pin.
-    etcd_image: str = Field(
-        "quay.io/coreos/etcd:v3.5.17@sha256:a055da833a7c013b836ed0822e8ec1f99b059658be255ad8d0fcd31b635ae3d6",
-        description="The rendezvous etcd (v2 API), pinned by digest.")
-    hugepages: str | None = Field(
-        "5120Mi", description="EFA jobs: hugepages-2Mi each worker requests (libfabric's EFA buffers; AWS's "
-        "nccl-tests manifest asks 5120Mi); null leaves them out.")
-    max_restarts: int = Field(3, ge=0, le=2**31 - 1, description="Elastic restarts before the job fails.")
-    min_nodes: int | None = Field(None, ge=1, description="Must equal nodes (default): elastic ranges are refused "
-                                                          "because the engine needs the full world size.")
-    cpu: str | None = Field(None, description="CPU request/limit per worker, e.g. '90'.")
-    memory: str | None = Field(None, description="Memory request/limit per worker, e.g. '1000Gi'.")
-    backoff_limit: int = Field(2, ge=0, le=2**31 - 1, description="Data Jobs: retries before failing.")
-    sync_secrets: bool = Field(
-        False, description="mtk launch creates/updates each cluster.secrets Secret from this machine's environment "
-        "through the API (the values travel only in that request, never in a file).")
-
-    @field_validator("namespace")
-    @classmethod
-    def _namespace(cls, v: str) -> str:
-        return _k8s_label(v, "a namespace")
-
-    @field_validator("fsx_claim", "service_account")
-    @classmethod
-    def _object_name(cls, v: str | None) -> str | None:
-        return None if v is None else _k8s_subdomain(v, "an object name")
-
-    @field_validator("image_pull_secrets")
-    @classmethod
-    def _secret_names(cls, v: list[str]) -> list[str]:
-        for name in v:
-            _k8s_subdomain(name, f"Secret name '{name}'")
-        return v
-
-    @field_validator("shm_size", "cpu", "memory", "hugepages")
-    @classmethod
-    def _quantity(cls, v: str | None) -> str | None:
-        if v is not None and not _QUANTITY.match(v):
-            raise ValueError("not a Kubernetes quantity: a number with an optional suffix, e.g. '90', '500m', "
-                             "'64Gi', '1000Gi', '1e3'")
-        return v
-
-    @field_validator("node_selector")
-    @classmethod
-    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
-        for key, value in v.items():
-            _label_key(key)
-            if len(value) > 63 or not _LABEL_VALUE.match(value):
-                raise ValueError(f"label value '{value}' (key '{key}'): ≤ 63 letters, digits, '-', '_', '.', "
-                                 "starting and ending with a letter or digit")
-        return v
 
 
 _K8S_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
@@ -210,7 +75,11 @@ class SecretRef(Section):
 
 
 class ClusterSpec(Section):
-    """Resources, shared for all backends."""
+    """Resources, shared for all backends, then one block per backend that has options (its own model's)."""
+
+    # Keys beyond the fields below are backend blocks, each validated by its backend's model (_backend_blocks);
+    # any other key is refused as unknown, as in every section.
+    model_config = ConfigDict(**{**Section.model_config, "extra": "allow"})
 
     nodes: int = Field(1, ge=1, description="Nodes (Slurm) or worker pods (EKS). On Slurm 'MIN:MAX' (e.g. '8:10') "
                                             "asks for spare nodes: the job takes up to MAX, drops those that fail the "
@@ -246,8 +115,69 @@ class ClusterSpec(Section):
         "launching environment (EKS: a Kubernetes Secret); their values are never written anywhere.",
     )
     local: LocalSpec = Field(default_factory=LocalSpec)
-    slurm: SlurmSpec = Field(default_factory=SlurmSpec)
-    eks: EksSpec = Field(default_factory=EksSpec)
+    if TYPE_CHECKING:  # at run time these are extra attributes, set by _backend_blocks
+
+        @property
+        def slurm(self) -> SlurmOptions: ...
+
+        @property
+        def eks(self) -> EksOptions: ...
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _backend_blocks(cls, data: Any, handler: ModelWrapValidatorHandler[ClusterSpec]) -> ClusterSpec:
+        """Each key that is not a field names a backend whose model validates its block (errors under
+        ``cluster.<name>``); a built-in backend's block is always there (its defaults when not given)."""
+        if not isinstance(data, dict):
+            return handler(data)
+        from mtk.backends import OPTIONS, options_model
+
+        fields = {key: value for key, value in data.items() if key in cls.model_fields}
+        blocks: dict[str, Section] = {}
+        errors: list[Any] = []
+        for name in [*OPTIONS, *(key for key in data if key not in cls.model_fields and key not in OPTIONS)]:
+            model = options_model(name)
+            if model is None:
+                errors.append({"type": "extra_forbidden", "loc": (name,), "input": data[name]})
+                continue
+            try:
+                blocks[name] = model.model_validate(data.get(name, {}))
+            except ValidationError as exc:
+                errors += [{**err, "loc": (name, *err["loc"])} for err in exc.errors()]
+        try:
+            cluster = handler({**fields, **blocks})
+        except ValidationError as exc:  # every problem at once: the fields' first, as they are declared
+            errors = [*exc.errors(), *errors]
+        if errors:
+            raise ValidationError.from_exception_data(cls.__name__, errors)
+        return cluster
+
+    @classmethod
+    def block_model(cls, name: str) -> type[Section] | None:
+        """The model of ``cluster.<name>``: a field's, or a registered backend's block (None: neither)."""
+        from mtk.backends import options_model
+
+        field = cls.model_fields.get(name)
+        if field is not None:
+            return field.annotation if isinstance(field.annotation, type) and issubclass(field.annotation, Section) \
+                else None
+        return options_model(name)
+
+    def block(self, name: str) -> Section | None:
+        """Backend ``name``'s block: as the spec gave it, else its model's defaults (None: it takes no options).
+        A plugin backend reads its options this way (a built-in's are always present as attributes)."""
+        given = (self.model_extra or {}).get(name)
+        if given is not None:
+            return given
+        model = self.block_model(name)
+        return model() if model is not None else None
+
+    @classmethod
+    def accepted_keys(cls) -> list[str]:
+        """Every key the section takes: its fields, then the built-in backends' blocks."""
+        from mtk.backends import OPTIONS
+
+        return [*cls.model_fields, *OPTIONS]
 
     @field_validator("env")
     @classmethod
@@ -277,7 +207,7 @@ class ClusterSpec(Section):
     @classmethod
     def _node_names(cls, v: list[str]) -> list[str]:
         for name in v:
-            if not _NODE_NAME.match(name):
+            if not NODE_NAME.match(name):
                 raise ValueError(f"'{name}' is not a node name (letters, digits, '.', '-', '_')")
         return v
 

@@ -16,6 +16,7 @@ from . import (
     memory_checks,  # noqa: F401  (registers the GPU memory fit check)
     recipe_checks,  # noqa: F401  (registers its checks with run_checks)
 )
+from .base import Section
 from .checks import run_checks
 from .errors import Problem, SpecError
 from .job import Job
@@ -191,6 +192,9 @@ def _model_at(loc: tuple) -> type[BaseModel] | None:
     for part in loc[:-1]:
         if isinstance(part, int) or model is None:
             continue
+        if hasattr(model, "block_model"):  # cluster: a field, or a backend's block (its own model)
+            model = model.block_model(part)
+            continue
         field = model.model_fields.get(part)
         if field is None:
             return None
@@ -214,7 +218,7 @@ def _problem_from_error(err: Any) -> Problem:  # one of ValidationError.errors()
     kind = err["type"]
     if kind == "extra_forbidden":
         owner = _model_at(loc)
-        valid = list(owner.model_fields) if owner else []
+        valid = owner.accepted_keys() if isinstance(owner, type) and issubclass(owner, Section) else []
         close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.5)
         hint = f"did you mean '{close[0]}'? " if close else ""
         return Problem(path, f"unknown key; {hint}valid keys here: {', '.join(valid)}")

@@ -48,6 +48,20 @@ def test_the_backend_validates_the_job_for_itself(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+def test_the_backend_brings_its_own_block_of_options(tmp_path):
+    """cluster.toy is validated by the toy backend's own model: a value it takes reaches the render, a key it does
+    not take is refused by name; without the plugin installed the block is an unknown key like any other."""
+    out = mtk("launch", str(TINY), "--backend", "toy", "--dry-run", "--out", str(tmp_path / "preview"),
+              "--set", "cluster.toy.greeting=waved", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "toy run of tiny waved" in (tmp_path / "preview" / "toy-run.sh").read_text()
+    bad = mtk("validate", str(TINY), "--backend", "toy", "--set", "cluster.toy.greting=x", cwd=tmp_path)
+    assert bad.returncode == 2 and "cluster.toy.greting" in bad.stderr and "did you mean 'greeting'" in bad.stderr
+    plain = subprocess.run([sys.executable, "-m", "mtk", "validate", str(TINY), "--set", "cluster.toy.greeting=x"],
+                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert plain.returncode == 2 and "cluster.toy: unknown key" in plain.stderr, plain.stderr
+
+
 def test_a_dry_run_renders_through_the_backend(tmp_path):
     out = mtk("launch", str(TINY), "--backend", "toy", "--dry-run", "--out", str(tmp_path / "preview"), cwd=tmp_path)
     assert out.returncode == 0, out.stderr

@@ -18,16 +18,24 @@ from pathlib import Path
 from mtk import run_layout
 from mtk.backends import Artifacts, Backend, StepStatus
 from mtk.runs import Run
+from mtk.spec.base import Section
 from mtk.spec.errors import Problem
 
 SCRIPT = "toy-run.sh"
 CANCELLED = "toy.cancelled"
 
 
+class ToyOptions(Section):
+    """The toy backend's own block, ``cluster.toy``: validated by the spec like a built-in's."""
+
+    greeting: str = "started"
+
+
 class ToyBackend(Backend):
     name = "toy"
     megatron_check_by_default = False
     render_marker = SCRIPT
+    options = ToyOptions
 
     @classmethod
     def validate(cls, job) -> list[Problem]:
@@ -37,8 +45,10 @@ class ToyBackend(Backend):
 
     def render(self, job, run_dir: str) -> Artifacts:
         log = f"{run_dir}/{run_layout.LOGS_DIR}/toy.log"
+        options = job.cluster.block(self.name)
+        assert isinstance(options, ToyOptions)
         script = "\n".join(["#!/bin/sh", f"mkdir -p {shlex.quote(os.path.dirname(log))}",
-                            f"echo 'toy run of {job.name} started' >> {shlex.quote(log)}", "exec sleep 600", ""])
+                            f"echo {shlex.quote(f'toy run of {job.name} {options.greeting}')} >> {shlex.quote(log)}", "exec sleep 600", ""])
         return Artifacts(backend=self.name, run_dir=run_dir, files={run_layout.JOB_FILE: job.to_json(), SCRIPT: script},
                          commands=[["sh", f"{run_dir}/{SCRIPT}"]], modes={SCRIPT: 0o755})
 
