@@ -92,15 +92,35 @@ def test_a_corrupt_entry_is_ignored_and_rewritten_and_recheck_bypasses_the_cache
 
 
 SPY = textwrap.dedent("""
-    import json, sys
+    import json, sys, typing
+    from pydantic import BaseModel
     from mtk.launcher import megatron_check
-    from mtk.spec import cluster, data, debug, image, job, model, parallel, resilience, train
+    from mtk.spec.job import Job
 
-    PREFIX = {model.ModelSpec: "model", model.MoESpec: "model.moe", parallel.ParallelSpec: "parallel",
-              train.TrainSpec: "train", train.Fp8Spec: "train.fp8", train.CheckpointSpec: "train.checkpoint",
-              cluster.ClusterSpec: "cluster", cluster.SlurmSpec: "cluster.slurm", cluster.EksSpec: "cluster.eks",
-              cluster.LocalSpec: "cluster.local", data.DataSpec: "data", image.ImageSpec: "image",
-              debug.DebugSpec: "debug", resilience.ResilienceSpec: "resilience", job.Job: ""}
+    # Every spec section class -> its dotted path, found from Job down: the declared types (a section left None, as
+    # train.fp8, still counts) and the parsed job's values (a backend's block, e.g. cluster.slurm, comes from the
+    # registry), so no section is named here by hand.
+    PREFIX = {}
+
+    def models_in(annotation):
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield annotation
+        for arg in typing.get_args(annotation):
+            yield from models_in(arg)
+
+    def walk(cls, value, prefix):
+        if cls in PREFIX:
+            return
+        PREFIX[cls] = prefix
+        subs = {name: (info.annotation, getattr(value, name, None)) for name, info in cls.model_fields.items()}
+        subs.update({name: (None, v) for name, v in (getattr(value, "__pydantic_extra__", None) or {}).items()})
+        for name, (annotation, sub) in subs.items():
+            path = f"{prefix}.{name}".lstrip(".")
+            for c in {*models_in(annotation), *([type(sub)] if isinstance(sub, BaseModel) else [])}:
+                walk(c, sub if isinstance(sub, c) else None, path)
+
+    text = sys.stdin.read()
+    walk(Job, Job.model_validate_json(text), "")
     reads = set()
 
     def spy(cls, prefix):
@@ -113,8 +133,8 @@ SPY = textwrap.dedent("""
 
     for cls, prefix in PREFIX.items():
         spy(cls, prefix)
-    result = megatron_check.run_child(sys.stdin.read())
-    print(json.dumps({"reads": sorted(reads), "result": result}))
+    result = megatron_check.run_child(text)
+    print(json.dumps({"reads": sorted(reads), "sections": sorted(PREFIX.values()), "result": result}))
 """)
 
 
@@ -132,6 +152,8 @@ def test_the_key_holds_every_spec_field_the_check_reads(tmp_path):
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["result"]["problems"] == [] and out["result"]["parameters_per_rank"] > 0
     reads = set(out["reads"])
+    assert {"model", "model.moe", "parallel", "train", "train.fp8", "train.checkpoint", "cluster", "data",
+            "resilience"} <= set(out["sections"])  # the walk from Job found the sections to spy on
     assert {"model.hidden_size", "parallel.tp", "train.lr", "cluster.device"} <= reads  # the spy saw the reads
 
     material = megatron_cache.spec_material(job)
