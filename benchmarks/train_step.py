@@ -78,7 +78,7 @@ def bare_loop(job_path: str, out_path: str, iters: int) -> None:
         chunks[0].zero_grad_buffer()
         opt.zero_grad()
         get_forward_backward_func()(forward_step_func=fwd, data_iterator=it, model=chunks[0],
-                                    num_microbatches=t.global_batch_size // (t.micro_batch_size * dp),
+                                    num_microbatches=t.micro_batches(dp),
                                     seq_length=job.model.seq_length, micro_batch_size=t.micro_batch_size,
                                     decoder_seq_length=job.model.seq_length, forward_only=False)
         opt.step()

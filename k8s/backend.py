@@ -84,7 +84,8 @@ class EksBackend(Backend):
         if stopped is None and options.get("wait", True):
             return ""
         what = f"{stopped}; every step is submitted" if stopped else "not waiting (--no-wait): every step is submitted"
-        hint = launch_wait.follow_hint(Path(run.record_dir or run.run_dir).name, run.extra.get("namespace", "default"))
+        namespace = run.backend_notes.get("namespace", "default")
+        hint = launch_wait.follow_hint(Path(run.record_dir or run.run_dir).name, namespace)
         return f"{what} and waits in the cluster for the one before it; {hint}"
 
     def __init__(self, kube_factory: Callable[[str], object] | None = None, poll: float = 5.0,
@@ -174,7 +175,7 @@ class EksBackend(Backend):
         objs = yamlio.load_all(artifacts.files[ALL_FILE])
         kube = self._kube(job.cluster.eks.namespace)
         run = Run(backend=self.name, run_dir=run_dir, name=job.name, record_dir=artifacts.record_dir or "",
-                  extra={"namespace": job.cluster.eks.namespace, "run_id": run_name})
+                  backend_notes={"namespace": job.cluster.eks.namespace, "run_id": run_name})
         for body in objs:
             run.ids[body["metadata"]["labels"][names.LABEL_COMPONENT]] = f"{body['kind']}/{body['metadata']['name']}"
         run.ids.pop("spec", None)
@@ -241,9 +242,9 @@ class EksBackend(Backend):
     # ----------------------------------------------------------------------------------------------- status
     def status(self, run: Run) -> list[StepStatus]:
         """One line per step (etcd, data Jobs, PyTorchJob), then one per pod with phase and restarts."""
-        kube = self._kube(run.extra.get("namespace", "default"))
-        run_name = run.extra.get("run_id") or names.run_id(run.run_dir)
-        cancelled = bool(run.extra.get("cancelled"))
+        kube = self._kube(run.backend_notes.get("namespace", "default"))
+        run_name = run.backend_notes.get("run_id") or names.run_id(run.run_dir)
+        cancelled = bool(run.backend_notes.get("cancelled"))
         out: list[StepStatus] = []
         for step, ident in run.ids.items():
             kind, _, name = ident.partition("/")
@@ -282,8 +283,8 @@ class EksBackend(Backend):
              node: str | None = None) -> Iterator[str]:
         """Lines of the run's pods, prefixed with the pod name when there are several; ``node`` picks one pod
         (its full name or the ``worker-1`` suffix). Following waits for pods and containers to start."""
-        kube = self._kube(run.extra.get("namespace", "default"))
-        run_name = run.extra.get("run_id") or names.run_id(run.run_dir)
+        kube = self._kube(run.backend_notes.get("namespace", "default"))
+        run_name = run.backend_notes.get("run_id") or names.run_id(run.run_dir)
         chosen, pods = self._find_pods(kube, run_name, step, node, wait=follow)
         container = CONTAINERS.get(chosen)
         multi = len(pods) > 1
@@ -334,8 +335,8 @@ class EksBackend(Backend):
         """Delete every object labelled with this run (and only those); repeating it is harmless."""
         from .client import DELETE_ORDER, KubeError
 
-        kube = self._kube(run.extra.get("namespace", "default"))
-        run_name = run.extra.get("run_id") or names.run_id(run.run_dir)
+        kube = self._kube(run.backend_notes.get("namespace", "default"))
+        run_name = run.backend_notes.get("run_id") or names.run_id(run.run_dir)
         for kind in DELETE_ORDER:
             try:
                 items = kube.list(kind, names.selector(run_name))
@@ -349,7 +350,7 @@ class EksBackend(Backend):
                     continue
                 if kube.delete(kind, item["metadata"]["name"]):
                     self.say(f"deleted {kind}/{item['metadata']['name']}")
-        run.extra["cancelled"] = True
+        run.backend_notes["cancelled"] = True
         _save_quietly(run)
 
 

@@ -106,7 +106,7 @@ class LocalBackend(Backend):
         while read_state(run_dir).get("runner_pid") != proc.pid and time.time() < deadline and proc.poll() is None:
             time.sleep(0.05)
         return Run(backend=self.name, run_dir=str(run_dir), name=job.name, ids={"runner": str(proc.pid)},
-                   extra={"host": socket.gethostname()})
+                   backend_notes={"host": socket.gethostname()})
 
     def submitted_note(self, run: Run, options: Mapping[str, object], stopped: object) -> str:
         """What the ``runner: PID`` line is: the detached process that runs the steps (what cancel signals)."""
@@ -141,7 +141,7 @@ class LocalBackend(Backend):
         logs_dir = Path(run.run_dir) / run_layout.LOGS_DIR
         plan = json.loads((Path(run.run_dir) / STEPS_FILE).read_text())
         names = [s["step"] for s in plan["steps"] if step in (None, s["step"])]
-        _check_logs_filter(plan, step, node, run.extra.get("host"))
+        _check_logs_filter(plan, step, node, run.backend_notes.get("host"))
         runner = int(run.ids.get("runner", "0"))
         for name in names:
             path = logs_dir / f"{name}.log"

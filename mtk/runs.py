@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mtk.files import atomic_write
 from mtk.run_layout import RunLayout
@@ -13,8 +15,7 @@ from mtk.run_layout import RunLayout
 RECORD = "run.json"
 
 
-@dataclass
-class Run:
+class Run(BaseModel):
     """A submitted run. ``ids`` maps step name -> backend id (Slurm job id, pid, object name).
 
     ``run_dir`` is the run dir as the nodes/pods see it; ``record_dir`` is where this machine keeps the run
@@ -23,12 +24,17 @@ class Run:
     error mid-apply): such a record tells the truth in ``mtk ls``/``status`` and is never the default RUN.
     """
 
+    # run.json is read strictly: a hand-edited or foreign file is named as damaged, never half-believed.
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+
     backend: str
     run_dir: str
     name: str
-    created: float = field(default_factory=time.time)
-    ids: dict[str, str] = field(default_factory=dict)
-    extra: dict = field(default_factory=dict)
+    created: float = Field(default_factory=time.time)
+    ids: dict[str, str] = Field(default_factory=dict)
+    # What the backend noted at submit to find its run again (a Slurm config path and job names, a namespace and
+    # object name, the launching host); only that backend reads it. run.json keeps it under "extra".
+    backend_notes: dict[str, Any] = Field(default_factory=dict, alias="extra")
     record_dir: str = ""
     launch_error: str = ""
 
@@ -38,7 +44,7 @@ class Run:
 
     def save(self) -> Path:
         path = Path(self.record_dir or self.run_dir) / RECORD
-        data = asdict(self)
+        data = self.model_dump(by_alias=True)
         if not self.launch_error:  # a submitted run's record keeps the fields it always had
             del data["launch_error"]
         atomic_write(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
@@ -53,21 +59,22 @@ class Run:
         except (ValueError, UnicodeDecodeError) as exc:
             raise DamagedRecord(f"{path}: the run record is damaged ({exc}); it is rewritten at launch only — "
                                 f"restore it from a copy, or pass the run dir of another run") from None
-        fields = {"backend", "run_dir", "name", "created", "ids", "extra", "record_dir", "launch_error"}
-        if not isinstance(data, dict) or not {"backend", "run_dir", "name"} <= set(data) or set(data) - fields:
-            raise DamagedRecord(f"{path}: not an mtk run record (needs backend, run_dir, name; may have "
-                                f"{', '.join(sorted(fields - {'backend', 'run_dir', 'name'}))})")
-        types: dict[str, type | tuple[type, ...]]
-        types = {"backend": str, "run_dir": str, "name": str, "created": (int, float), "ids": dict, "extra": dict,
-                 "record_dir": str, "launch_error": str}
-        bad = [k for k, v in data.items() if not isinstance(v, types[k]) or isinstance(v, bool)]
-        if bad or not all(isinstance(v, str) for v in data.get("ids", {}).values()):
-            raise DamagedRecord(f"{path}: the run record is damaged (wrong type for {', '.join(bad) or 'ids'})")
+        try:
+            run = cls.model_validate(data)
+        except ValidationError as exc:
+            problems = exc.errors()
+            if not isinstance(data, dict) or any(e["type"] in ("missing", "extra_forbidden") for e in problems):
+                required = [name for name, f in cls.model_fields.items() if f.is_required()]
+                optional = sorted(f.alias or name for name, f in cls.model_fields.items() if name not in required)
+                raise DamagedRecord(f"{path}: not an mtk run record (needs {', '.join(required)}; may have "
+                                    f"{', '.join(optional)})") from None
+            bad = dict.fromkeys(str(e["loc"][0]) for e in problems if e["loc"])
+            raise DamagedRecord(f"{path}: the run record is damaged (wrong type for {', '.join(bad)})") from None
         from .backends import backend_names
 
-        if data["backend"] not in backend_names():
-            raise DamagedRecord(f"{path}: unknown backend {data['backend']!r} (one of {', '.join(backend_names())})")
-        return cls(**data)
+        if run.backend not in backend_names():
+            raise DamagedRecord(f"{path}: unknown backend {run.backend!r} (one of {', '.join(backend_names())})")
+        return run
 
 
 def new_run_dir(runs_dir: str | Path, name: str, now: float | None = None) -> Path:

@@ -68,7 +68,7 @@ class SlurmBackend(Backend):
 
     def _client(self, run: Run | None = None) -> Slurm:
         if self._slurm is None:
-            conf = (run.extra.get("slurm_conf") if run else None) or os.environ.get("SLURM_CONF")
+            conf = (run.backend_notes.get("slurm_conf") if run else None) or os.environ.get("SLURM_CONF")
             self._slurm = Slurm(conf)
         return self._slurm
 
@@ -117,7 +117,7 @@ class SlurmBackend(Backend):
         extra: dict[str, object] = {"job_names": {sub.step: sub.job_name for sub in subs}}
         if os.environ.get("SLURM_CONF"):
             extra["slurm_conf"] = os.environ["SLURM_CONF"]
-        return Run(backend=self.name, run_dir=artifacts.run_dir, name=job.name, ids=ids, extra=extra)
+        return Run(backend=self.name, run_dir=artifacts.run_dir, name=job.name, ids=ids, backend_notes=extra)
 
     # -- status ---------------------------------------------------------------------------------------
 
@@ -268,7 +268,8 @@ class SlurmBackend(Backend):
             atomic_write(final, "cancelled\n")
         slurm = self._client(run)
         ids = [i for _, i in self.jobs(run)]
-        names = list(run.extra.get("job_names", {}).values()) or [f"{job_base(run.run_dir)}-{s}" for s in run.ids]
+        names = list(run.backend_notes.get("job_names", {}).values()) or \
+            [f"{job_base(run.run_dir)}-{s}" for s in run.ids]
         slurm.cancel(ids, names)
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:

@@ -64,7 +64,7 @@ def test_submit_applies_in_order_and_waits(standin, k8s_jobs, kube_token, tmp_pa
     for (_, plural, _), obj in s.objects.items():
         if plural != "pods":
             assert obj["metadata"]["labels"][names.LABEL_RUN] == run_name
-    assert run.extra == {"namespace": "default", "run_id": run_name}
+    assert run.backend_notes == {"namespace": "default", "run_id": run_name}
     assert run.ids["train"] == f"PyTorchJob/{run_name}"
     # run.json is saved (status/cancel work from another shell) and holds no credential.
     saved = (Path(art.run_dir) / "run.json").read_text()

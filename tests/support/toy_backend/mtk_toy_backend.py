@@ -48,7 +48,8 @@ class ToyBackend(Backend):
         options = job.cluster.block(self.name)
         assert isinstance(options, ToyOptions)
         script = "\n".join(["#!/bin/sh", f"mkdir -p {shlex.quote(os.path.dirname(log))}",
-                            f"echo {shlex.quote(f'toy run of {job.name} {options.greeting}')} >> {shlex.quote(log)}", "exec sleep 600", ""])
+                            f"echo {shlex.quote(f'toy run of {job.name} {options.greeting}')} >> {shlex.quote(log)}",
+                            "exec sleep 600", ""])
         return Artifacts(backend=self.name, run_dir=run_dir, files={run_layout.JOB_FILE: job.to_json(), SCRIPT: script},
                          commands=[["sh", f"{run_dir}/{SCRIPT}"]], modes={SCRIPT: 0o755})
 

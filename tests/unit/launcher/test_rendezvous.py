@@ -257,7 +257,8 @@ def _modules_loaded_by(code: str, env: dict[str, str]) -> set[str]:
 
 NODE_STEP = ("from mtk.rendezvous import from_environment, node_place\n"
              "from mtk.spec import validate\n"
-             "job = validate({'name': 'n', 'model': {'preset': 'tiny'}, 'cluster': {'nodes': 2, 'procs_per_node': 1, 'device': 'cpu'}})\n"
+             "job = validate({'name': 'n', 'model': {'preset': 'tiny'},\n"
+             "                'cluster': {'nodes': 2, 'procs_per_node': 1, 'device': 'cpu'}})\n"
              "from_environment(job, os.environ); node_place(os.environ)\n"
              "from mtk.training import lease\n"
              "lease._stale({'run_dir': 'other', 'host': 'elsewhere', 'pid': 1, 'job_id': '7', 'scheduler': "
