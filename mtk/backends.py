@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import abc
 import functools
-import importlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, cast
 
 from mtk.files import atomic_write, current_umask  # noqa: F401  (re-exported; new code imports mtk.files)
 
@@ -52,7 +51,9 @@ class Scheduler:
 
     def reader(self) -> ModuleType:
         """The module that reads its variables (imported now, not before)."""
-        return importlib.import_module(self.module)
+        from .loading import load
+
+        return cast(ModuleType, load(self.module))
 
 
 ENTRY_POINT_GROUP = "mtk.backends"
@@ -259,8 +260,9 @@ def backend_class(name: str) -> type[Backend]:
     registered = REGISTRY if name in REGISTRY else _registered()  # built-ins: no entry-point scan
     if name not in registered:
         raise KeyError(f"unknown backend '{name}'; choose one of: {', '.join(registered)}")
-    module, _, attr = registered[name].partition(":")
-    return getattr(importlib.import_module(module), attr)
+    from .loading import load
+
+    return cast("type[Backend]", load(registered[name]))
 
 
 def infer_backend(cluster: object, source: str | None = None) -> tuple[str, str]:
@@ -283,8 +285,9 @@ def options_model(name: str) -> type[Section] | None:
     """The model of backend ``name``'s block in ``cluster`` (None: not a backend, or one without options). A
     built-in's is imported from OPTIONS; only a name that is no built-in's scans the installed distributions."""
     if name in OPTIONS:
-        module, _, attr = OPTIONS[name].partition(":")
-        return getattr(importlib.import_module(module), attr)
+        from .loading import load
+
+        return cast("type[Section]", load(OPTIONS[name]))
     if name in REGISTRY or name not in _registered():
         return None
     return backend_class(name).options
