@@ -25,7 +25,7 @@ from mtk.runs import Run
 from mtk.spec import Job
 from mtk.spec.errors import Problem
 
-from .local_runner import STEPS_FILE, read_state
+from .local_runner import read_state
 
 
 def step_argv(step: str, run_dir: str) -> list[str]:
@@ -55,7 +55,7 @@ class LocalBackend(Backend):
     megatron_check_by_default = False  # nothing queues: a refusal comes as soon as the run starts
     follows_by_default = True
     interrupt_cancels = True  # the run lives with this terminal: Ctrl-C stops it (after a checkpoint)
-    render_marker = STEPS_FILE
+    render_marker = run_layout.STEPS_PLAN_FILE
     spare_nodes_refused = "for Slurm only: the local backend runs on this machine only"
 
     @classmethod
@@ -79,7 +79,7 @@ class LocalBackend(Backend):
         }
         files = {
             run_layout.JOB_FILE: job.to_json(),
-            STEPS_FILE: json.dumps(plan, indent=2, sort_keys=True) + "\n",
+            run_layout.STEPS_PLAN_FILE: json.dumps(plan, indent=2, sort_keys=True) + "\n",
             "run.sh": _run_script(job, run_dir, steps, torchrun, env),
         }
         return Artifacts(
@@ -139,7 +139,7 @@ class LocalBackend(Backend):
 
     def logs(self, run: Run, follow: bool = False, step: str | None = None, node: str | None = None) -> Iterator[str]:
         logs_dir = Path(run.run_dir) / run_layout.LOGS_DIR
-        plan = json.loads((Path(run.run_dir) / STEPS_FILE).read_text())
+        plan = json.loads(run_layout.RunLayout.of(run.run_dir).steps_plan.read_text())
         names = [s["step"] for s in plan["steps"] if step in (None, s["step"])]
         _check_logs_filter(plan, step, node, run.backend_notes.get("host"))
         runner = int(run.ids.get("runner", "0"))

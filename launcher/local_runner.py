@@ -18,19 +18,16 @@ from pathlib import Path
 from mtk import exitcodes, run_layout, run_outcome
 from mtk.files import atomic_write
 
-STEPS_FILE = "steps.json"
-STATE_FILE = f"{run_layout.STATE_DIR}/steps.json"
-
 
 def read_state(run_dir: str | Path) -> dict:
     try:
-        return json.loads((Path(run_dir) / STATE_FILE).read_text())
+        return json.loads(run_layout.RunLayout.of(run_dir).steps_state.read_text())
     except (OSError, ValueError):
         return {}
 
 
 def _save(run_dir: Path, state: dict) -> None:
-    atomic_write(run_dir / STATE_FILE, json.dumps(state, indent=2, sort_keys=True) + "\n")
+    atomic_write(run_layout.RunLayout.of(run_dir).steps_state, json.dumps(state, indent=2, sort_keys=True) + "\n")
 
 
 def _resolve(argv: list[str]) -> list[str]:
@@ -51,7 +48,7 @@ def _step_state(rc: int, cancelled: bool) -> str:
 
 
 def run(run_dir: Path) -> int:
-    plan = json.loads((run_dir / STEPS_FILE).read_text())
+    plan = json.loads(run_layout.RunLayout.of(run_dir).steps_plan.read_text())
     state: dict = {"runner_pid": os.getpid(), "steps": {s["step"]: {"state": "PENDING"} for s in plan["steps"]}}
     _save(run_dir, state)
     current: dict = {}

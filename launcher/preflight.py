@@ -33,9 +33,6 @@ from pathlib import Path
 from mtk import checkpoint_paths, exitcodes, run_layout
 from mtk.files import atomic_write
 
-HEALTH_DIR = f"{run_layout.STATE_DIR}/health"
-PREFLIGHT_FILE = f"{run_layout.STATE_DIR}/preflight.json"
-PREFLIGHT_HOSTS = f"{run_layout.STATE_DIR}/preflight.hosts"
 INIT_TIMEOUT_S = 120
 
 
@@ -282,11 +279,12 @@ def main(argv: list[str] | None = None) -> int:
         rank, world, host, port = group
         health.node_rank = rank
         nodes = allreduce_check(health, job, rank, world, host, port)
-    atomic_write(Path(run_dir) / HEALTH_DIR / f"{health.host}.json", json.dumps(asdict(health), indent=2) + "\n")
+    layout = run_layout.RunLayout.of(run_dir)
+    atomic_write(layout.health(health.host), json.dumps(asdict(health), indent=2) + "\n")
     result = verdict(nodes)
     if health.node_rank == 0:
-        atomic_write(Path(run_dir) / PREFLIGHT_FILE, json.dumps(result, indent=2) + "\n")
-        atomic_write(Path(run_dir) / PREFLIGHT_HOSTS, "".join(f"{h}\n" for h in result["failed_hosts"]))
+        atomic_write(layout.preflight, json.dumps(result, indent=2) + "\n")
+        atomic_write(layout.preflight_hosts, "".join(f"{h}\n" for h in result["failed_hosts"]))
     for n in result["failed"]:
         print(f"mtk preflight: node {n['host']} (node {n['node_rank']}) FAILED: {'; '.join(n['problems'])}",
               flush=True)

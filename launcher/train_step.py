@@ -172,7 +172,7 @@ def job_for_node_count(job, run_dir: str, nodes: int) -> str:
 
     fixed = job.model_copy(deep=True)
     fixed.cluster.nodes, fixed.cluster.min_nodes = nodes, None
-    path = Path(run_dir) / run_layout.STATE_DIR / f"job.{nodes}nodes.json"
+    path = run_layout.RunLayout.of(run_dir).job_for_nodes(nodes)
     atomic_write(path, fixed.to_json())  # every node writes the same bytes
     return str(path)
 

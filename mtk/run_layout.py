@@ -30,6 +30,14 @@ HANG_HOSTS_FILE = "state/hang.hosts"
 EXCLUDED_FILE = "state/excluded_nodes"
 # Why the engine exited (code, iteration, reason, checkpoint), by rank 0; the node step and `mtk status` read it.
 LAST_EXIT_FILE = "state/last_exit.json"
+# The preflight health gate: each node's verdict (health/<host>.json), node 0's summary and the failing hosts (one
+# per line; the Slurm script reads this name as "$MTK_STATE_DIR/preflight.hosts").
+HEALTH_DIR = "state/health"
+PREFLIGHT_FILE = "state/preflight.json"
+PREFLIGHT_HOSTS_FILE = "state/preflight.hosts"
+# The local backend's plan (the steps' argv, written at render: it marks a local run dir) and its runner's state.
+STEPS_PLAN_FILE = "steps.json"
+STEPS_STATE_FILE = "state/steps.json"
 
 @dataclass(frozen=True)
 class RunLayout:
@@ -93,6 +101,34 @@ class RunLayout:
     @property
     def last_exit(self) -> Path:
         return self.run_dir / LAST_EXIT_FILE
+
+    @property
+    def preflight(self) -> Path:
+        return self.run_dir / PREFLIGHT_FILE
+
+    @property
+    def preflight_hosts(self) -> Path:
+        return self.run_dir / PREFLIGHT_HOSTS_FILE
+
+    def health(self, host: str) -> Path:
+        """One node's preflight verdict."""
+        return self.run_dir / HEALTH_DIR / f"{host}.json"
+
+    @property
+    def steps_plan(self) -> Path:
+        return self.run_dir / STEPS_PLAN_FILE
+
+    @property
+    def steps_state(self) -> Path:
+        return self.run_dir / STEPS_STATE_FILE
+
+    def job_for_nodes(self, nodes: int) -> Path:
+        """The job spec fixed to ``nodes`` nodes, for a spare-node range's training step (its world size)."""
+        return self.run_dir / STATE_DIR / f"job.{nodes}nodes.json"
+
+    def step_exits(self, job_id: str) -> list[Path]:
+        """The exit codes a Slurm job's step recorded (``state/<step>.<job id>.exit``, written by its script)."""
+        return sorted((self.run_dir / STATE_DIR).glob(f"*.{job_id}.exit"))
 
     @property
     def checkpoints(self) -> Path:

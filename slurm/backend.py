@@ -319,7 +319,7 @@ def _mark_stopped(run: Run, steps: list[StepStatus]) -> None:
 
 
 def _exit_file(run: Run, job_id: str) -> int | None:
-    for path in Path(run.run_dir, run_layout.STATE_DIR).glob(f"*.{job_id}.exit"):
+    for path in run_layout.RunLayout.of(run.run_dir).step_exits(job_id):
         try:
             return int(path.read_text().strip())
         except (OSError, ValueError):
