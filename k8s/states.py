@@ -32,7 +32,7 @@ def pytorchjob_state(obj: dict | None) -> tuple[StepState, str]:
     return PYTORCHJOB_CONDITIONS.get(last.get("type", ""), StepState.UNKNOWN), reason
 
 
-def stopped_if_asked(state: str, reason: str, run_dir: str) -> tuple[str, str]:
+def stopped_if_asked(state: StepState, reason: str, run_dir: str) -> tuple[StepState, str]:
     """A Succeeded PyTorchJob that ended on ``mtk stop`` is STOPPED, as ``mtk report`` and a local run say.
 
     The worker exits 0 after a stop on purpose (``train_step``: a restart policy of OnFailure/ExitCode would

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from mtk.backends import StepStatus
 from mtk.runs import RECORD, Run
+from mtk.steps import StepState
 
 
 def describe(exc: BaseException) -> str:
@@ -39,7 +40,7 @@ def record_failed_launch(backend: str, name: str, run_dir: str, record_dir: str,
 def launch_steps(run: Run) -> list[StepStatus]:
     """A failed launch as steps: ``launch FAILED`` with the error, then what the backend reports for the ids it
     recorded (if it cannot answer, that is one more line, not a traceback)."""
-    steps = [StepStatus("launch", "FAILED", reason=f"the launch failed: {run.launch_error}")]
+    steps = [StepStatus("launch", StepState.FAILED, reason=f"the launch failed: {run.launch_error}")]
     if not run.ids:
         steps[0].reason += "; nothing was submitted"
         return steps
@@ -48,6 +49,6 @@ def launch_steps(run: Run) -> list[StepStatus]:
     try:
         steps += get_backend(run.backend).status(run)
     except Exception as exc:  # the cluster that refused the launch may refuse this too: say so and go on
-        steps.append(StepStatus("submitted", "UNKNOWN", ", ".join(run.ids.values()),
+        steps.append(StepStatus("submitted", StepState.UNKNOWN, ", ".join(run.ids.values()),
                                 reason=f"{run.backend} status failed: {describe(exc)}"))
     return steps

@@ -24,6 +24,7 @@ from mtk.netenv import network_env
 from mtk.runs import Run
 from mtk.spec import Job
 from mtk.spec.errors import Problem
+from mtk.steps import Step, StepState
 
 from .local_runner import read_state
 
@@ -43,7 +44,7 @@ def _run_script(job: Job, run_dir: str, steps: list[list[str]], torchrun: list[s
     for name in job.cluster.secret_names:  # by reference: the value comes from the shell that runs this
         lines.append(f': "${{{name}:?{name} (cluster.secrets) must be exported in this shell}}"')
     for argv in steps:
-        if argv[1] == "train":
+        if argv[1] == Step.TRAIN:
             lines.append(f"# train runs: {shlex.join(torchrun)}")
         lines.append(shlex.join(argv))
     return "\n".join(lines) + "\n"
@@ -119,11 +120,12 @@ class LocalBackend(Backend):
         alive = _alive(runner) and _is_runner_of(runner, run.run_dir)
         out = []
         for step, info in state.get("steps", {}).items():
-            s = info.get("state", "UNKNOWN")
+            recorded = info.get("state")
+            s = StepState(recorded) if recorded in StepState.__members__ else StepState.UNKNOWN
             reason = info.get("reason", "")
-            if s in ("RUNNING", "PENDING") and not alive and not state.get("done"):
-                s, reason = "FAILED", "the runner process is gone (killed?)"
-            tail = _tail(info.get("log")) if s == "FAILED" else []
+            if s in (StepState.RUNNING, StepState.PENDING) and not alive and not state.get("done"):
+                s, reason = StepState.FAILED, "the runner process is gone (killed?)"
+            tail = _tail(info.get("log")) if s == StepState.FAILED else []
             out.append(
                 StepStatus(
                     step=step,
@@ -205,7 +207,8 @@ def _check_logs_filter(plan: dict, step: str | None, node: str | None, host: str
 
 def _finished(run: Run, step: str, runner: int) -> bool:
     info = read_state(run.run_dir).get("steps", {}).get(step, {})
-    return info.get("state") in ("COMPLETED", "STOPPED", "FAILED", "CANCELLED") or not _alive(runner)
+    ended = (StepState.COMPLETED, StepState.STOPPED, StepState.FAILED, StepState.CANCELLED)
+    return info.get("state") in ended or not _alive(runner)
 
 
 def _alive(pid: int) -> bool:

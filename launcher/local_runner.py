@@ -17,6 +17,7 @@ from pathlib import Path
 
 from mtk import exitcodes, run_layout, run_outcome
 from mtk.files import atomic_write
+from mtk.steps import StepState
 
 
 def read_state(run_dir: str | Path) -> dict:
@@ -37,19 +38,19 @@ def _resolve(argv: list[str]) -> list[str]:
     return argv
 
 
-def _step_state(rc: int, cancelled: bool) -> str:
+def _step_state(rc: int, cancelled: bool) -> StepState:
     """A step's end as ``mtk status`` shows it; 43 is the engine's "stopped as asked" (``mtk stop``), not a
     failure."""
     if cancelled:
-        return "CANCELLED"
+        return StepState.CANCELLED
     if rc == exitcodes.STOPPED:
-        return "STOPPED"
-    return "COMPLETED" if rc == 0 else "FAILED"
+        return StepState.STOPPED
+    return StepState.COMPLETED if rc == 0 else StepState.FAILED
 
 
 def run(run_dir: Path) -> int:
     plan = json.loads(run_layout.RunLayout.of(run_dir).steps_plan.read_text())
-    state: dict = {"runner_pid": os.getpid(), "steps": {s["step"]: {"state": "PENDING"} for s in plan["steps"]}}
+    state: dict = {"runner_pid": os.getpid(), "steps": {s["step"]: {"state": StepState.PENDING} for s in plan["steps"]}}
     _save(run_dir, state)
     current: dict = {}
 
@@ -68,7 +69,7 @@ def run(run_dir: Path) -> int:
         entry = state["steps"][name]
         if current.get("cancelled") or rc != 0:
             why = "the run was stopped (mtk stop)" if rc == exitcodes.STOPPED else "an earlier step did not complete"
-            entry.update(state="CANCELLED", reason=why if rc else "cancelled")
+            entry.update(state=StepState.CANCELLED, reason=why if rc else "cancelled")
             if rc == exitcodes.STOPPED:
                 entry["needed"] = False  # left unrun by a stop: the run is STOPPED, not CANCELLED
             continue
@@ -77,11 +78,11 @@ def run(run_dir: Path) -> int:
         with open(log, "ab", buffering=0) as out:
             proc = subprocess.Popen(_resolve(step["argv"]), stdout=out, stderr=subprocess.STDOUT, env=env, cwd=run_dir)
             current["proc"] = proc
-            entry.update(state="RUNNING", pid=proc.pid, started=time.time(), log=str(log))
+            entry.update(state=StepState.RUNNING, pid=proc.pid, started=time.time(), log=str(log))
             _save(run_dir, state)
             rc = proc.wait()
         entry.update(ended=time.time(), exit_code=rc, state=_step_state(rc, bool(current.get("cancelled"))))
-        if entry["state"] == "STOPPED":
+        if entry["state"] == StepState.STOPPED:
             entry["reason"] = run_outcome.stopped_reason(run_dir)
         _save(run_dir, state)
     state["done"] = True

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, ClassVar, cast
 
 from mtk.files import atomic_write, current_umask  # noqa: F401  (re-exported; new code imports mtk.files)
 
+from .steps import StepState
+
 if TYPE_CHECKING:
     from .runs import Run
     from .spec import Job
@@ -120,7 +122,7 @@ class StepStatus:
     """One step (Slurm job, pod, process) of a run, mapped to a neutral state."""
 
     step: str
-    state: str  # PENDING RUNNING COMPLETED STOPPED FAILED CANCELLED UNKNOWN
+    state: StepState
     id: str = ""
     exit_code: int | None = None
     reason: str = ""

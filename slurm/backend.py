@@ -17,6 +17,7 @@ from mtk import run_layout
 from mtk.backends import Artifacts, Backend, StepStatus
 from mtk.files import atomic_write
 from mtk.runs import Run
+from mtk.steps import Step, StepState
 
 from . import logfiles
 from .commands import JobInfo, Slurm
@@ -27,17 +28,17 @@ if TYPE_CHECKING:
     from mtk.spec.errors import Problem
 
 # Slurm job state -> mtk's neutral state. Anything else is UNKNOWN.
-STATES: dict[str, str] = {
-    "PENDING": "PENDING", "CONFIGURING": "PENDING", "REQUEUED": "PENDING", "REQUEUE_HOLD": "PENDING",
-    "REQUEUE_FED": "PENDING", "RESV_DEL_HOLD": "PENDING", "SUSPENDED": "PENDING",
-    "RUNNING": "RUNNING", "COMPLETING": "RUNNING", "SIGNALING": "RUNNING", "STAGE_OUT": "RUNNING",
-    "RESIZING": "RUNNING", "STOPPED": "RUNNING",
-    "COMPLETED": "COMPLETED",
-    "FAILED": "FAILED", "TIMEOUT": "FAILED", "NODE_FAIL": "FAILED", "OUT_OF_MEMORY": "FAILED",
-    "BOOT_FAIL": "FAILED", "DEADLINE": "FAILED", "PREEMPTED": "FAILED", "SPECIAL_EXIT": "FAILED",
-    "CANCELLED": "CANCELLED", "REVOKED": "CANCELLED",
+_BY_NEUTRAL_STATE = {
+    StepState.PENDING: ("PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD",
+                        "SUSPENDED"),
+    StepState.RUNNING: ("RUNNING", "COMPLETING", "SIGNALING", "STAGE_OUT", "RESIZING", "STOPPED"),
+    StepState.COMPLETED: ("COMPLETED",),
+    StepState.FAILED: ("FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED",
+                       "SPECIAL_EXIT"),
+    StepState.CANCELLED: ("CANCELLED", "REVOKED"),
 }
-ACTIVE = ("PENDING", "RUNNING")
+STATES: dict[str, StepState] = {slurm: ours for ours, theirs in _BY_NEUTRAL_STATE.items() for slurm in theirs}
+ACTIVE = (StepState.PENDING, StepState.RUNNING)
 FINAL_REASONS = {
     "stopped": "stopped by the exit trigger (mtk stop); checkpoint saved, nothing requeued",
     "guardrail": "stopped by the guardrail: too many failures in a row without checkpoint progress",
@@ -46,8 +47,8 @@ FINAL_REASONS = {
 }
 
 
-def neutral(slurm_state: str) -> str:
-    return STATES.get(slurm_state.split()[0].rstrip("+") if slurm_state else "", "UNKNOWN")
+def neutral(slurm_state: str) -> StepState:
+    return STATES.get(slurm_state.split()[0].rstrip("+") if slurm_state else "", StepState.UNKNOWN)
 
 
 class SlurmBackend(Backend):
@@ -156,18 +157,18 @@ class SlurmBackend(Backend):
         for label, job_id in jobs:
             rec = info.get(job_id)
             if rec is None:
-                out.append(StepStatus(label, "UNKNOWN", job_id, reason="Slurm no longer knows this job and "
+                out.append(StepStatus(label, StepState.UNKNOWN, job_id, reason="Slurm no longer knows this job and "
                                       "the run dir has no exit record"))
                 continue
             state = neutral(rec.state)
             st = StepStatus(label, state, job_id, exit_code=None if state in ACTIVE else rec.exit_code,
                             reason=self._reason(run, label, rec, final),
                             needed=not _not_needed(label, state, final))
-            if label == "preprocess":  # a sharded preprocess: shards done / total, slowest task
+            if label == Step.PREPROCESS:  # a sharded preprocess: shards done / total, slowest task
                 from mtk.data_jobs.shard_status import shard_summary
 
                 st.reason = "; ".join(p for p in (st.reason, shard_summary(f"{run.run_dir}/job.json")) if p)
-            if st.state == "FAILED":
+            if st.state == StepState.FAILED:
                 step = label.split("#")[0]
                 path = Path(rec.stdout) if rec.stdout and "%" not in rec.stdout else \
                     logfiles.log_path(run.run_dir, step, job_id)
@@ -187,13 +188,13 @@ class SlurmBackend(Backend):
             parts.append(rec.state.lower())
         if rec.reason == "DependencyNeverSatisfied":
             parts.append("cancelled because the step before it failed")
-        elif rec.reason and state == "PENDING":
+        elif rec.reason and state == StepState.PENDING:
             parts.append(f"waiting: {rec.reason}")
         elif rec.reason and rec.reason not in ("NonZeroExitCode",):
             parts.append(rec.reason)
         if rec.restarts:
             parts.append(f"restarts={rec.restarts}")
-        if label.startswith("train"):
+        if label.startswith(Step.TRAIN):
             event = _last_event(run, rec.id)
             if event:
                 parts.append(event)
@@ -202,7 +203,7 @@ class SlurmBackend(Backend):
                              else "not needed: the run was stopped (mtk stop)")
             elif final in FINAL_REASONS and state not in ACTIVE:
                 parts.append(FINAL_REASONS[final])
-        if rec.signal and state != "CANCELLED":
+        if rec.signal and state != StepState.CANCELLED:
             parts.append(f"killed by signal {rec.signal}")
         return "; ".join(parts)
 
@@ -215,7 +216,7 @@ class SlurmBackend(Backend):
             raise logfiles.LogsError(f"--step {step!r}: this run has {', '.join(run.ids)}")
         done: set[str] = set()
         while True:
-            ids = [run.ids[step], *(_successors(run) if step == "train" else [])]
+            ids = [run.ids[step], *(_successors(run) if step == Step.TRAIN else [])]
             todo = [i for i in ids if i not in done]
             if not todo:
                 return
@@ -233,7 +234,7 @@ class SlurmBackend(Backend):
                 continue
             yield from self._follow(run, step, job_id, path, node)
             done.add(job_id)
-            if _final(run) is not None and step == "train":
+            if _final(run) is not None and step == Step.TRAIN:
                 return
 
     def _follow(self, run: Run, step: str, job_id: str, path: Path, node: str | None) -> Iterator[str]:
@@ -301,7 +302,7 @@ def _final(run: Run) -> str | None:
 def _not_needed(label: str, state: str, final: str | None) -> bool:
     """A queued successor (train#N) that the script cancelled because the run had ended as it should: completed,
     or stopped by ``mtk stop``. Nothing was left for it to resume, so it is not a cancellation of the run."""
-    return "#" in label and state == "CANCELLED" and final in ("completed", "stopped")
+    return "#" in label and state == StepState.CANCELLED and final in ("completed", "stopped")
 
 
 STOP_EVENT = "stopped by the exit trigger"  # the event step.sh.j2 writes for the job that honoured ``mtk stop``
@@ -312,10 +313,10 @@ def _mark_stopped(run: Run, steps: list[StepStatus]) -> None:
     shows it. On Slurm that job exits 0 on purpose (nothing requeues it and the chain's cancel is the script's, not
     a failure), so Slurm calls it COMPLETED; the job is the one whose event says so (state/events.log), else the
     last train job Slurm calls COMPLETED."""
-    train = [s for s in steps if s.step.split("#")[0] == "train" and s.state == "COMPLETED"]
+    train = [s for s in steps if s.step.split("#")[0] == Step.TRAIN and s.state == StepState.COMPLETED]
     stopped = [s for s in train if _last_event(run, s.id).startswith(STOP_EVENT)] or train[-1:]
     for s in stopped:
-        s.state = "STOPPED"
+        s.state = StepState.STOPPED
 
 
 def _exit_file(run: Run, job_id: str) -> int | None:
