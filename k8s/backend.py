@@ -77,7 +77,7 @@ class EksBackend(Backend):
         except ValueError as exc:
             raise ValueError(f"Invalid value for '--timeout': {exc}") from None
 
-    def pin(self, job):
+    def pin_image(self, job):
         from mtk.image_pin import pin_image
 
         return pin_image(job)

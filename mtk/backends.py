@@ -223,16 +223,7 @@ class Backend(abc.ABC):
         cannot read); a dry run does not ask."""
         return []
 
-    def prepare(self, job: Job, run_dir: str) -> tuple[Job, list[str]]:
-        """The job as this backend launches it into ``run_dir`` (e.g. with nodes recorded as excluded), and notes."""
-        if not self.excludes_nodes:
-            return job, []
-        from .exclusions import with_recorded_exclusions
-
-        job, note = with_recorded_exclusions(job, run_dir)
-        return job, [note] if note else []
-
-    def pin(self, job: Job) -> tuple[Job, str]:
+    def pin_image(self, job: Job) -> tuple[Job, str]:
         """The job with its image pinned the way this backend's nodes pull it, and a line saying so ("": as is)."""
         return job, ""
 

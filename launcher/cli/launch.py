@@ -72,11 +72,14 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
             click.echo(f"note: {note}", err=True)
     job = resolve_paths(job, backend)
     target = run_dir or str(new_run_dir(job.cluster.runs_dir, job.name))
-    job, notes = impl.prepare(job, target)  # e.g. a relaunch avoids the nodes earlier attempts excluded
-    for note in notes:
-        click.echo(f"note: {note}", err=True)
+    if impl.excludes_nodes:  # a relaunch avoids the nodes earlier attempts of the run excluded
+        from mtk.exclusions import with_recorded_exclusions
+
+        job, note = with_recorded_exclusions(job, target)
+        if note:
+            click.echo(f"note: {note}", err=True)
     check_launch_outputs(job, backend, target, dry_run)
-    job, pinned = impl.pin(job)
+    job, pinned = impl.pin_image(job)
     if pinned:
         click.echo(pinned)  # stdout: stderr stays for the one error line, if any
     if not dry_run:
