@@ -1,15 +1,9 @@
-"""``mtk-entrypoint``: the one command every node, pod and container runs.
+"""``mtk-entrypoint STEP [ARGS...]``: the one command every node, pod and container runs.
 
-    mtk-entrypoint getdata    --job JOB.json   fetch corpus + tokenizer files
-    mtk-entrypoint preprocess --job JOB.json   JSONL -> Megatron .bin/.idx (also takes Megatron's own flags)
-    mtk-entrypoint train      --job JOB.json   derive rendezvous from the environment, run torchrun
-    mtk-entrypoint worker     --job JOB.json   one training rank (torchrun starts the same module directly:
-                                               ``-m mtk.training.worker``)
-    mtk-entrypoint doctor                      pre-flight: torch/CUDA/NCCL/EFA/megatron.core
-    mtk-entrypoint preflight  --job JOB.json   health gate on every node: doctor, storage, all-reduce check
-
-Each step lives in its own module and is imported only when called; the steps, their modules and which ones
-initialise CUDA are listed once, in :class:`mtk.steps.Step` (a new step is one module plus one line there).
+The steps (fetch data, preprocess, the node's training step, one rank, the doctor, the preflight health gate),
+their modules, help lines and which ones initialise CUDA are listed once, in :class:`mtk.steps.Step`
+(``mtk-entrypoint --help`` prints them); a new step is one module plus one line there. Each step's module is
+imported only when that step runs (torchrun starts a rank's module directly: ``-m mtk.training.worker``).
 """
 
 from __future__ import annotations

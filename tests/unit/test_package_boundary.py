@@ -8,7 +8,18 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = ("mtk", "launcher", "containers", "slurm", "k8s", "data_jobs", "training")
+
+
+def _shipped_folders() -> tuple[str, ...]:
+    """The folders setup.py ships (its FOLDERS, read without running it), the core first: a new top-level folder
+    is checked here as soon as it is shipped, never left out by a list of this file's own."""
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    value = next(node.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                 and any(isinstance(t, ast.Name) and t.id == "FOLDERS" for t in node.targets))
+    return ("mtk", *ast.literal_eval(value))
+
+
+FOLDERS = _shipped_folders()
 TEST_ONLY_MODULES = ("support", "tests", "pytest", "hypothesis")
 
 
@@ -242,6 +253,14 @@ def _folder_arrows() -> list[tuple[str, str, str]]:
     return arrows
 
 
+def test_every_package_folder_is_shipped_and_on_the_floor_plan():
+    """A top-level folder with an __init__.py is a package: setup.py ships it (FOLDERS; the editable install maps
+    folders at install time, so reinstall after adding one) and LAYERS says where it stands."""
+    packages = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests", "benchmarks", "scripts"}
+    assert packages - set(FOLDERS) == set(), "add it to FOLDERS in setup.py, then `make deps-test`"
+    assert set(FOLDERS) - set(LAYERS) == set(), "place it in LAYERS: which folders may it import?"
+
+
 def test_folders_import_only_the_folders_below_them():
     wrong = [f"{where} ({src} may import {sorted(LAYERS[src]) or 'no other folder'})"
              for src, dst, where in _folder_arrows() if dst not in LAYERS[src]]
@@ -272,7 +291,20 @@ def test_the_core_imports_only_the_core():
 
 
 # ---- backends own their knowledge: outside a backend's own modules nothing compares against a backend's name ----
-BACKEND_HOMES = ("slurm/", "k8s/", "launcher/local.py")
+def _backend_homes() -> tuple[str, ...]:
+    """Where the built-in backends live, from the registry (their classes, option models and scheduler readers): a
+    backend's own folder, or its one module where it shares a folder (the local backend in the CLI's)."""
+    from mtk.backends import OPTIONS, REGISTRY, SCHEDULERS
+
+    homes = set()
+    for target in [*REGISTRY.values(), *OPTIONS.values(), *(s.module for s in SCHEDULERS)]:
+        parts = target.partition(":")[0].split(".")[1:]  # mtk.slurm.backend -> slurm, backend
+        shared = parts[0] in ("launcher", "mtk")
+        homes.add("/".join(parts) + ".py" if shared else f"{parts[0]}/")
+    return tuple(sorted(homes))
+
+
+BACKEND_HOMES = _backend_homes()
 
 
 def _backend_name_comparisons(source: str, names: set[str]) -> list[int]:

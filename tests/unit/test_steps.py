@@ -47,8 +47,9 @@ def test_the_entrypoint_lists_the_registry_and_imports_no_step_to_do_so():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'megatron') "
             "or m.startswith(('mtk.training', 'mtk.data_jobs', 'mtk.containers'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    width = max(map(len, Step))  # the usage aligns the help lines after the longest name
     for step in Step:
-        assert f"  {step:<10}  {step.summary}\n" in out
+        assert f"  {step:<{width}}  {step.summary}\n" in out
     assert out.rstrip().endswith("[]")
 
 
