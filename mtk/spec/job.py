@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from mtk.steps import Step
+from mtk.steps import PIPELINE, Step
 
 from .base import Section
 from .cluster import ClusterSpec
@@ -34,14 +34,9 @@ class Job(Section):
     resilience: ResilienceSpec = Field(default_factory=ResilienceSpec)
 
     def steps(self) -> list[Step]:
-        """The pipeline steps this spec needs, in order (each equals its name: ``"getdata"``, ...)."""
-        steps = []
-        if self.data.fetch:
-            steps.append(Step.GETDATA)
-        if self.data.corpus is not None:
-            steps.append(Step.PREPROCESS)
-        steps.append(Step.TRAIN)
-        return steps
+        """The pipeline steps this spec needs, in order (each equals its name: ``"getdata"``, ...): those whose
+        switch field the spec sets (``Step.needed_when``)."""
+        return [step for step in PIPELINE if step.needed_by(self)]
 
     def to_json(self) -> str:
         """Canonical serialisation: what travels with the run (run dir, ConfigMap, image)."""

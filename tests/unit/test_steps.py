@@ -71,3 +71,39 @@ def test_a_library_missing_inside_the_module_is_not_hidden(tmp_path, monkeypatch
     with pytest.raises(ModuleNotFoundError) as exc:
         load("mtk_probe_needs_lib:main")
     assert exc.type is ModuleNotFoundError and exc.value.name == "mtk_probe_absent_library"
+
+
+# ---- a new pipeline step is one line in Step: every backend schedules it where the registry puts it -------------
+NEW_STEP_PROBE = '''
+import json, pathlib, sys
+line = '    DEDUPE = ("dedupe", "mtk.data_jobs.dedupe", "drop duplicate documents", False, "data.corpus")\\n'
+source = pathlib.Path(sys.argv[1]).read_text().replace("    PREPROCESS = (", line + "    PREPROCESS = (", 1)
+module = type(sys)("mtk.steps")
+module.__file__ = sys.argv[1]
+sys.modules["mtk.steps"] = module
+exec(compile(source, sys.argv[1], "exec"), module.__dict__)  # the registry with one more line, nothing else
+from mtk.backends import get_backend
+from mtk.spec.loader import load_job
+out = {}
+for example, backend, overrides in (("gpt-7.5b-p5-slurm.yaml", "slurm", []), ("gpt-7.5b-p5-eks.yaml", "eks", []),
+                                    ("gpt-7.5b-p5-slurm.yaml", "local", ["cluster.nodes=1"])):
+    job = load_job(pathlib.Path(sys.argv[2]) / example, overrides)
+    files = get_backend(backend).render(job, "/fsx/runs/probe").files
+    out[backend] = {"steps": [str(s) for s in job.steps()], "files": sorted(files),
+                    "plan": json.loads(files.get("steps.json", "{}")).get("steps", [])}
+print(json.dumps(out))
+'''
+
+
+def test_a_new_pipeline_step_is_one_registry_line_for_every_backend():
+    """With one more line in Step (a data step switched on by data.corpus, between getdata and preprocess) and no
+    other change, the spec schedules it in order and Slurm, EKS and the local backend each render it as a job."""
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", NEW_STEP_PROBE, str(root / "mtk" / "steps.py"), str(root / "examples")],
+                         capture_output=True, text=True, check=True).stdout
+    found = json.loads(out.splitlines()[-1])
+    for backend in ("slurm", "eks", "local"):
+        assert found[backend]["steps"] == ["getdata", "dedupe", "preprocess", "train"], found[backend]
+    assert {"getdata.sbatch", "dedupe.sbatch", "preprocess.sbatch", "train.sbatch"} <= set(found["slurm"]["files"])
+    assert "manifests/dedupe.yaml" in found["eks"]["files"]
+    assert [s["step"] for s in found["local"]["plan"]] == ["getdata", "dedupe", "preprocess", "train"]
