@@ -154,14 +154,10 @@ class ClusterSpec(Section):
 
     @classmethod
     def block_model(cls, name: str) -> type[Section] | None:
-        """The model of ``cluster.<name>``: a field's, or a registered backend's block (None: neither)."""
+        """The model of backend ``name``'s block, ``cluster.<name>`` (None: no backend by that name takes options)."""
         from mtk.backends import options_model
 
-        field = cls.model_fields.get(name)
-        if field is not None:
-            return field.annotation if isinstance(field.annotation, type) and issubclass(field.annotation, Section) \
-                else None
-        return options_model(name)
+        return None if name in cls.model_fields else options_model(name)
 
     def block(self, name: str) -> Section | None:
         """Backend ``name``'s block: as the spec gave it, else its model's defaults (None: it takes no options).

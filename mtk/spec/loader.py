@@ -192,12 +192,12 @@ def _model_at(loc: tuple) -> type[BaseModel] | None:
     for part in loc[:-1]:
         if isinstance(part, int) or model is None:
             continue
-        if hasattr(model, "block_model"):  # cluster: a field, or a backend's block (its own model)
-            model = model.block_model(part)
-            continue
         field = model.model_fields.get(part)
-        if field is None:
-            return None
+        if field is None:  # cluster.<backend>: that backend's own model
+            model = model.block_model(part) if hasattr(model, "block_model") else None
+            if model is None:
+                return None
+            continue
         model = _inner_model(field.annotation)
     return model
 

@@ -237,3 +237,18 @@ def test_set_override_type_error_names_field(tmp_path):
         text=True,
     )
     assert out.returncode == 2 and "train.iterations" in out.stderr
+
+
+@pytest.mark.parametrize(("cluster", "named"), [
+    ({"secrets": [{"nme": "HF_TOKEN"}]}, "cluster.secrets.0.nme: unknown key; did you mean 'name'?"),
+    ({"local": {"rdzv_prt": 20000}}, "cluster.local.rdzv_prt: unknown key; did you mean 'rdzv_port'?"),
+    ({"slurm": {"partion": "gpu"}}, "cluster.slurm.partion: unknown key; did you mean 'partition'?"),
+    ({"slrum": {}}, "cluster.slrum: unknown key; did you mean 'slurm'?"),
+])
+def test_a_typo_in_cluster_gets_the_owning_models_keys(cluster, named):
+    """cluster's own sections and each backend's block (its backend's model) both suggest from the right keys."""
+    from mtk.spec import SpecError, validate
+
+    with pytest.raises(SpecError) as err:
+        validate({"name": "typo", "model": {"preset": "tiny"}, "cluster": {"device": "cpu", **cluster}})
+    assert named in str(err.value)
