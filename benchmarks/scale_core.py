@@ -1,0 +1,129 @@
+"""What benchmarks/scale.py's components hand back, and how their growth is fitted, printed and plotted.
+
+Every component module (`benchmarks/scale_<name>.py`) exposes `measure(quick: bool) -> list[Series]`: one
+Series per metric, measured at growing node counts N (ranks = 8N). The driver fits each one on a log-log line
+(value = c * N^k), names the law from the exponent k, extrapolates it to N = 1,024 and draws it: the growth law
+is what a 2-core machine can measure honestly, the absolute figure at 1,024 nodes only follows from it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+TARGET_NODES = 1024
+RANKS_PER_NODE = 8
+
+
+@dataclass
+class Series:
+    """One metric of one component against nodes N (`n[i]` nodes gave `values[i]`, in `unit`).
+
+    `target` (optional) is the ceiling item 2 of issue 45 sets for the 1,024-node extrapolation, same unit.
+    """
+
+    component: str
+    metric: str
+    unit: str
+    n: list[int]
+    values: list[float]
+    note: str = ""
+    target: float | None = None
+
+
+@dataclass
+class Fit:
+    """value ≈ coef * N^exponent, least squares on log-log; `law` names the exponent."""
+
+    coef: float
+    exponent: float
+    law: str
+
+    def at(self, n: float) -> float:
+        return self.coef * n ** self.exponent
+
+
+def law_name(exponent: float) -> str:
+    """Constant / linear / quadratic when the exponent is within 0.25 of 0 / 1 / 2, else the power itself."""
+    for k, name in ((0, "constant"), (1, "linear"), (2, "quadratic"), (3, "cubic")):
+        if abs(exponent - k) <= 0.25:
+            return name
+    return f"N^{exponent:.2f}"
+
+
+def fit(series: Series) -> Fit:
+    """Least squares of log(value) on log(N) over the positive points; all-zero (or one point) is constant."""
+    pts = [(math.log(n), math.log(v)) for n, v in zip(series.n, series.values, strict=True) if n > 0 and v > 0]
+    if not pts:
+        return Fit(0.0, 0.0, "constant")
+    if len({x for x, _ in pts}) < 2:
+        return Fit(math.exp(sum(y for _, y in pts) / len(pts)), 0.0, "constant")
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    k = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+    return Fit(math.exp(my - k * mx), k, law_name(k))
+
+
+def _num(v: float) -> str:
+    if v == 0:
+        return "0"
+    if abs(v) >= 1e5 or abs(v) < 1e-2:
+        return f"{v:.3g}"
+    return f"{v:,.2f}" if abs(v) < 100 else f"{v:,.0f}"
+
+
+def table(all_series: list[Series], nodes: int = TARGET_NODES) -> str:
+    """A plain-text table: per metric the measured points, the law with its exponent, the value at `nodes`."""
+    head = ("component", "metric", "unit", "measured (N: value)", "law", "k", f"at N={nodes:,}", "target")
+    rows = [head]
+    for s in all_series:
+        f = fit(s)
+        pts = ", ".join(f"{n}: {_num(v)}" for n, v in zip(s.n, s.values, strict=True))
+        at = f.at(nodes)
+        tgt = "" if s.target is None else (f"≤ {_num(s.target)} " + ("ok" if at <= s.target else "MISSED"))
+        rows.append((s.component, s.metric, s.unit, pts, f.law, f"{f.exponent:.2f}", _num(at), tgt))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    notes = [f"  {s.component}/{s.metric}: {s.note}" for s in all_series if s.note]
+    return "\n".join(lines + (["notes:", *notes] if notes else []))
+
+
+def plot(all_series: list[Series], out_dir: Path, nodes: int = TARGET_NODES) -> list[Path]:
+    """One PNG per component (log-log: points, fitted line to `nodes`, target); [] when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for component in dict.fromkeys(s.component for s in all_series):
+        group = [s for s in all_series if s.component == component]
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for s in group:
+            f = fit(s)
+            pos = [(n, v) for n, v in zip(s.n, s.values, strict=True) if v > 0]
+            if not pos:
+                continue
+            line = ax.plot([n for n, _ in pos], [v for _, v in pos], "o", label=f"{s.metric} ({s.unit}): {f.law}, "
+                           f"k={f.exponent:.2f}")[0]
+            xs = [min(s.n) * (nodes / min(s.n)) ** (i / 40) for i in range(41)]
+            ax.plot(xs, [f.at(x) for x in xs], "--", color=line.get_color(), linewidth=1)
+            if s.target is not None:
+                ax.axhline(s.target, color=line.get_color(), linestyle=":", linewidth=1)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel(f"nodes N (ranks = {RANKS_PER_NODE}N); dashed: fit to N={nodes:,}, dotted: target")
+        ax.set_title(f"{component}: measured points and fitted growth")
+        ax.legend(fontsize=7)
+        ax.grid(True, which="both", alpha=0.3)
+        path = out_dir / f"scale_{component}.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
