@@ -12,7 +12,8 @@ cd "$(dirname "$0")/.."
 what="${1:-test}"
 VENV="${MTK_VENV:-.venv}"
 PYTHON="${MTK_PYTHON:-python3}"
-# torch 2.13.0+cpu is a wheel on this machine kind's disk (any other torch pulls multi-GB CUDA wheels).
+# torch 2.13.0+cpu: from this folder when it holds the wheel (this project's machines have it on disk), else
+# downloaded once from PyTorch's CPU index (below); any other torch spec pulls multi-GB CUDA wheels.
 WHEELS="${MTK_WHEELS:-/opt/wheels}"
 
 case "$what" in
@@ -76,12 +77,33 @@ start=$SECONDS
   say "the lock files are resolved for Python 3.11; $PYTHON is $("$PYTHON" -V 2>&1). Set MTK_PYTHON=python3.11."
   exit 2
 }
-grep -q '^torch==.*+cpu' "$LOCK" && ! compgen -G "$WHEELS/torch-*+cpu-*.whl" >/dev/null && {
-  say "no torch CPU wheel in $WHEELS (the lock pins $(grep -o '^torch==[^ ]*' "$LOCK")); set MTK_WHEELS=<dir with it>"
-  exit 2
-}
 [[ -x "$VENV/bin/python" ]] || { say "creating $VENV"; "$PYTHON" -m venv "$VENV"; }
 rm -f "$VENV"/.mtk-deps-*
+
+# torch's CPU build is not on PyPI (PyPI's torch is the CUDA build, multi-GB). A local folder of wheels ($WHEELS)
+# is only a speed-up: without one, the wheel the lock pins is downloaded once from PyTorch's own CPU index into
+# the user's cache, checked against the lock's hash (pip refuses any other file), and found there next time.
+torch_wheel_here() { compgen -G "$1/torch-*+cpu-*.whl" >/dev/null; }
+if grep -q '^torch==.*+cpu' "$LOCK" && ! torch_wheel_here "$WHEELS"; then
+  cached="${XDG_CACHE_HOME:-$HOME/.cache}/mtk/wheels"
+  if ! torch_wheel_here "$cached"; then
+    index="${MTK_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
+    torch_req="$(mktemp)"
+    locked torch "$LOCK" >"$torch_req"
+    say "no torch CPU wheel in $WHEELS: downloading $(grep -o '^torch==[^ ]*' "$torch_req") from $index into $cached (hash-checked against $LOCK)"
+    mkdir -p "$cached"
+    # Only the index named here: the machine's own pip settings (find-links, extra indexes) take no part.
+    if ! env -u PIP_FIND_LINKS -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL PIP_CONFIG_FILE=/dev/null \
+        "$VENV/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+        --require-hashes --index-url "$index" --dest "$cached/.partial" -r "$torch_req"; then
+      rm -rf "$cached/.partial" "$torch_req"
+      say "could not download torch from $index: set MTK_WHEELS=<a folder with the wheel> or MTK_TORCH_INDEX=<a mirror of PyTorch's CPU index>"
+      exit 2
+    fi
+    mv "$cached"/.partial/torch-*.whl "$cached"/ && rm -rf "$cached/.partial" "$torch_req"
+  fi
+  WHEELS="$cached"
+fi
 
 # uv, at the version the lock pins, checked against the lock's hashes.
 uv_req="$(mktemp)"

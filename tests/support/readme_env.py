@@ -50,9 +50,21 @@ def user_shell() -> dict[str, str]:
     return env
 
 
+def fresh_machine(env: dict[str, str], tmp: Path, index: str) -> dict[str, str]:
+    """``env`` as on a fresh Debian box: no local wheel folder, no pip settings pointing at one, an empty user
+    cache, and PyTorch's CPU index at ``index`` (a stand-in: this machine reaches no other index)."""
+    env = {k: v for k, v in env.items() if not k.startswith("PIP_")}
+    return {**env, "MTK_WHEELS": str(tmp / "no-wheel-folder"), "PIP_CONFIG_FILE": os.devnull,
+            "XDG_CACHE_HOME": str(tmp / "cache"), "MTK_TORCH_INDEX": index}
+
+
 def readme_clone(tmp: Path) -> ReadmeEnv:
-    """A fresh clone of this repository's committed tree under ``tmp``, then ``make demo`` with its own venv."""
+    """A fresh clone of this repository's committed tree under ``tmp``, then ``make demo`` with its own venv, on
+    what a fresh machine has: no local torch wheel folder, so torch comes from (a stand-in of) PyTorch's index."""
+    from support.torch_index import torch_index
+
     clone, venv, env = tmp / "mtk", tmp / "demo-venv", user_shell()
     sh("git clone", ["git", "clone", "--quiet", str(ROOT), str(clone)], tmp, env)
-    demo = sh("make demo", ["make", "demo", f"VENV={venv}"], clone, env)
+    with torch_index(tmp / "torch-index") as index:
+        demo = sh("make demo", ["make", "demo", f"VENV={venv}"], clone, fresh_machine(env, tmp, index))
     return ReadmeEnv(clone, venv, env, demo)
