@@ -15,17 +15,20 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from functools import partial
 from pathlib import Path
 
 from mtk import run_layout
 from mtk.backends import Artifacts, Backend, StepStatus
+from mtk.failures import debug_enabled
 from mtk.netenv import network_env
 from mtk.runs import Run
 from mtk.spec import Job
 from mtk.spec.errors import Problem
 from mtk.steps import Step, StepState
 
+from .follow_filter import FollowFilter
 from .local_runner import read_state
 
 
@@ -48,6 +51,10 @@ def _run_script(job: Job, run_dir: str, steps: list[list[str]], torchrun: list[s
             lines.append(f"# train runs: {shlex.join(torchrun)}")
         lines.append(shlex.join(argv))
     return "\n".join(lines) + "\n"
+
+
+# How long ``cancel`` waits for the run to save and end before it kills what is left.
+CANCEL_GRACE_SECONDS = 60
 
 
 class LocalBackend(Backend):
@@ -145,38 +152,30 @@ class LocalBackend(Backend):
         names = [s["step"] for s in plan["steps"] if step in (None, s["step"])]
         _check_logs_filter(plan, step, node, run.backend_notes.get("host"))
         runner = int(run.ids.get("runner", "0"))
+        quiet = follow and not debug_enabled()  # a followed run shows its own lines (follow_filter.py says which)
         for name in names:
             path = logs_dir / f"{name}.log"
             while follow and not path.exists() and not _finished(run, name, runner):
                 time.sleep(0.2)
             if not path.exists():
                 continue
-            with open(path, errors="replace") as fh:
-                while True:
-                    line = fh.readline()
-                    if line:
-                        yield line
-                        continue
-                    if not follow or _finished(run, name, runner):
-                        rest = fh.read()
-                        if rest:
-                            yield rest
-                        break
-                    time.sleep(0.2)
+            lines = _read_lines(path, follow, partial(_finished, run, name, runner))
+            yield from (FollowFilter(str(path))(lines) if quiet else lines)
 
     def cancel(self, run: Run) -> None:
         """End the runner and every process under it, and return only once they are gone.
 
-        SIGTERM goes to the runner's process group (runner, step, torchrun); torchrun's workers run in sessions of
-        their own and end when torchrun shuts them down. Whatever of the tree (taken before signalling) still
-        lives after the grace period is killed, so a rank that ignores SIGTERM (hung, or stuck in a collective)
-        cannot outlive ``mtk cancel``."""
+        SIGTERM goes to the runner alone: it passes it to the running step, and the train step to the ranks, which
+        finish the iteration, save and exit (``exitcodes.REQUEUE``). Nothing signals torchrun's agent (it would
+        shut its workers down itself and print a traceback) or a DataLoader worker. Whatever of the tree (taken
+        before signalling) still lives after the grace period is killed, so a rank that ignores SIGTERM (hung, or
+        stuck in a collective) cannot outlive ``mtk cancel``."""
         pid = int(run.ids.get("runner", "0"))
         if not (_alive(pid) and _is_runner_of(pid, run.run_dir)):
             return
         tree = [pid, *_descendants(pid)]
-        os.killpg(pid, signal.SIGTERM)
-        deadline = time.time() + 30
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.time() + CANCEL_GRACE_SECONDS
         while any(_alive(p) for p in tree) and time.time() < deadline:
             time.sleep(0.2)
         for p in tree:
@@ -203,6 +202,25 @@ def _check_logs_filter(plan: dict, step: str | None, node: str | None, host: str
     if node is not None and node not in names:
         raise LogsError(f"--node {node!r}: a local run has one node: {' or '.join(repr(n) for n in names)} "
                         "(or leave --node out)")
+
+
+def _read_lines(path: Path, follow: bool, finished: Callable[[], bool]) -> Iterator[str]:
+    """The file's lines, whole ones only while following (a line still being written waits for its end)."""
+    with open(path, errors="replace") as fh:
+        partial_line = ""
+        while True:
+            line = fh.readline()
+            if line.endswith("\n"):
+                yield partial_line + line
+                partial_line = ""
+                continue
+            partial_line += line
+            if not follow or finished():
+                rest = partial_line + fh.read()
+                if rest:
+                    yield rest
+                return
+            time.sleep(0.2)
 
 
 def _finished(run: Run, step: str, runner: int) -> bool:

@@ -84,6 +84,10 @@ def run(run_dir: Path) -> int:
         entry.update(ended=time.time(), exit_code=rc, state=_step_state(rc, bool(current.get("cancelled"))))
         if entry["state"] == StepState.STOPPED:
             entry["reason"] = run_outcome.stopped_reason(run_dir)
+        elif entry["state"] == StepState.CANCELLED:
+            # The engine saved on the forwarded SIGTERM (exit 42): the run reads CANCELLED everywhere, report too.
+            saved = run_outcome.record_cancelled(run_dir) if rc == exitcodes.REQUEUE else None
+            entry["reason"] = run_outcome.cancelled_reason(saved)
         _save(run_dir, state)
     state["done"] = True
     _save(run_dir, state)

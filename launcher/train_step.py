@@ -75,6 +75,9 @@ def _forward(agent: subprocess.Popen, received: list[int]):
         for pid in workers:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
+        if not workers and signum == signal.SIGTERM:  # no rank started yet, so nothing to save: end torchrun
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(agent.pid, signum)
 
     return handler
 
@@ -226,6 +229,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"mtk: node {socket.gethostname()} ({node}) restart {place.restarts}: {shlex.join(cmd)}", flush=True)
     started = time.time()
     received: list[int] = []
+    # The forwarding handler finds the workers with psutil: imported here, not first inside a handler that can
+    # interrupt the hang monitor's thread importing it ("partially initialized module 'psutil'").
+    import psutil  # noqa: F401
+
     _become_subreaper()
     # srun delivers a forwarded SIGUSR2 to every process of the step, torchrun included, and torchrun dies
     # of it (default action) while its workers are still saving. An ignored disposition survives exec, so

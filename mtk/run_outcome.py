@@ -35,6 +35,28 @@ def stopped_reason(run_dir: str | Path) -> str:
             "launching again resumes")
 
 
+def record_cancelled(run_dir: str | Path) -> dict | None:
+    """Mark the engine's record of a save-on-signal as a cancel (``mtk cancel``, Ctrl-C on a followed local launch),
+    so that ``mtk report`` says CANCELLED as ``ls`` and ``status`` do, not "saved for a requeue". Returns the
+    record (None: the engine wrote none, or not a save-on-signal)."""
+    from mtk.files import atomic_write
+
+    record = last_exit(run_dir)
+    if not record or record.get("code") != exitcodes.REQUEUE:
+        return None
+    record["cancelled"] = True
+    atomic_write(RunLayout.of(run_dir).last_exit, json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def cancelled_reason(record: dict | None) -> str:
+    """Where a cancelled run stopped and what it saved, from :func:`record_cancelled`'s record."""
+    if not record:
+        return "cancelled"
+    return (f"cancelled at iteration {record.get('iteration')}, checkpoint {record.get('checkpoint_iteration')} "
+            "saved; launching again resumes")
+
+
 def has_train_records(run_dir: str | Path) -> bool:
     """True once ``metrics.jsonl`` holds a train iteration (read line by line, stopping at the first)."""
     try:
@@ -84,6 +106,8 @@ def ended(run_dir: str | Path) -> str:
             else f"COMPLETED at iteration {at}"
     if code == exitcodes.STOPPED:
         return f"STOPPED by mtk stop at iteration {at} (checkpoint {saved}); launching again resumes"
+    if code == exitcodes.REQUEUE and record.get("cancelled"):
+        return f"CANCELLED at iteration {at} (checkpoint {saved}); launching again resumes"
     if code == exitcodes.REQUEUE:
         return f"saved at iteration {at} on {reason.removeprefix('signal ')} for a requeue (checkpoint {saved})"
     return f"FAILED (exit {code}) at iteration {at}: {reason}"

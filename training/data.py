@@ -212,16 +212,48 @@ class ResumableSampler:
             start += step
 
 
+# Signals that end a run: Ctrl-C's SIGINT, SIGTERM (cancel, scancel, preemption, a pod's end), SIGUSR2 (Slurm's
+# time-limit warning). A group-wide one reaches the DataLoader's workers too (torchrun's shutdown signals each
+# rank's process group, Slurm every process of the step).
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGUSR2")
+
+
+def ignore_stop_signals(_worker_id: int = 0) -> None:
+    """DataLoader ``worker_init_fn``: a worker outlives the run's stop signal so that only its rank decides.
+
+    A worker that died of it would make its rank raise "DataLoader worker ... is killed by signal" in the middle of
+    the save the signal asked for. The rank ends its workers when it is done (:func:`close_batches`); one whose
+    rank died without that ends on its own (torch's worker loop watches its parent)."""
+    import signal
+
+    for name in STOP_SIGNALS:
+        signal.signal(getattr(signal, name), signal.SIG_IGN)
+
+
 def batches(dataset, sampler: ResumableSampler, num_workers: int, pin_memory: bool = False) -> Iterator[dict]:
     """An endless-enough iterator of collated micro-batches (torch DataLoader over the sampler).
 
-    ``pin_memory`` (GPU runs) makes the host-to-device copy in :func:`to_device` asynchronous.
+    ``pin_memory`` (GPU runs) makes the host-to-device copy in :func:`to_device` asynchronous. Worker processes
+    ignore the run's stop signals (:func:`ignore_stop_signals`); :func:`close_batches` ends them.
     """
     import torch
 
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, num_workers=num_workers,
-                                         pin_memory=pin_memory, persistent_workers=num_workers > 0)
+                                         pin_memory=pin_memory, persistent_workers=num_workers > 0,
+                                         worker_init_fn=ignore_stop_signals if num_workers > 0 else None)
     return iter(loader)
+
+
+def close_batches(iterator: Iterator[dict] | None) -> None:
+    """End the DataLoader's worker processes now, while the rank is alive: they ignore SIGTERM, so the interpreter's
+    exit-time ``terminate()`` + ``join()`` of daemon processes would wait for them instead."""
+    shutdown = getattr(iterator, "_shutdown_workers", None)  # torch's own teardown: sentinel, join, then terminate
+    if shutdown is not None:
+        shutdown()
+    for worker in getattr(iterator, "_workers", []):  # one stuck past torch's terminate (which it ignores)
+        if worker.is_alive():
+            worker.kill()
+            worker.join()
 
 
 def to_device(batch: dict) -> dict:

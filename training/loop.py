@@ -416,6 +416,10 @@ class Trainer:
             self.nsys.finish()
         if hasattr(self, "metrics"):
             self.metrics.close()
+        if hasattr(self, "train_iter"):
+            from .data import close_batches
+
+            close_batches(self.train_iter)
         self.control.uninstall()
 
 

@@ -136,6 +136,7 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
                 raise SystemExit(130) from None
             click.echo("\ninterrupted: cancelling the run (it saves a checkpoint first)", err=True)
             impl.cancel(run)
+            followed_exit_code(impl.status(run))  # how it ended: where it saved, or what did not finish
             raise SystemExit(130) from None
         code = followed_exit_code(impl.status(run))
         if code:
