@@ -27,6 +27,8 @@ VERBS: dict[str, tuple[str, str]] = {
     "save": ("mtk.launcher.cli.triggers:save_command", "Ask a running job to checkpoint now and continue."),
     "stop": ("mtk.launcher.cli.triggers:stop_command", "Ask a running job to checkpoint and stop cleanly."),
     "convert": ("mtk.launcher.cli.convert", "Convert between a checkpoint and a Hugging Face model directory."),
+    "presets": ("mtk.launcher.cli.presets", "List the model presets a spec can name, with their sizes."),
+    "schema": ("mtk.launcher.cli.schema", "Print the job spec's JSON schema (for editors)."),
 }
 
 
