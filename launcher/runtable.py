@@ -2,7 +2,9 @@
 
 State comes from the run's backend (the same answer ``mtk status`` gives, folded into one word); progress,
 loss and throughput from the run's ``metrics.jsonl`` when this machine can read it (an EKS run dir is a pod
-path: those columns stay empty there). A run dir with a rendered spec but no run record is RENDERED.
+path: those columns stay empty there). A run dir with a rendered spec but no run record is RENDERED: a preview,
+listed only when asked (``mtk ls --all``). A running run's ETA is its remaining iterations at the pace of its
+last logged ones.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class RunRow:
     started: float | None
     run_dir: str
     reason: str = ""
+    eta_s: float | None = None  # seconds left at the recent pace, while it runs
+    no_op: bool = False  # a relaunch that found its checkpoint already at the end and trained nothing
 
     def to_dict(self) -> dict:
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
@@ -93,7 +97,18 @@ def _progress(run_dir: Path) -> dict:
         return {"restarts": len(metrics.restarts)}
     last = live[-1]
     return {"iteration": last["iteration"], "loss": last.get("lm_loss"), "tokens_per_s": last.get("tokens_per_s"),
-            "restarts": len(metrics.restarts)}
+            "restarts": len(metrics.restarts), "seconds_per_iteration": _pace(live)}
+
+
+PACE_WINDOW = 20  # iterations: recent enough to follow a restart's slower start, long enough to smooth noise
+
+
+def _pace(live: list[dict]) -> float | None:
+    """Wall seconds per iteration over the last logged iterations of this run (None with fewer than two)."""
+    recent = [r for r in live[-PACE_WINDOW:] if isinstance(r.get("time"), (int, float))]
+    if len(recent) < 2 or recent[-1]["iteration"] <= recent[0]["iteration"]:
+        return None
+    return (recent[-1]["time"] - recent[0]["time"]) / (recent[-1]["iteration"] - recent[0]["iteration"])
 
 
 def _total(run_dir: Path) -> int | None:
@@ -108,13 +123,17 @@ def row(run: Run) -> RunRow:
     state, reason = _state(run)
     readable = Path(run.run_dir) if Path(run.run_dir).is_dir() else Path(run.record_dir or run.run_dir)
     p = _progress(readable)
-    if p.get("iteration") is None and (done := nothing_to_do(readable)) is not None:
+    no_op = p.get("iteration") is None and (done := nothing_to_do(readable)) is not None
+    if no_op:
         p["iteration"] = done  # a relaunch with nothing to do: where its checkpoint stood, not 0
         reason = "; ".join(filter(None, [reason, f"trained nothing: its checkpoint was already at iteration {done}"]))
+    total, pace = _total(readable), p.get("seconds_per_iteration")
+    eta = (max(0, total - p["iteration"]) * pace if state == StepState.RUNNING and pace is not None and total
+           and p.get("iteration") is not None else None)
     return RunRow(name=Path(run.record_dir or run.run_dir).name, backend=run.backend, state=state,
-                  iteration=p.get("iteration"), total=_total(readable), loss=p.get("loss"),
+                  iteration=p.get("iteration"), total=total, loss=p.get("loss"),
                   tokens_per_s=p.get("tokens_per_s"), restarts=p.get("restarts", 0), started=run.created,
-                  run_dir=run.run_dir, reason=reason)
+                  run_dir=run.run_dir, reason=reason, eta_s=eta, no_op=no_op)
 
 
 def rendered_only(runs_dir: Path) -> list[RunRow]:
@@ -139,9 +158,9 @@ def _rendered_by(run_dir: Path) -> str:
                  if cls.render_marker and (run_dir / cls.render_marker).exists()), "?")
 
 
-def table(runs_dir: str | Path = "runs") -> list[RunRow]:
-    """Every run under ``runs_dir``, newest first."""
-    rows = [row(r) for r in run_records(runs_dir)] + rendered_only(Path(runs_dir))
+def table(runs_dir: str | Path = "runs", previews: bool = False) -> list[RunRow]:
+    """Every run under ``runs_dir``, newest first; with ``previews``, the rendered-only run dirs too."""
+    rows = [row(r) for r in run_records(runs_dir)] + (rendered_only(Path(runs_dir)) if previews else [])
     return sorted(rows, key=lambda r: r.started or 0.0, reverse=True)
 
 
@@ -154,15 +173,18 @@ def _age(seconds: float) -> str:
 
 def format_table(rows: list[RunRow], now: float | None = None) -> str:
     now = time.time() if now is None else now
-    head = ("NAME", "BACKEND", "STATE", "ITER", "LOSS", "TOKENS/S", "RESTARTS", "STARTED (UTC)", "AGE")
+    head = ("NAME", "BACKEND", "STATE", "ITER", "ETA", "LOSS", "TOKENS/S", "RESTARTS", "STARTED (UTC)", "AGE")
     body = []
     for r in rows:
         it = "-" if r.iteration is None and r.total is None else f"{r.iteration or 0}/{r.total or '?'}"
+        if r.no_op:
+            it = f"{r.iteration} (nothing to do)"
+        eta = "-" if r.eta_s is None else _age(r.eta_s)
         loss = "-" if r.loss is None else f"{r.loss:.4f}"
         tps = "-" if r.tokens_per_s is None else f"{r.tokens_per_s:,.0f}"
         started = "-" if r.started is None else time.strftime("%Y-%m-%d %H:%M", time.gmtime(r.started))
         age = "-" if r.started is None else _age(max(0.0, now - r.started))
-        body.append((r.name, r.backend, r.state, it, loss, tps, str(r.restarts), started, age))
+        body.append((r.name, r.backend, r.state, it, eta, loss, tps, str(r.restarts), started, age))
     widths = [max(len(x) for x in col) for col in zip(head, *body, strict=False)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
                      for line in (head, *body))

@@ -10,13 +10,14 @@ from .common import runs_dir_option
 @click.command("ls")
 @runs_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (one object per run).")
-def command(runs_dir, as_json):
-    """List runs: name, backend, state, iteration of total, last loss, tokens/s, restarts, started, age."""
+@click.option("--all", "previews", is_flag=True, help="Also list previews: run dirs that render/--dry-run wrote.")
+def command(runs_dir, as_json, previews):
+    """List runs: name, backend, state, iteration of total, ETA, last loss, tokens/s, restarts, started, age."""
     import json
 
     from ..runtable import format_table, table
 
-    rows = table(runs_dir)
+    rows = table(runs_dir, previews=previews)
     if as_json:
         click.echo(json.dumps([r.to_dict() for r in rows], indent=2))
         return

@@ -82,7 +82,7 @@ def test_submit_status_and_cancel_through_the_cli(launched):
     assert "toy run of tiny started" in logs.stdout, logs.stderr
     rendered = mtk("render", str(TINY), "--backend", "toy", "--out", str(cwd / "runs" / "rendered"), cwd=cwd)
     assert rendered.returncode == 0, rendered.stderr
-    ls = mtk("ls", "--runs-dir", "runs", "--json", cwd=cwd)  # the submitted run, and the rendered one by its marker
+    ls = mtk("ls", "--runs-dir", "runs", "--json", "--all", cwd=cwd)  # the submitted run, and the rendered one
     assert sorted((r["backend"], r["state"]) for r in json.loads(ls.stdout)) == [("toy", "RENDERED"),
                                                                                  ("toy", "RUNNING")], ls.stderr
     cancelled = mtk("cancel", str(run_dir), cwd=cwd)

@@ -36,10 +36,12 @@ def test_ls_shows_each_backend_with_its_state_and_verbs_default_to_the_newest(ha
     running = _slurm(harness, stub_venv, "slurm-running", "sleep:300")
     harness.wait_state(running, {"RUNNING"}, timeout=120)
 
-    rows = json.loads(harness.mtk("ls", "--json").stdout)
+    rows = json.loads(harness.mtk("ls", "--json", "--all").stdout)
     assert sorted((r["name"].rsplit("-", 2)[0], r["backend"], r["state"]) for r in rows) == [
         ("slurm-done", "slurm", "COMPLETED"), ("slurm-failed", "slurm", "FAILED"),
         ("slurm-running", "slurm", "RUNNING"), ("tiny", "eks", "RENDERED"), ("tiny", "local", "COMPLETED")]
+    submitted = json.loads(harness.mtk("ls", "--json").stdout)  # previews only when asked (--all)
+    assert [r["name"] for r in submitted] == [r["name"] for r in rows if r["state"] != "RENDERED"]
     assert [r["started"] for r in rows] == sorted((r["started"] for r in rows), reverse=True)  # newest first
     assert Path(rows[0]["run_dir"]) == running
     local_row = next(r for r in rows if r["backend"] == "local")
