@@ -28,6 +28,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "stop": ("mtk.launcher.cli.triggers:stop_command", "Ask a running job to checkpoint and stop cleanly."),
     "convert": ("mtk.launcher.cli.convert", "Convert between a checkpoint and a Hugging Face model directory."),
     "presets": ("mtk.launcher.cli.presets", "List the model presets a spec can name, with their sizes."),
+    "prune": ("mtk.launcher.cli.prune", "Remove previews and old ended runs, never a live run or a used checkpoint."),
     "schema": ("mtk.launcher.cli.schema", "Print the job spec's JSON schema (for editors)."),
 }
 
