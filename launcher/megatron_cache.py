@@ -2,9 +2,11 @@
 same model skips the child process (importing megatron.core is most of its ~8 s).
 
 An entry is keyed on exactly what the check reads and nothing else (see :func:`spec_material`): the model,
-parallel sections, the train fields the LR scheduler / config / device plan use (each marked where it is declared,
+parallel sections, the vocabulary the model is built with (the tokenizer's, which the spec's model section does not
+hold), the train fields the LR scheduler / config / device plan use (each marked where it is declared,
 ``mtk.spec.train.READ_BY_CHECK``), the cluster's device and world size. Paths, ``cluster.slurm.*``, the run name,
-data, image and resilience settings are not read by the check, so changing them keeps the verdict. The environment
+data (but for that vocabulary), image and resilience settings are not read by the check, so changing them keeps
+the verdict. The environment
 joins the key: the versions of mtk, megatron-core, torch (and Transformer Engine / Apex where present), the Python
 version, and the size and mtime of mtk's own source files (a source checkout changes without a version bump). Only
 the standard library and mtk's core here: it runs in the CLI.
@@ -25,7 +27,7 @@ from mtk.spec.train import read_by_check
 if TYPE_CHECKING:
     from mtk.spec import Job
 
-SCHEMA = 1  # bump when an entry's layout or the key's meaning changes
+SCHEMA = 2  # bump when an entry's layout or the key's meaning changes
 # Distributions whose code the check runs (missing ones count as None).
 DISTRIBUTIONS = ("mtk", "megatron-core", "torch", "transformer-engine", "apex")
 
@@ -41,11 +43,13 @@ def cache_dir() -> Path:
     return root / "mtk" / "megatron-check"
 
 
-def spec_material(job: Job) -> dict[str, Any]:
-    """The parts of ``job`` the check's verdict depends on, as plain JSON data."""
+def spec_material(job: Job, vocab_size: int) -> dict[str, Any]:
+    """The parts of ``job`` the check's verdict depends on, as plain JSON data, and the vocabulary the model is built
+    with (``vocab_size``: the tokenizer's, :func:`mtk.vocabulary.built`; not in the spec's model section)."""
     train = job.train.model_dump(mode="json", include=set(read_by_check()))
     return {"model": job.model.model_dump(mode="json"), "parallel": job.parallel.model_dump(mode="json"),
-            "train": train, "cluster": {"device": job.cluster.device, "world_size": job.cluster.world_size}}
+            "train": train, "cluster": {"device": job.cluster.device, "world_size": job.cluster.world_size},
+            "vocab_size": vocab_size}
 
 
 def _source_stamp() -> str:
@@ -106,8 +110,8 @@ def environment() -> dict[str, Any]:
     return {"versions": installed_versions(), "python": python, "mtk_source": _source_stamp()}
 
 
-def key_material(job: Job, env: dict[str, Any]) -> dict[str, Any]:
-    return {"schema": SCHEMA, "spec": spec_material(job), "environment": env}
+def key_material(job: Job, env: dict[str, Any], vocab_size: int) -> dict[str, Any]:
+    return {"schema": SCHEMA, "spec": spec_material(job, vocab_size), "environment": env}
 
 
 def key(material: dict[str, Any]) -> str:

@@ -151,17 +151,20 @@ def check(job: Job, timeout: float = 300, recheck: bool = False) -> MegatronVerd
     if not available():
         return MegatronVerdict(False, note="megatron-core checks skipped: torch/megatron-core are not installed here "
                                    "(pip install 'mtk[train]' to have megatron-core check the model before submit)")
+    from mtk.vocabulary import built
+
     from . import megatron_cache as cache
 
-    material = cache.key_material(job, cache.environment())
+    vocab_size = built(job).size  # the tokenizer's, as the engine builds it: part of the key, handed to the child
+    material = cache.key_material(job, cache.environment(), vocab_size)
     path = cache.entry_path(material)
     hit = None if recheck else cache.load(path, material)
     if hit is not None:
         return MegatronVerdict(True, [(name, msg) for name, msg in hit["problems"]], hit["parameters_per_rank"],
                        cached=True, seconds=hit["seconds"])
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "mtk.launcher.megatron_check"], input=job.to_json(),
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run([sys.executable, "-m", "mtk.launcher.megatron_check", "--vocab-size", str(vocab_size)],
+                          input=job.to_json(), capture_output=True, text=True, timeout=timeout)
     seconds = time.perf_counter() - start
     try:
         out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -261,7 +264,7 @@ def _init_fake_world(job: Job) -> None:
         expert_model_parallel_size=p.ep if job.model.moe.num_experts else 1, create_gloo_process_groups=False)
 
 
-def _model_problems(job: Job, config) -> tuple[int | None, list[tuple[str, str]]]:
+def _model_problems(job: Job, config, vocab_size: int) -> tuple[int | None, list[tuple[str, str]]]:
     import torch
     from mtk.training import model
 
@@ -269,13 +272,15 @@ def _model_problems(job: Job, config) -> tuple[int | None, list[tuple[str, str]]
         _init_fake_world(job)
         config.perform_initialization = False
         with torch.device("meta"):
-            chunks = model.build_model(job, config, None, _check_plan(job), on_device=False)
+            chunks = model.build_model(job, config, vocab_size, _check_plan(job), on_device=False)
     except (AssertionError, ValueError, TypeError, RuntimeError, NotImplementedError) as exc:
         return None, [_problem(job, "megatron-core refuses to build the model", exc)]
     return sum(p.numel() for c in chunks for p in c.parameters()), []
 
 
-def run_child(job_json: str) -> dict:
+def run_child(job_json: str, vocab_size: int) -> dict:
+    """The check itself; ``vocab_size`` is the tokenizer's (:func:`mtk.vocabulary.built`, found by the parent), so the
+    child reads no tokenizer file and its verdict depends only on what the cache key holds."""
     from mtk.training import compat
 
     from mtk.spec.job import Job
@@ -289,22 +294,26 @@ def run_child(job_json: str) -> dict:
     problems += config_problems
     params = None
     if config is not None:
-        params, model_problems = _model_problems(job, config)
+        params, model_problems = _model_problems(job, config, vocab_size)
         problems += model_problems
     return {"problems": problems, "parameters_per_rank": params}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    import argparse
     import contextlib
     import io
     import os
     import warnings
 
+    parser = argparse.ArgumentParser(prog="python -m mtk.launcher.megatron_check")
+    parser.add_argument("--vocab-size", type=int, required=True, help="the tokenizer's vocabulary (unpadded)")
+    args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
     noise = io.StringIO()
     with contextlib.redirect_stdout(noise):
-        result = run_child(sys.stdin.read())
+        result = run_child(sys.stdin.read(), args.vocab_size)
     print(json.dumps(result))
 
 

@@ -13,21 +13,17 @@ from typing import TYPE_CHECKING
 
 from .activations import activation_bytes
 from .spec.parallel_checks import data_parallel_size
+from .vocabulary import Vocabulary, built
 
 if TYPE_CHECKING:
     from .spec import Job
 
 
-def padded_vocab(vocab: int, divisible_by: int, tp: int) -> int:
-    multiple = divisible_by * tp
-    return -(-vocab // multiple) * multiple
-
-
-def parameter_counts(job: Job) -> tuple[int, int]:
-    """(total, active per token) parameters."""
-    m, tp = job.model, job.parallel.tp
+def parameter_counts(job: Job, vocab: Vocabulary | None = None) -> tuple[int, int]:
+    """(total, active per token) parameters of the model built with ``vocab`` (default: :func:`built`'s)."""
+    m = job.model
     h, f, layers = m.hidden_size, m.ffn, m.num_layers
-    vocab = padded_vocab(m.vocab_size, m.make_vocab_size_divisible_by, tp)
+    padded = (vocab or built(job)).padded
     kv = h // m.num_attention_heads * m.query_groups
     bias = 1 if m.add_bias_linear else 0
     attention = h * (h + 2 * kv) + (h + 2 * kv) * bias + h * h + h * bias
@@ -46,8 +42,8 @@ def parameter_counts(job: Job) -> tuple[int, int]:
     else:
         mlp_total = mlp_active = mlp(f)
     per_layer_fixed = attention + 2 * norm
-    embeddings = vocab * h + (m.max_positions * h if m.position_embedding == "learned_absolute" else 0)
-    output = vocab * h if m.untie_embeddings else 0
+    embeddings = padded * h + (m.max_positions * h if m.position_embedding == "learned_absolute" else 0)
+    output = padded * h if m.untie_embeddings else 0
     fixed = embeddings + output + norm
     total = fixed + layers * (per_layer_fixed + mlp_total)
     active = fixed + layers * (per_layer_fixed + mlp_active)
@@ -84,17 +80,18 @@ def bytes_per_parameter(precision: str, dp: int, distributed: bool) -> float:
     return weights + grads + (state / dp if distributed else state)
 
 
-def compute(job: Job, parameters_per_rank: int | None = None) -> Figures:
+def compute(job: Job, parameters_per_rank: int | None = None, vocab: Vocabulary | None = None) -> Figures:
     """``parameters_per_rank``: counted on megatron-core's meta-device model (``megatron_check``) when known;
-    otherwise an even split of the formula's total over the model-parallel ranks."""
+    otherwise an even split of the formula's total over the model-parallel ranks. ``vocab``: the built
+    vocabulary (default: :func:`mtk.vocabulary.built`'s, the tokenizer's where one is named)."""
     p, t = job.parallel, job.train
     dp = data_parallel_size(job)
-    total, active = parameter_counts(job)
+    vocab = vocab or built(job)
+    total, active = parameter_counts(job, vocab)
     per_gpu = parameters_per_rank if parameters_per_rank is not None else (
         total // (p.tp * p.pp) if not job.model.moe.num_experts else total // (p.tp * p.pp * p.ep))
     gib = 1024**3
     micro_batches = t.micro_batches(dp) if dp else 0
-    vocab = padded_vocab(job.model.vocab_size, job.model.make_vocab_size_divisible_by, p.tp)
     return Figures(
         world_size=job.cluster.world_size,
         data_parallel=dp,
@@ -105,5 +102,5 @@ def compute(job: Job, parameters_per_rank: int | None = None) -> Figures:
         parameters_per_gpu=per_gpu,
         gib_per_gpu=round(per_gpu * bytes_per_parameter(t.precision, dp, False) / gib, 2),
         gib_per_gpu_distributed_optimizer=round(per_gpu * bytes_per_parameter(t.precision, dp, True) / gib, 2),
-        activation_gib_per_gpu=round(activation_bytes(job, max(micro_batches, 1), vocab) / gib, 2),
+        activation_gib_per_gpu=round(activation_bytes(job, max(micro_batches, 1), vocab.padded) / gib, 2),
     )

@@ -164,7 +164,7 @@ def saved_vocab(args: Any, built: int | None) -> tuple[int | None, str | None]:
     vocabulary fix (it recorded the spec's ``model.vocab_size`` while the model used the tokenizer's): when
     this job's vocabulary ``built`` pads to the checkpoint's rows at its tp, that is the one it was built
     with, and the note says so. None: the checkpoint does not tell."""
-    from mtk.figures import padded_vocab
+    from mtk.vocabulary import padded_vocab
 
     from .interop.megatron_lm import recorded_vocab_size
 
@@ -187,7 +187,7 @@ def check_model_shape(common: dict[str, Any], job: Job, where: str, vocab_size: 
     """Refuse a checkpoint whose model shape differs from ``job.model`` (naming the model field); return notes
     for the log. ``vocab_size``: the vocabulary this job's model is built with (its tokenizer's); default:
     ``model.vocab_size`` for mock data, otherwise unknown (then only the padded rows are compared)."""
-    from mtk.figures import padded_vocab
+    from mtk.vocabulary import padded_vocab
 
     args = common.get("args")
     if args is None:
@@ -225,7 +225,7 @@ def check_model_shape(common: dict[str, Any], job: Job, where: str, vocab_size: 
 
 def _divisor_for(vocab: int, padded: int, tp: int) -> int | None:
     """The largest power-of-two ``d`` with ``padded_vocab(vocab, d, tp) == padded``, if any."""
-    from mtk.figures import padded_vocab
+    from mtk.vocabulary import padded_vocab
 
     return next((d for d in (2**k for k in range(16, -1, -1)) if padded_vocab(vocab, d, tp) == padded), None)
 

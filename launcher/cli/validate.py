@@ -66,7 +66,10 @@ def command(job_file, overrides, backend, check_files, quiet, by_megatron, megat
     if not quiet:
         click.echo(yaml.safe_dump(job.model_dump(mode="json"), sort_keys=False).rstrip())
         click.echo("---")
-    f = compute(job, per_rank)
+    from mtk.vocabulary import built
+
+    vocab = built(job)
+    f = compute(job, per_rank, vocab)
     click.echo(f"world size:              {f.world_size}")
     click.echo(f"data parallel:           {f.data_parallel}")
     click.echo(f"micro-batches per step:  {f.micro_batches_per_step}")
@@ -74,8 +77,13 @@ def command(job_file, overrides, backend, check_files, quiet, by_megatron, megat
     if f.active_parameters != f.parameters:
         click.echo(f"active parameters:       {_human(f.active_parameters)}")
     click.echo(f"tokens per step:         {f.tokens_per_step:,}")
+    click.echo(f"vocabulary:              {vocab.size:,} tokens, padded to {vocab.padded:,} "
+               f"({vocab.source if vocab.known else 'model.vocab_size, standing in'})")
+    if vocab.note(job):
+        click.echo(vocab.note(job), err=True)
     source = "megatron-core's meta-device model" if per_rank is not None else "formula"
-    click.echo(f"parameters per GPU:      {_human(f.parameters_per_gpu)} (rank 0, from the {source})")
+    click.echo(f"parameters per GPU:      {_human(f.parameters_per_gpu)} ({f.parameters_per_gpu:,}, rank 0, from the "
+               f"{source})")
     click.echo(f"memory per GPU (weights+grads+optimizer): {f.gib_per_gpu} GiB; "
                f"with distributed optimizer: {f.gib_per_gpu_distributed_optimizer} GiB")
     t = job.train

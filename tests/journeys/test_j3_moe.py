@@ -32,7 +32,7 @@ from support.journey_local import (
 )
 
 from mtk import exitcodes
-from mtk.figures import padded_vocab
+from mtk.vocabulary import padded_vocab
 
 pytestmark = pytest.mark.integration
 

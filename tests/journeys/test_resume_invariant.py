@@ -46,7 +46,7 @@ from support.journey_local import (
     write_jsonl,
 )
 
-from mtk.figures import padded_vocab
+from mtk.vocabulary import padded_vocab
 
 pytestmark = [pytest.mark.integration, pytest.mark.torchrun, pytest.mark.megatron]
 

@@ -134,7 +134,7 @@ def hf_config(s: Shape, arch: str, dtype: str) -> dict[str, Any]:
 
 
 def shape_from_hf_config(cfg: dict[str, Any], make_vocab_size_divisible_by: int = 128) -> tuple[Shape, str]:
-    from mtk.figures import padded_vocab
+    from mtk.vocabulary import padded_vocab
 
     archs = cfg.get("architectures") or [cfg.get("model_type", "?")]
     arch = archs[0]

@@ -17,6 +17,7 @@ from mtk.launcher import megatron_cache
 from mtk.launcher.cli import cli
 
 from mtk.spec import load_job
+from mtk.vocabulary import built
 
 pytestmark = [pytest.mark.integration, pytest.mark.megatron]  # megatron-core runs in the check's child
 
@@ -79,7 +80,8 @@ def test_a_changed_model_field_reruns_the_check_and_a_path_or_slurm_time_does_no
 
 
 def test_a_corrupt_entry_is_ignored_and_rewritten_and_recheck_bypasses_the_cache(cache_home):
-    material = megatron_cache.key_material(load_job(TINY), megatron_cache.environment())
+    job = load_job(TINY)
+    material = megatron_cache.key_material(job, megatron_cache.environment(), built(job).size)
     entry = cache_home / f"{megatron_cache.key(material)}.json"
     entry.parent.mkdir(parents=True)
     entry.write_bytes(b'{"material": {"schema": 1}, "result": [tr\xffuncated')
@@ -133,7 +135,7 @@ SPY = textwrap.dedent("""
 
     for cls, prefix in PREFIX.items():
         spy(cls, prefix)
-    result = megatron_check.run_child(text)
+    result = megatron_check.run_child(text, int(sys.argv[1]))  # the vocabulary, found by the parent as check() does
     print(json.dumps({"reads": sorted(reads), "sections": sorted(PREFIX.values()), "result": result}))
 """)
 
@@ -146,8 +148,8 @@ def test_the_key_holds_every_spec_field_the_check_reads(tmp_path):
     job = load_job(TINY, ["cluster.device=gpu", "model.moe.num_experts=2", "model.add_bias_linear=false",
                           "train.recompute=full", "parallel.distributed_optimizer=true", "train.precision=bf16",
                           "train.lr_decay_iters=20"])
-    proc = subprocess.run([sys.executable, "-c", SPY], input=job.to_json(), capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run([sys.executable, "-c", SPY, str(built(job).size)], input=job.to_json(),
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["result"]["problems"] == [] and out["result"]["parameters_per_rank"] > 0
@@ -156,7 +158,7 @@ def test_the_key_holds_every_spec_field_the_check_reads(tmp_path):
             "resilience"} <= set(out["sections"])  # the walk from Job found the sections to spy on
     assert {"model.hidden_size", "parallel.tp", "train.lr", "cluster.device"} <= reads  # the spy saw the reads
 
-    material = megatron_cache.spec_material(job)
+    material = megatron_cache.spec_material(job, built(job).size)
     keyed = {f"model.{f}" for f in material["model"]} | {f"model.moe.{f}" for f in material["model"]["moe"]}
     keyed |= {f"parallel.{f}" for f in material["parallel"]} | {f"train.{f}" for f in material["train"]}
     keyed |= {f"train.fp8.{f}" for f in train_fp8_fields()}

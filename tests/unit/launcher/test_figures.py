@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from mtk.figures import bytes_per_parameter, compute, padded_vocab
+from mtk.figures import bytes_per_parameter, compute
 from mtk.spec import validate
+from mtk.vocabulary import padded_vocab
 
 
 def figures(preset: str, **parallel):

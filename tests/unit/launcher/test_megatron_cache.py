@@ -13,12 +13,13 @@ from mtk.launcher import megatron_cache as cache
 from mtk.spec import load_job
 
 TINY = str(Path(__file__).resolve().parents[3] / "examples" / "tiny.yaml")
+VOCAB = 1024  # examples/tiny.yaml: mock data, so the tiny preset's model.vocab_size is the built vocabulary
 ENV = {"versions": {"mtk": "0.1.0", "megatron-core": "0.19.2", "torch": "2.13.0", "transformer-engine": None,
                     "apex": None}, "python": "3.11", "mtk_source": "abc"}
 
 
 def _key(*sets: str, env: dict | None = None) -> str:
-    return cache.key(cache.key_material(load_job(TINY, list(sets)), env or ENV))
+    return cache.key(cache.key_material(load_job(TINY, list(sets)), env or ENV, VOCAB))
 
 
 @pytest.mark.parametrize("dist", ["mtk", "megatron-core", "torch"])
@@ -57,7 +58,7 @@ def test_the_keyed_train_fields_are_those_marked_in_the_spec():
     from mtk.spec.train import READ_BY_CHECK, TrainSpec, read_by_check
 
     marked = {name for name, info in TrainSpec.model_fields.items() if info.json_schema_extra == READ_BY_CHECK}
-    assert set(cache.spec_material(load_job(TINY))["train"]) == marked == set(read_by_check())
+    assert set(cache.spec_material(load_job(TINY), VOCAB)["train"]) == marked == set(read_by_check())
     assert {"lr", "global_batch_size", "precision"} <= marked and not {"seed", "log_interval"} & marked
 
 
@@ -95,7 +96,7 @@ def test_cache_dir_follows_mtk_cache_dir_then_xdg(monkeypatch, tmp_path):
 
 
 def _stored(tmp_path: Path) -> tuple[Path, dict]:
-    material = cache.key_material(load_job(TINY), ENV)
+    material = cache.key_material(load_job(TINY), ENV, VOCAB)
     path = tmp_path / f"{cache.key(material)}.json"
     assert cache.store(path, material, {"problems": [("model.hidden_size", "refused")],
                                         "parameters_per_rank": None}, 3.25) is None
@@ -134,12 +135,12 @@ def test_an_entry_with_a_field_of_the_wrong_shape_reads_as_absent(tmp_path, fiel
 def test_an_entry_for_other_material_reads_as_absent(tmp_path):
     """The entry holds its full material: a file that landed under the wrong name is not trusted."""
     path, _ = _stored(tmp_path)
-    other = cache.key_material(load_job(TINY, ["model.num_layers=4"]), ENV)
+    other = cache.key_material(load_job(TINY, ["model.num_layers=4"]), ENV, VOCAB)
     assert cache.load(path, other) is None
 
 
 def test_a_missing_or_unreadable_entry_reads_as_absent(tmp_path):
-    material = cache.key_material(load_job(TINY), ENV)
+    material = cache.key_material(load_job(TINY), ENV, VOCAB)
     assert cache.load(tmp_path / "missing.json", material) is None
     (tmp_path / "dir.json").mkdir()
     assert cache.load(tmp_path / "dir.json", material) is None
@@ -147,7 +148,7 @@ def test_a_missing_or_unreadable_entry_reads_as_absent(tmp_path):
 
 def test_an_unwritable_cache_says_why_instead_of_failing(tmp_path):
     (tmp_path / "file").write_text("a file where the cache dir would go")
-    material = cache.key_material(load_job(TINY), ENV)
+    material = cache.key_material(load_job(TINY), ENV, VOCAB)
     note = cache.store(tmp_path / "file" / "entry.json", material, {"problems": [], "parameters_per_rank": 1}, 1.0)
     assert note is not None and note.startswith("not cached")
 

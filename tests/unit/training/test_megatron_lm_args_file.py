@@ -18,8 +18,8 @@ from mtk.training import checkpoint
 from mtk.training.interop import megatron_lm
 from support.megatron_args_file import read_args_file
 
-from mtk.figures import padded_vocab
 from mtk.spec.loader import apply_overrides, validate
+from mtk.vocabulary import padded_vocab
 
 REPO = Path(__file__).resolve().parents[3]
 LLAMA = ("model.arch=llama", "model.position_embedding=rope", "model.normalization=RMSNorm",

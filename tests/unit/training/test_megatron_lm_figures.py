@@ -15,9 +15,10 @@ from mtk.training import metrics
 from mtk.training.interop import megatron_lm
 
 from mtk import activations
-from mtk.figures import compute, padded_vocab
+from mtk.figures import compute
 from mtk.spec.loader import apply_overrides, validate
 from mtk.spec.parallel_checks import data_parallel_size
+from mtk.vocabulary import padded_vocab
 
 SCRIPT = Path(__file__).parent / "megatron_lm" / "reference_figures.py"
 MEGATRON = pytest.mark.megatron  # the reference subprocess imports megatron.training (~15 s)

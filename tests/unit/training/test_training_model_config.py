@@ -5,8 +5,8 @@ from __future__ import annotations
 from mtk.training import model
 from mtk.training.debug import _redact
 
-from mtk.figures import padded_vocab
 from mtk.spec import Job
+from mtk.vocabulary import padded_vocab
 
 
 def _job(model_: dict | None = None, **sections) -> Job:

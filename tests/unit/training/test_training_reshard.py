@@ -6,8 +6,8 @@ import pytest
 from mtk.training import checkpoint, reshard
 from mtk.training.interop import megatron_lm
 
-from mtk.figures import padded_vocab
 from mtk.spec.loader import apply_overrides, validate
+from mtk.vocabulary import padded_vocab
 
 
 def _job(*sets: str):
