@@ -2,7 +2,7 @@
 
 Why: ``examples/tiny-corpus.yaml`` and ``examples/tiny-slurm.yaml`` read real text through a GPT-2 style BPE,
 and a laptop without network access must be able to walk that path (tokenizer → preprocess → train → resume →
-convert). The text is this project's own — its README files and the docstrings of its package — so it is
+convert). The text is this project's own — its READMEs, guides and the docstrings of its package — so it is
 license-clean and present in every clone; the tokenizer is a byte-level BPE trained on it with Hugging Face
 ``tokenizers`` (in ``make demo``'s environment), saved as the ``vocab.json`` + ``merges.txt`` that
 ``GPT2BPETokenizer`` reads (``<|endoftext|>``, the EOD/EOS of the export, is id 0).
@@ -26,7 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("mtk", "launcher", "training", "data_jobs", "slurm", "k8s", "containers")
-READMES = ("README.md", "benchmarks/README.md", "containers/README.md")
+READMES = ("README.md", "docs/*.md", "benchmarks/README.md", "containers/README.md")
+GENERATED = ("docs/spec.md",)  # tables made from the models: no prose to learn from
 FILES = ("corpus.jsonl", "vocab.json", "merges.txt")
 EOT = "<|endoftext|>"
 VOCAB = 1024  # the tiny preset's vocabulary: <|endoftext|>, 256 bytes and 767 merges
@@ -34,11 +35,11 @@ HEADING = re.compile(r"^(?=#{1,3} )", re.M)
 
 
 def readme_sections(root: Path) -> Iterator[str]:
-    """Each README section (split at its headings) as one document."""
-    for name in READMES:
-        path = root / name
-        if path.is_file():
-            yield from (s.strip() for s in HEADING.split(path.read_text(encoding="utf-8")) if s.strip())
+    """Each section of the READMEs and guides (split at its headings) as one document."""
+    for pattern in READMES:
+        for path in sorted(root.glob(pattern)):
+            if path.is_file() and path.relative_to(root).as_posix() not in GENERATED:
+                yield from (s.strip() for s in HEADING.split(path.read_text(encoding="utf-8")) if s.strip())
 
 
 def module_docstrings(root: Path) -> Iterator[str]:

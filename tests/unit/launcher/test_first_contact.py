@@ -121,10 +121,10 @@ def test_the_override_accepts_an_estimate_over_the_gpus_memory_and_says_so():
     assert "fits the GPU:            no, accepted by cluster.allow_memory_overcommit: 111.77 of 80.0 GiB" in proc.stdout
 
 
-def test_readme_names_the_gpu_memory_the_check_uses():
+def test_spec_guide_names_the_gpu_memory_the_check_uses():
     from mtk.spec.memory_checks import GPU_GIB_BY_FAMILY
 
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "spec-guide.md").read_text()
     for family, shown in (("p5", "p5 79.6 GiB"), ("p4d", "p4d 40"), ("p4de", "p4de 80"), ("p5e", "p5e/p5en 140.4"),
                           ("g5", "g5 22.5")):
         assert shown in readme and f"{GPU_GIB_BY_FAMILY[family][0]:g}" in shown, family

@@ -1,6 +1,6 @@
 """Per-instance-type NCCL/EFA presets: what each instance type gets, that every value says why, that cluster.env
 overrides any of it, that the preflight floor follows the instance type unless the spec sets one, that
-`mtk validate` prints the preset and that the README's table lists what the code sets."""
+`mtk validate` prints the preset and that docs/aws.md's table lists what the code sets."""
 
 from __future__ import annotations
 
@@ -78,10 +78,10 @@ def test_mtk_validate_prints_the_preset_it_applied():
     assert "preflight all-reduce floor: 12.0 GB/s (p5.48xlarge preset" in out.stdout
 
 
-def test_readme_table_lists_every_variable_the_presets_set():
-    readme = (REPO / "README.md").read_text()
+def test_aws_guide_table_lists_every_variable_the_presets_set():
+    readme = (REPO / "docs" / "aws.md").read_text()
     table = readme.split("| variable / setting |", 1)[1].split("\n\n", 1)[0]
     names = set(re.findall(r"^\| `([A-Z0-9_]+)[=`]", table, re.M))
     code = {s.name for i in netenv.INSTANCES for s in netenv.preset(job(i, "data.num_workers=2",
                                                                         "parallel.sequence_parallel=true"))}
-    assert code == names, f"README table and mtk/netenv.py differ: {sorted(code ^ names)}"
+    assert code == names, f"docs/aws.md's table and mtk/netenv.py differ: {sorted(code ^ names)}"
