@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from mtk.megatron_flags import TC as TRANSFORMER_CONFIG
+from mtk.megatron_flags import core_kwargs
 from mtk.vocabulary import built
 
 from .device_plan import DevicePlan, have_apex, plan_for_here
@@ -36,32 +38,15 @@ def transformer_config_kwargs(job: Job, cpu: bool, plan: DevicePlan | None = Non
     import torch.nn.functional as F
 
     plan = plan or plan_for_here(job, gpu=not cpu)
-    m, p, t = job.model, job.parallel, job.train
-    swiglu = m.activation == "swiglu"
+    t = job.train
+    swiglu = job.model.activation == "swiglu"
     dtype = params_dtype(t.precision)
     kw: dict[str, Any] = dict(
-        num_layers=m.num_layers,
-        hidden_size=m.hidden_size,
-        ffn_hidden_size=m.ffn,
-        num_attention_heads=m.num_attention_heads,
-        num_query_groups=m.query_groups,
-        hidden_dropout=m.hidden_dropout,
-        attention_dropout=m.attention_dropout,
-        init_method_std=m.init_method_std,
-        normalization=m.normalization,
-        gated_linear_unit=swiglu,
+        # sizes, parallelism, bf16/fp16 and MoE (its fixed defaults too): the flag table's one-to-one fields
+        core_kwargs(job, TRANSFORMER_CONFIG),
         activation_func=F.silu if swiglu else F.gelu,
-        add_bias_linear=m.add_bias_linear,
-        tensor_model_parallel_size=p.tp,
-        pipeline_model_parallel_size=p.pp,
-        virtual_pipeline_model_parallel_size=p.virtual_pp,
-        context_parallel_size=p.cp,
-        expert_model_parallel_size=p.ep if m.moe.num_experts else 1,
-        sequence_parallel=p.sequence_parallel,
         params_dtype=dtype,
         pipeline_dtype=dtype,
-        bf16=t.precision in ("bf16", "fp8"),
-        fp16=t.precision == "fp16",
         use_cpu_initialization=cpu,
         # megatron-core 0.19's default "full" warns that it is deprecated; [] is its replacement, same meaning
         cuda_graph_modules=[],
@@ -72,11 +57,7 @@ def transformer_config_kwargs(job: Job, cpu: bool, plan: DevicePlan | None = Non
         apply_rope_fusion=plan.apply_rope_fusion,
         persist_layer_norm=plan.persist_layer_norm,
         deallocate_pipeline_outputs=True,
-        layernorm_zero_centered_gamma=m.layernorm_1p,
-        attention_softmax_in_fp32=m.attention_softmax_in_fp32,
         cross_entropy_loss_fusion=plan.cross_entropy_loss_fusion,
-        cross_entropy_fusion_impl="native",
-        calculate_per_token_loss=t.per_token_loss,
     )
     if t.precision == "fp8":
         f = t.fp8_settings
@@ -88,18 +69,6 @@ def transformer_config_kwargs(job: Job, cpu: bool, plan: DevicePlan | None = Non
     elif t.recompute == "full":
         kw.update(recompute_granularity="full", recompute_method="uniform",
                   recompute_num_layers=t.recompute_num_layers)
-    if m.moe.num_experts:
-        kw.update(
-            num_moe_experts=m.moe.num_experts,
-            moe_router_topk=m.moe.router_topk,
-            moe_aux_loss_coeff=m.moe.aux_loss_coeff,
-            moe_router_load_balancing_type="aux_loss",
-            moe_ffn_hidden_size=m.moe.ffn_hidden_size or m.ffn,
-            moe_token_dispatcher_type="alltoall",
-            moe_grouped_gemm=False,
-            moe_expert_capacity_factor=m.moe.capacity_factor,
-            moe_pad_expert_input_to_capacity=False,
-        )
     return kw
 
 

@@ -6,6 +6,10 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from mtk.megatron_flags import DDP as DDP_CONFIG
+from mtk.megatron_flags import OC as OPTIMIZER_CONFIG
+from mtk.megatron_flags import core_kwargs
+
 if TYPE_CHECKING:
     from mtk.spec import Job
 
@@ -41,11 +45,11 @@ def ddp_config(job: Job, plan: DevicePlan):
     from megatron.core.distributed import DistributedDataParallelConfig
 
     return DistributedDataParallelConfig(
+        **core_kwargs(job, DDP_CONFIG),  # use_distributed_optimizer
         grad_reduce_in_fp32=plan.grad_reduce_in_fp32,
         overlap_grad_reduce=plan.overlap_grad_reduce,
         overlap_param_gather=plan.overlap_param_gather,
         align_param_gather=plan.align_param_gather,
-        use_distributed_optimizer=job.parallel.distributed_optimizer,
         check_for_nan_in_grad=plan.check_for_nan_in_grad,
         # Megatron-LM sets both from --fp8-param-gather: the distributed optimizer's copy of main params into
         # the model's branches on the DDP flag, the model's fp8 weights on TransformerConfig.fp8_param
@@ -92,26 +96,10 @@ def optimizer_config(job: Job):
 
     from .model import params_dtype
 
-    t = job.train
-    return OptimizerConfig(
-        optimizer="adam",
-        lr=t.lr,
-        min_lr=t.min_lr,
-        weight_decay=t.weight_decay,
-        adam_beta1=t.adam_beta1,
-        adam_beta2=t.adam_beta2,
-        adam_eps=t.adam_eps,
-        clip_grad=t.clip_grad,
-        bf16=t.precision in ("bf16", "fp8"),
-        fp16=t.precision == "fp16",
-        params_dtype=params_dtype(t.precision),
-        initial_loss_scale=t.initial_loss_scale,
-        use_distributed_optimizer=job.parallel.distributed_optimizer,
-        # megatron-core's standard param-group overrides give the embedding and output layers these as their
-        # max_lr/min_lr, which OptimizerParamScheduler reads per group
-        decoupled_lr=t.decoupled_lr,
-        decoupled_min_lr=t.decoupled_min_lr,
-    )
+    # Adam, lr, clipping, bf16/fp16, the loss scale, the distributed optimizer and decoupled_lr/min_lr (which
+    # megatron-core's standard param-group overrides give the embedding and output layers as their max_lr/min_lr)
+    # are the flag table's one-to-one fields
+    return OptimizerConfig(params_dtype=params_dtype(job.train.precision), **core_kwargs(job, OPTIMIZER_CONFIG))
 
 
 def build_optimizer(job: Job, model: list, plan: DevicePlan | None = None):

@@ -11,6 +11,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from ..secrets import looks_secret
+from ..suggest import megatron_field
 from . import (
     fetch_checks,  # noqa: F401  (registers the plain-HTTP fetch check)
     memory_checks,  # noqa: F401  (registers the GPU memory fit check)
@@ -220,7 +221,8 @@ def _problem_from_error(err: Any) -> Problem:  # one of ValidationError.errors()
         owner = _model_at(loc)
         valid = owner.accepted_keys() if isinstance(owner, type) and issubclass(owner, Section) else []
         close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.5)
-        hint = f"did you mean '{close[0]}'? " if close else ""
+        megatron = megatron_field(path)  # a Megatron name: its mtk field, wherever it lives
+        hint = f"did you mean {megatron}? " if megatron else f"did you mean '{close[0]}'? " if close else ""
         return Problem(path, f"unknown key; {hint}valid keys here: {', '.join(valid)}")
     if kind == "missing":
         return Problem(path, "required field is missing; add it (or set model.preset for model sizes)")

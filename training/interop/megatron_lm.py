@@ -21,6 +21,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mtk import megatron_flags
+
 from ..checkpoint_layout import MTK_KEY
 
 if TYPE_CHECKING:
@@ -79,52 +81,24 @@ def megatron_args(job: Job, *, data_parallel_size: int, vocab_size: int, padded_
     ``model.vocab_size`` for mock data), never the spec's default: the resume check, reshard, ``init_from``,
     export and Megatron-LM's ``--use-checkpoint-args`` all read them back.
     """
-    m, p, t = job.model, job.parallel, job.train
-    moe = m.moe.num_experts > 0
-    rope = m.position_embedding == "rope"
+    m, t = job.model, job.train
     return argparse.Namespace(
-        # model
-        num_layers=m.num_layers, hidden_size=m.hidden_size, ffn_hidden_size=m.ffn,
-        num_attention_heads=m.num_attention_heads, kv_channels=m.hidden_size // m.num_attention_heads,
-        group_query_attention=m.query_groups != m.num_attention_heads, num_query_groups=m.query_groups,
-        seq_length=m.seq_length, max_position_embeddings=m.max_positions,
-        position_embedding_type=m.position_embedding, add_position_embedding=not rope,
-        use_rotary_position_embeddings=rope, rotary_base=int(m.rotary_base), rotary_percent=1.0,
-        rotary_interleaved=False, normalization=m.normalization,
-        # --apply-layernorm-1p: megatron-core 0.19's parser stores it as layernorm_zero_centered_gamma, older
-        # Megatron-LM as apply_layernorm_1p; both recorded so either reads it
-        apply_layernorm_1p=m.layernorm_1p, layernorm_zero_centered_gamma=m.layernorm_1p,
-        swiglu=m.activation == "swiglu", squared_relu=False, add_bias_linear=m.add_bias_linear,
-        add_qkv_bias=m.add_bias_linear, untie_embeddings_and_output_weights=m.untie_embeddings,
-        apply_query_key_layer_scaling=False, attention_softmax_in_fp32=m.attention_softmax_in_fp32,
-        attention_dropout=m.attention_dropout,
-        hidden_dropout=m.hidden_dropout, init_method_std=m.init_method_std,
-        num_experts=m.moe.num_experts if moe else None,
-        moe_ffn_hidden_size=(m.moe.ffn_hidden_size or m.ffn) if moe else None,
-        moe_router_topk=m.moe.router_topk, moe_aux_loss_coeff=m.moe.aux_loss_coeff,
-        moe_router_load_balancing_type="aux_loss", moe_token_dispatcher_type="alltoall",
-        moe_grouped_gemm=False, moe_layer_freq=1, moe_expert_capacity_factor=m.moe.capacity_factor,
+        # model sizes, RoPE, MoE, parallel sizes, batch, schedule, Adam and bf16/fp16: the flag table's fields
+        **megatron_flags.args_values(job),
+        rotary_interleaved=False,
+        # --apply-layernorm-1p: megatron-core 0.19's parser stores it as layernorm_zero_centered_gamma (the table's
+        # name), older Megatron-LM as apply_layernorm_1p; both recorded so either reads it
+        apply_layernorm_1p=m.layernorm_1p,
+        squared_relu=False, add_qkv_bias=m.add_bias_linear, apply_query_key_layer_scaling=False, moe_layer_freq=1,
         # vocabulary / tokenizer
-        vocab_size=vocab_size, padded_vocab_size=padded_vocab_size,
-        make_vocab_size_divisible_by=m.make_vocab_size_divisible_by, tokenizer_type=tokenizer_type(job),
+        vocab_size=vocab_size, padded_vocab_size=padded_vocab_size, tokenizer_type=tokenizer_type(job),
         # parallelism
-        tensor_model_parallel_size=p.tp, pipeline_model_parallel_size=p.pp,
-        virtual_pipeline_model_parallel_size=p.virtual_pp, context_parallel_size=p.cp,
-        expert_model_parallel_size=p.ep if moe else 1, sequence_parallel=p.sequence_parallel,
-        world_size=job.cluster.world_size, data_parallel_size=data_parallel_size,
-        use_distributed_optimizer=p.distributed_optimizer, data_parallel_random_init=False,
+        world_size=job.cluster.world_size, data_parallel_size=data_parallel_size, data_parallel_random_init=False,
         # checkpoint format
         ckpt_format="torch_dist", use_dist_ckpt=True, ckpt_fully_parallel_save=False,
-        dist_ckpt_optim_fully_reshardable=p.distributed_optimizer and t.checkpoint.fully_reshardable,
         distrib_optim_fully_reshardable_mem_efficient=False, no_save_optim=False, no_save_rng=False,
-        # schedule / optimizer / precision
-        micro_batch_size=t.micro_batch_size, global_batch_size=t.global_batch_size, train_iters=t.iterations,
-        lr=t.lr, min_lr=t.min_lr, lr_decay_style=t.lr_decay_style, lr_warmup_iters=t.lr_warmup_iters,
-        lr_decay_iters=t.lr_decay_iters or t.iterations, weight_decay=t.weight_decay,
+        # schedule
         start_weight_decay=t.weight_decay, end_weight_decay=t.weight_decay, weight_decay_incr_style="constant",
-        optimizer="adam", adam_beta1=t.adam_beta1, adam_beta2=t.adam_beta2, adam_eps=t.adam_eps,
-        clip_grad=t.clip_grad, bf16=t.precision in ("bf16", "fp8"), fp16=t.precision == "fp16",
-        seed=t.seed,
         # data position
         iteration=iteration, consumed_train_samples=consumed_train_samples, skipped_train_samples=0,
         consumed_valid_samples=0,
@@ -263,65 +237,8 @@ def pretrain_gpt_argv(args: argparse.Namespace, job: Job, checkpoint_root: str) 
     records ``add_position_embedding=False`` as Megatron-LM's ``--no-position-embedding`` runs do and
     Megatron-LM's default is True. The data, tokenizer files and evaluation come from the job spec. No
     override flag (``--override-opt-param-scheduler``, ``--no-load-optim``, ``--no-load-rng``, ``--finetune``)."""
-    a = args
-    g = lambda name, default=None: getattr(a, name, default)  # noqa: E731
-    argv: list[Any] = [
-        "--num-layers", a.num_layers, "--hidden-size", a.hidden_size, "--ffn-hidden-size", a.ffn_hidden_size,
-        "--num-attention-heads", a.num_attention_heads, "--kv-channels", a.kv_channels,
-        "--seq-length", a.seq_length, "--max-position-embeddings", a.max_position_embeddings,
-        "--position-embedding-type", a.position_embedding_type, "--normalization", a.normalization,
-        "--init-method-std", a.init_method_std, "--hidden-dropout", a.hidden_dropout,
-        "--attention-dropout", a.attention_dropout,
-    ]
-    if not g("add_position_embedding", True):
-        argv += ["--no-position-embedding"]
-    if a.position_embedding_type == "rope":
-        argv += ["--rotary-base", a.rotary_base, "--rotary-percent", g("rotary_percent", 1.0)]
-        if g("use_rotary_position_embeddings"):
-            argv.append("--use-rotary-position-embeddings")  # recorded by mtk as by Megatron-LM's legacy flag
-    if g("group_query_attention"):
-        argv += ["--group-query-attention", "--num-query-groups", a.num_query_groups]
-    if g("swiglu"):
-        argv.append("--swiglu")
-    if g("apply_layernorm_1p") or g("layernorm_zero_centered_gamma"):
-        argv.append("--apply-layernorm-1p")
-    if g("attention_softmax_in_fp32"):
-        argv.append("--attention-softmax-in-fp32")
-    if not g("add_bias_linear", True):
-        argv.append("--disable-bias-linear")
-    if g("untie_embeddings_and_output_weights"):
-        argv.append("--untie-embeddings-and-output-weights")
-    if g("num_experts"):
-        argv += ["--num-experts", a.num_experts, "--moe-ffn-hidden-size", a.moe_ffn_hidden_size,
-                 "--moe-router-topk", a.moe_router_topk, "--moe-aux-loss-coeff", a.moe_aux_loss_coeff,
-                 "--moe-router-load-balancing-type", a.moe_router_load_balancing_type,
-                 "--moe-token-dispatcher-type", a.moe_token_dispatcher_type,
-                 "--expert-model-parallel-size", a.expert_model_parallel_size]
-        if g("moe_expert_capacity_factor") is not None:
-            argv += ["--moe-expert-capacity-factor", a.moe_expert_capacity_factor]
-    argv += _tokenizer_flags(a, job)
-    argv += ["--make-vocab-size-divisible-by", a.make_vocab_size_divisible_by,
-             "--tensor-model-parallel-size", a.tensor_model_parallel_size,
-             "--pipeline-model-parallel-size", a.pipeline_model_parallel_size]
-    if g("virtual_pipeline_model_parallel_size"):
-        argv += ["--num-virtual-stages-per-pipeline-rank", a.virtual_pipeline_model_parallel_size]
-    if (g("context_parallel_size") or 1) > 1:
-        argv += ["--context-parallel-size", a.context_parallel_size]
-    if g("sequence_parallel"):
-        argv.append("--sequence-parallel")
-    if g("use_distributed_optimizer"):
-        argv.append("--use-distributed-optimizer")
-    if g("dist_ckpt_optim_fully_reshardable"):
-        argv.append("--dist-ckpt-optim-fully-reshardable")
-    argv += ["--micro-batch-size", a.micro_batch_size, "--global-batch-size", a.global_batch_size,
-             "--train-iters", a.train_iters, "--lr", a.lr, "--min-lr", a.min_lr, "--lr-decay-style", a.lr_decay_style,
-             "--lr-warmup-iters", a.lr_warmup_iters, "--lr-decay-iters", a.lr_decay_iters,
-             "--weight-decay", a.weight_decay, "--adam-beta1", a.adam_beta1, "--adam-beta2", a.adam_beta2,
-             "--adam-eps", a.adam_eps, "--clip-grad", a.clip_grad, "--seed", a.seed]
-    if g("bf16"):
-        argv.append("--bf16")
-    elif g("fp16"):
-        argv.append("--fp16")
+    # the table's flags, from the checkpoint's own args; then what the job and its device plan decide
+    argv: list[Any] = [*megatron_flags.argv_from_args(args), *_tokenizer_flags(args, job)]
     argv += _recompute_flags(job)
     argv += _recipe_flags(job)
     argv += _data_flags(job)
@@ -378,6 +295,8 @@ def _recipe_flags(job: Job) -> list[Any]:
         out += ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "native"]
     if t.per_token_loss:
         out.append("--calculate-per-token-loss")
+    if t.precision == "fp16":  # Megatron-LM's default starts at 2**32
+        out += ["--initial-loss-scale", t.initial_loss_scale]
     if t.manual_gc:
         out += ["--manual-gc", "--manual-gc-interval", t.manual_gc_interval]
     if t.decoupled_lr is not None:
@@ -396,6 +315,7 @@ def _data_flags(job: Job) -> list[Any]:
     sizes = data.split_sizes(job)
     evals = ["--eval-iters", t.eval_iters, "--eval-interval", t.eval_interval] if t.eval_interval else \
         ["--eval-iters", 0, "--eval-interval", t.iterations + 1]
+    evals += ["--num-workers", job.data.num_workers]
     prefixes, weights = data.blend(job)
     if not prefixes:
         return ["--mock-data", *evals]
