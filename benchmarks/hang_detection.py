@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -33,10 +34,11 @@ def one(runs: Path, step_timeout: float) -> tuple[float, float]:
               "train.checkpoint.save_interval=null", "--set", "train.eval_interval=null", "--set",
               f"resilience.watchdog.step_timeout={step_timeout}", "--set", "resilience.watchdog.interval=1")
     run = Path(next(x for x in out.splitlines() if x.startswith("run: ")).removeprefix("run: "))
-    beat_file = run / "state" / "heartbeats" / "rank1.json"
+    summary = run / "state" / "heartbeats" / f"{socket.gethostname()}.json"  # the node monitor's summary
     try:
         while True:  # wait for rank 1 to be in a training step
-            beat = json.loads(beat_file.read_text()) if beat_file.exists() else {}
+            ranks = json.loads(summary.read_text())["ranks"] if summary.exists() else []
+            beat = next((r for r in ranks if r["rank"] == 1), {})
             if beat.get("phase") == "step" and beat.get("iteration", 0) >= 3:
                 break
             time.sleep(0.2)

@@ -34,13 +34,22 @@ class Series:
 
 @dataclass
 class Fit:
-    """value ≈ coef * N^exponent, least squares on log-log; `law` names the exponent."""
+    """value ≈ coef * N^exponent, least squares on log-log; `law` names the exponent.
+
+    `poly` (highest power first), when set, is what `at` extrapolates with: a measured cost is usually a sum
+    (a constant part on one node plus a linear part on every node), whose log-log slope at small N is below its
+    law's and would under-state the cost at 1,024 nodes. So a series whose exponent names a law (0, 1, 2, 3) is
+    extrapolated by the polynomial of that degree fitted to the points (least squares), the power law otherwise.
+    """
 
     coef: float
     exponent: float
     law: str
+    poly: tuple[float, ...] | None = None
 
     def at(self, n: float) -> float:
+        if self.poly is not None:
+            return sum(c * n ** (len(self.poly) - 1 - i) for i, c in enumerate(self.poly))
         return self.coef * n ** self.exponent
 
 
@@ -62,7 +71,17 @@ def fit(series: Series) -> Fit:
     mx = sum(x for x, _ in pts) / len(pts)
     my = sum(y for _, y in pts) / len(pts)
     k = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
-    return Fit(math.exp(my - k * mx), k, law_name(k))
+    power = Fit(math.exp(my - k * mx), k, law_name(k))
+    degree = round(k)
+    ns = [n for n, v in zip(series.n, series.values, strict=True) if n > 0 and v > 0]
+    if 0 <= degree <= 3 and abs(k - degree) <= 0.25 and len(ns) > degree:
+        import numpy as np
+
+        vs = [v for n, v in zip(series.n, series.values, strict=True) if n > 0 and v > 0]
+        poly = tuple(float(c) for c in np.polyfit(ns, vs, degree))
+        if poly[0] > 0:  # a falling leading term would be no growth law at all: keep the power
+            power.poly = poly
+    return power
 
 
 def _num(v: float) -> str:

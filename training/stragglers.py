@@ -11,7 +11,6 @@ when the slowest rank is beyond ``threshold`` × the median, names it on the nex
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from functools import wraps
 from pathlib import Path
 from typing import Any
 
-from . import watchdog
+from . import heartbeat_files
 
 TOP = 3  # slowest ranks / nodes kept in a record
 
@@ -36,6 +35,7 @@ class StragglerStats:
         self._step = 0.0
         self._iters = 0
         self.last: dict[str, Any] | None = None
+        self._hosts: dict[int, str] = {}
 
     def wrap(self, fn: Callable) -> Callable:
         """``fn`` (the forward step function) timed into the ``forward`` section."""
@@ -68,22 +68,25 @@ class StragglerStats:
         return vec
 
     def receive(self, iteration: int, reduced: list[float]) -> dict[str, Any] | None:
-        """Turn the summed vector into a record (every rank can; rank 0 writes it)."""
+        """Turn the summed vector into a record (every rank can; rank 0 writes it, with the hosts)."""
         if not self.enabled or len(reduced) != 2 * self.world:
             return None
+        # Only rank 0 writes the record, so only rank 0 names the hosts (every rank reading them was quadratic in
+        # the ranks); ranks keep their hosts for the attempt, so it reads until all are known.
+        if self.rank == 0 and len(self._hosts) < self.world:
+            self._hosts = hosts_by_rank(self.run_dir)
         self.last = summarize(iteration, reduced[: self.world], reduced[self.world:], self.spec.threshold,
-                              hosts_by_rank(self.run_dir))
+                              self._hosts)
         return self.last
 
 
 def hosts_by_rank(run_dir: str | Path) -> dict[int, str]:
-    """Rank → host from the watchdog's heartbeat files (read only every ``interval`` iterations, on rank 0)."""
+    """Rank → host from the hang monitors' per-node summaries (one file per node, read on rank 0 only)."""
     out = {}
-    for path in watchdog.heartbeat_dir(run_dir).glob("rank*.json"):
+    for rec in heartbeat_files.read_summaries(run_dir, since=0):
         try:
-            rec = json.loads(path.read_text())
             out[int(rec["rank"])] = str(rec["host"])
-        except (OSError, ValueError, KeyError):
+        except (KeyError, TypeError, ValueError):
             continue
     return out
 

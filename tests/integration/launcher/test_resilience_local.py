@@ -76,9 +76,12 @@ def _sigstop_one_rank_and_check(run_dir: Path, timeout: float) -> None:
     while len([r for r in train_records(run_dir) if r["kind"] == "train"]) < 3 and time.time() < deadline:
         time.sleep(0.5)
     assert train_records(run_dir), (run_dir / "logs" / "train.log").read_text()[-3000:]
-    beat_file = run_dir / run_layout.HEARTBEATS_DIR / "rank1.json"
-    while time.time() < deadline:  # the publisher thread writes every interval: it may trail the metrics
-        beat = json.loads(beat_file.read_text()) if beat_file.exists() else {}
+    # Rank 1's heartbeat as the node's hang monitor summarises it on the shared run dir (the rank's own file is
+    # in node-local storage).
+    summary = run_dir / run_layout.HEARTBEATS_DIR / f"{socket.gethostname()}.json"
+    while time.time() < deadline:  # the publisher and the monitor write every interval: they may trail the metrics
+        ranks = json.loads(summary.read_text())["ranks"] if summary.exists() else []
+        beat = next((r for r in ranks if r["rank"] == 1), {})
         if beat.get("phase") == "step":
             break
         time.sleep(0.2)

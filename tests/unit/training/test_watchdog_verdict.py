@@ -1,5 +1,6 @@
-"""One verdict per attempt: the first node's ``state/hang.json`` wins, later monitors adopt it, and ranks go quiet
-once it exists (a stopped rank woken to dump its stacks must not look alive and shift the blame)."""
+"""One verdict per attempt: the judge's ``state/hang.json`` wins, the other monitors adopt it, and ranks go quiet
+once their monitor has copied it beside their heartbeats (a stopped rank woken to dump its stacks must not look
+alive and shift the blame)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import threading
 import time
 
 from mtk.training import watchdog
-from mtk.training.watchdog import HangMonitor, HangVerdict, Heartbeat, heartbeat_dir, read_verdict
+from mtk.training.watchdog import HangMonitor, HangVerdict, Heartbeat, read_verdict, verdict_from
 
 from mtk import run_layout
 from mtk.spec.resilience import WatchdogSpec
@@ -32,19 +33,23 @@ def test_a_verdict_from_an_earlier_attempt_is_ignored(tmp_path):
 def test_a_monitor_adopts_the_verdict_another_node_declared_and_does_not_rewrite_it(tmp_path):
     spec = WatchdogSpec(interval=0.05)
     monitor = HangMonitor(tmp_path, spec)
-    # Every rank looks alive and on time: judged alone, this node would find nothing (or blame the wrong ranks).
-    heartbeat_dir(tmp_path).mkdir(parents=True)
+    # Every rank looks alive and on time, rank 0 among them (this node judges): judged alone, it would find
+    # nothing (or blame the wrong ranks).
+    monitor.local.mkdir(parents=True)
     now = time.time()
-    for rank in (0, 1):
-        (heartbeat_dir(tmp_path) / f"rank{rank}.json").write_text(json.dumps(
-            {"rank": rank, "host": f"pod-{rank}", "pid": 1, "phase": "step", "iteration": 7, "progress": now,
-             "deadline": now + 3600, "alive": now + 10, "interval": 0.05, "timeout": 3600}))
-    _write_verdict(tmp_path, at=time.time())
-    before = (tmp_path / run_layout.HANG_FILE).read_text()
-    verdict = monitor.watch()
-    assert [b["rank"] for b in verdict.blamed] == [1] and verdict.hosts == ["node-b"]
-    monitor.record(HangVerdict(blamed=[{**BLAMED[0], "rank": 0, "node": "node-a"}], reason="other"))
-    assert (tmp_path / run_layout.HANG_FILE).read_text() == before
+    try:
+        for rank in (0, 1):
+            (monitor.local / f"rank{rank}.json").write_text(json.dumps(
+                {"rank": rank, "host": f"pod-{rank}", "pid": 1, "phase": "step", "iteration": 7, "progress": now,
+                 "deadline": now + 3600, "alive": now + 10, "interval": 0.05, "timeout": 3600}))
+        _write_verdict(tmp_path, at=time.time())
+        before = (tmp_path / run_layout.HANG_FILE).read_text()
+        verdict = monitor.watch()
+        assert [b["rank"] for b in verdict.blamed] == [1] and verdict.hosts == ["node-b"]
+        monitor.record(HangVerdict(blamed=[{**BLAMED[0], "rank": 0, "node": "node-a"}], reason="other"))
+        assert (tmp_path / run_layout.HANG_FILE).read_text() == before
+    finally:
+        monitor.stop()
 
 
 def _wait(what: str, predicate, timeout: float = 60.0) -> None:
@@ -57,18 +62,24 @@ def _wait(what: str, predicate, timeout: float = 60.0) -> None:
 
 def test_ranks_stop_publishing_once_a_hang_is_declared(tmp_path, monkeypatch):
     """Events, not sleeps: the publisher's verdict checks are counted (each loop turn reads the verdict, then
-    publishes or not), and the flight-recorder dump marks the turn that saw the verdict."""
+    publishes or not), and the flight-recorder dump marks the turn that saw the verdict. The verdict reaches the
+    rank the way it does in a run: another node's judge writes state/hang.json, this node's monitor adopts it and
+    copies it beside its ranks' heartbeats."""
     checks = []
     noticed = threading.Event()
-    monkeypatch.setattr(watchdog, "read_verdict", lambda *a, **k: checks.append(1) or read_verdict(*a, **k))
+    monkeypatch.setattr(watchdog, "verdict_from", lambda *a, **k: checks.append(1) or verdict_from(*a, **k))
     monkeypatch.setattr(watchdog, "dump_flight_recorder", lambda *a: noticed.set())
-    beat = Heartbeat(tmp_path, rank=0, spec=WatchdogSpec(interval=0.05))
+    spec = WatchdogSpec(interval=0.05)
+    beat = Heartbeat(tmp_path, rank=3, spec=spec)
+    monitor = HangMonitor(tmp_path, spec)
     beat.start()
     try:
-        path = heartbeat_dir(tmp_path) / "rank0.json"
+        path = beat.path
+        assert not str(path).startswith(str(tmp_path)), "a rank's heartbeat must stay on its node"
         first = json.loads(path.read_text())["alive"]  # start() publishes once
         _wait("a second publish", lambda: json.loads(path.read_text())["alive"] != first)
         _write_verdict(tmp_path, at=time.time())
+        monitor.record(monitor.poll())
         _wait("the publisher to see the verdict", noticed.is_set)
         quiet = path.read_text()
         seen = len(checks)
@@ -76,3 +87,4 @@ def test_ranks_stop_publishing_once_a_hang_is_declared(tmp_path, monkeypatch):
         assert path.read_text() == quiet, "a rank published after the verdict"
     finally:
         beat.stop()
+        monitor.stop()

@@ -1,0 +1,450 @@
+"""Shared-filesystem traffic of mtk during training at N simulated nodes x 8 ranks (issue 45, items 1a and 2).
+
+    python benchmarks/scale_fs.py [--quick] [--nodes 2,4,8] [--ticks 3] [--json] [--no-strace]
+    python benchmarks/scale.py --only fs [--quick]
+
+mtk's real code (the hang watchdog's ranks and node monitors, the straggler gather, the metrics writer, the run
+control's trigger check, checkpoint publish + prune, the lease, the preflight health files) runs in one process
+posing as N hosts x 8 ranks on one run dir and checkpoint dir, each part driven turn by turn on a scaled clock:
+one turn is one of its real periods (the watchdog's 5 s interval, one iteration, one straggler gather, one save,
+one attempt), so the count per turn times turns per minute is the traffic at the real periods, without waiting
+for them. Counted two ways, never read off the code:
+
+* an audit hook (``sys.addaudithook``: ``open``, ``os.rename``, ``os.listdir``/``os.scandir``, ``os.remove``,
+  ``os.mkdir``) plus a wrapper around ``os.stat``, for the paths under the shared root;
+* ``strace -f -y`` of the same process (when strace is installed): every system call on a shared path (opens,
+  reads, writes, renames, stats, directory reads, unlinks), the figures the table uses.
+
+"before" is the watchdog and stragglers of commit BEFORE (the last one before the fix), loaded from git.
+Quick mode stops at N = 16 (the old watchdog alone is 8N x N reads per turn); the full run goes to 64, where the
+old watchdog's turn takes longer than its interval on this 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from scale_core import RANKS_PER_NODE, TARGET_NODES, Series, fit  # noqa: E402
+
+BEFORE = "db771a1e3eb463aa98f0dc5e5485050c28dac97f"  # the last commit before the watchdog's per-node layout (issue 45)
+ITERATION_S = 1.0  # assumed step time at scale: metrics and the trigger check run every log_interval iterations
+SAVE_EVERY_MIN = 30.0  # assumed checkpoint period for the publish figure
+TARGET_OPS_S = 2000.0  # issue 45: the whole run at 1,024 nodes
+MARK = ".scale-mark-"
+SYSCALLS = ("openat,open,read,pread64,write,pwrite64,rename,renameat,renameat2,stat,lstat,newfstatat,statx,fstat,"
+            "access,faccessat,faccessat2,getdents64,unlink,unlinkat,rmdir,mkdir,mkdirat,chmod,fchmod,fchmodat,"
+            "fsync,fdatasync")
+KIND = {"openat": "open", "open": "open", "read": "read", "pread64": "read", "write": "write", "pwrite64": "write",
+        "rename": "rename", "renameat": "rename", "renameat2": "rename", "getdents64": "listdir",
+        "unlink": "unlink", "unlinkat": "unlink", "rmdir": "unlink", "mkdir": "mkdir", "mkdirat": "mkdir",
+        "fsync": "fsync", "fdatasync": "fsync"}
+
+
+# ============================================================ counting in-process (audit hook + os.stat wrapper)
+class AuditCount:
+    """Operations on paths under ``root`` while ``on``; installed once per process (audit hooks cannot go)."""
+
+    def __init__(self) -> None:
+        self.root = ""
+        self.on = False
+        self.counts: Counter[str] = Counter()
+
+    def install(self) -> None:
+        sys.addaudithook(self._hook)
+        real_stat = os.stat
+
+        def counted_stat(path, *args, **kwargs):
+            self._add("stat", path)
+            return real_stat(path, *args, **kwargs)
+
+        os.stat = counted_stat  # Path.exists/is_dir/stat and os.path.* look it up at call time
+
+    def _add(self, kind: str, path) -> None:
+        if self.on and isinstance(path, (str, bytes, os.PathLike)) and os.fsdecode(path).startswith(self.root):
+            self.counts[kind] += 1
+
+    def _hook(self, event: str, args: tuple) -> None:
+        if not self.on:
+            return
+        if event == "open":
+            path, mode, flags = args
+            write = (isinstance(mode, str) and any(c in mode for c in "wax+")) or bool(
+                isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR))
+            self._add("open-write" if write else "open-read", path)
+        elif event == "os.rename":
+            self._add("rename", args[0])
+        elif event in ("os.listdir", "os.scandir"):
+            self._add("listdir", args[0] if args else ".")
+        elif event in ("os.remove", "os.rmdir"):
+            self._add("unlink", args[0])
+        elif event == "os.mkdir":
+            self._add("mkdir", args[0])
+
+    def window(self, root: Path, name: str):
+        """Count inside the ``with``; the strace markers bracket the same window."""
+        return _Window(self, root, name)
+
+
+class _Window:
+    def __init__(self, audit: AuditCount, root: Path, name: str):
+        self.audit, self.root, self.name = audit, root, name
+        self.counts: Counter[str] = Counter()
+
+    def __enter__(self):
+        _mark(self.root, f"{self.name}-begin")
+        self.audit.root, self.audit.counts, self.audit.on = str(self.root), Counter(), True
+        return self
+
+    def __exit__(self, *exc):
+        self.audit.on = False
+        self.counts = self.audit.counts
+        _mark(self.root, f"{self.name}-end")
+
+
+def _mark(root: Path, name: str) -> None:
+    with contextlib.suppress(OSError):
+        os.lstat(root / f"{MARK}{name}")  # a failing lstat strace sees: where a window begins and ends
+
+
+# ============================================================ the parts, driven on a scaled clock
+def _old_modules(tmp: Path):
+    """The watchdog and stragglers of commit BEFORE, importable as ``scale_before.*``."""
+    pkg = tmp / "before" / "scale_before"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    for name in ("watchdog", "stragglers"):
+        src = subprocess.run(["git", "-C", str(ROOT), "show", f"{BEFORE}:training/{name}.py"], check=True,
+                             capture_output=True, text=True).stdout
+        (pkg / f"{name}.py").write_text(src)
+    sys.path.insert(0, str(pkg.parent))
+    import scale_before.stragglers as old_stragglers
+    import scale_before.watchdog as old_watchdog
+
+    return old_watchdog, old_stragglers
+
+
+class _Cluster:
+    """N hosts x 8 ranks of the watchdog (new layout or BEFORE's), each turn one heartbeat interval."""
+
+    def __init__(self, run_dir: Path, nodes: int, spec, old=None):
+        from mtk.training import hang_monitor, watchdog
+
+        self.old = old
+        wd = old or watchdog
+        self.hosts = [f"simnode{i:04d}" for i in range(nodes)]
+        self.beats = []
+        for i, host in enumerate(self.hosts):
+            for j in range(RANKS_PER_NODE):
+                if old is None:
+                    hb = wd.Heartbeat(run_dir, i * RANKS_PER_NODE + j, spec, host=host)
+                    hb.local.mkdir(parents=True, exist_ok=True)
+                else:
+                    hb = wd.Heartbeat(run_dir, i * RANKS_PER_NODE + j, spec)
+                    hb.host = hb.node = host
+                self.beats.append(hb)
+        self.monitors = ([hang_monitor.HangMonitor(run_dir, spec, host=h) for h in self.hosts] if old is None
+                         else [old.HangMonitor(run_dir, spec) for _ in self.hosts])
+        self.iteration = 0
+
+    def turn(self) -> None:
+        """One interval: every rank's publisher turn, then every node's monitor turn (their real loop bodies)."""
+        self.iteration += 1
+        for hb in self.beats:
+            hb.beat("step", self.iteration)
+            if self.old is None:
+                hb.tick()
+            elif self.old.read_verdict(hb.run_dir, since=0) is None:  # BEFORE's _publisher loop body
+                hb.publish()
+        for mon in self.monitors:
+            if self.old is None:
+                assert mon.poll() is None, "a healthy simulated run was judged hung"
+            elif self.old.read_verdict(mon.run_dir, mon.started) is None:  # BEFORE's watch loop body
+                assert self.old.judge(self.old.read_heartbeats(mon.run_dir, mon.started), time.time()) is None
+
+    def close(self) -> None:
+        for mon in self.monitors:
+            if self.old is None:
+                mon.stop()
+
+
+def part_watchdog(audit, root, nodes, turns, old=None) -> Counter:
+    from mtk.spec.resilience import WatchdogSpec
+
+    cluster = _Cluster(root / "run", nodes, WatchdogSpec(), old)
+    try:
+        cluster.turn()  # first turn: folders made, files exist
+        with audit.window(root, "watchdog") as w:
+            for _ in range(turns):
+                cluster.turn()
+        return w.counts
+    finally:
+        cluster.close()
+
+
+def part_stragglers(audit, root, nodes, turns, old=None) -> Counter:
+    """Every rank's ``receive`` of one gather (the loop calls it on every rank every ``interval`` iterations)."""
+    from mtk.training import stragglers
+
+    from mtk.spec.resilience import StragglerSpec, WatchdogSpec
+
+    mod = stragglers if old is None else old[1]
+    cluster = _Cluster(root / "run", nodes, WatchdogSpec(), None if old is None else old[0])
+    cluster.turn()  # heartbeat files / node summaries exist, as in a running job
+    world = nodes * RANKS_PER_NODE
+    ranks = [mod.StragglerStats(StragglerSpec(), root / "run", r, world) for r in range(world)]
+    vec = [1.0] * (2 * world)
+    try:
+        for s in ranks:
+            s.receive(0, vec)  # the first gather (rank 0 learns the hosts)
+        with audit.window(root, "stragglers") as w:
+            for it in range(1, turns + 1):
+                for s in ranks:
+                    s.receive(it, vec)
+        return w.counts
+    finally:
+        cluster.close()
+
+
+def _job():
+    from mtk.spec import load_job
+
+    return load_job(str(ROOT / "examples" / "tiny.yaml"))
+
+
+def part_metrics_control(audit, root, nodes, turns) -> Counter:
+    """One iteration on every rank: the metrics writer's step + log (log_interval 1) and the trigger check."""
+    from mtk.training.control import Control
+    from mtk.training.metrics import MetricsWriter
+
+    job, world = _job(), nodes * RANKS_PER_NODE
+    writers = [MetricsWriter(job, root / "run", r, world, padded_vocab=1024) for r in range(world)]
+    controls = [Control(root / "run", r) for r in range(world)]
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), audit.window(root, "metrics") as w:
+            for it in range(1, turns + 1):
+                for r in range(world):
+                    controls[r].local_flags(check_triggers=it % job.train.log_interval == 0)
+                    writers[r].step(2.0, ITERATION_S, False)
+                    if it % job.train.log_interval == 0:
+                        writers[r].log(it, it * 8, 1e-4, 1.0, 1.0)
+        return w.counts
+    finally:
+        for wr in writers:
+            wr.close()
+
+
+def part_checkpoint_publish(audit, root, nodes, turns) -> Counter:
+    """Rank 0's publish (rename + tracker) and prune per save; the shards themselves are torch DCP's (one file per
+    rank and save: linear, see benchmarks/scale_checkpoint.py)."""
+    from mtk.training.checkpoint_layout import PARTIAL_SUFFIX, iter_dir_name, prune, publish
+
+    ckpt = root / "ckpt"
+    ckpt.mkdir()
+    with audit.window(root, "publish") as w:
+        for it in range(1, turns + 1):
+            (ckpt / (iter_dir_name(it) + PARTIAL_SUFFIX)).mkdir()
+            publish(ckpt, it)
+            prune(ckpt, 2, protect=it)
+    return w.counts
+
+
+def part_attempt(audit, root, nodes, turns) -> Counter:
+    """Once per attempt: every node's preflight storage check and health file, node 0's verdict files, rank 0's
+    lease taken and given back (the real functions of launcher/preflight.py and training/lease.py)."""
+    from mtk.launcher.preflight import storage_problems
+    from mtk.training import lease
+
+    from mtk.files import atomic_write
+    from mtk.run_layout import RunLayout
+
+    run, ckpt = root / "run", root / "ckpt"
+    (run / "state").mkdir(parents=True, exist_ok=True)
+    ckpt.mkdir(parents=True, exist_ok=True)
+    layout = RunLayout.of(run)
+    with audit.window(root, "attempt") as w:
+        for _ in range(turns):
+            for i in range(nodes):
+                assert not storage_problems({"run dir": str(run), "train.checkpoint.dir": str(ckpt)})
+                atomic_write(layout.health(f"simnode{i:04d}"), json.dumps({"host": i, "problems": []}) + "\n")
+            atomic_write(layout.preflight, "{}\n")
+            atomic_write(layout.preflight_hosts, "")
+            me = lease.acquire(ckpt, run)
+            lease.release(ckpt, me)
+    atexit.unregister(lease.release)  # given back above; at exit its folder is gone
+    return w.counts
+
+
+# (name, what one turn is, turns per minute at the real periods, driver, has a BEFORE)
+PARTS = (
+    ("watchdog", "one 5 s interval", 60 / 5.0, part_watchdog, True),
+    ("stragglers", "one gather (every 50 iterations)", 60 / (50 * ITERATION_S), part_stragglers, True),
+    ("metrics+control", "one iteration", 60 / ITERATION_S, part_metrics_control, False),
+    ("checkpoint publish", f"one save (every {SAVE_EVERY_MIN:.0f} min)", 1 / SAVE_EVERY_MIN, part_checkpoint_publish,
+     False),
+    ("preflight+lease", "one attempt", 0.0, part_attempt, False),
+)
+
+
+def child(nodes: int, turns: int, before: bool, out: Path) -> None:
+    """Measure every part at ``nodes`` (one process, so strace sees it all); JSON of audit counts to ``out``."""
+    audit = AuditCount()
+    audit.install()
+    old = None
+    result: dict = {}
+    with tempfile.TemporaryDirectory(prefix="mtk-scale-fs-") as tmp:
+        if before:
+            old = _old_modules(Path(tmp))
+        for name, _, _, fn, has_before in PARTS:
+            for variant in (("after", "before") if before and has_before else ("after",)):
+                root = Path(tmp) / f"{name.replace(' ', '_').replace('+', '_')}-{variant}"
+                root.mkdir()
+                args = (audit, root, nodes, turns)
+                before_code = None if variant == "after" else old if name == "stragglers" else old[0]  # type: ignore[index]
+                counts = fn(*args) if before_code is None else fn(*args, old=before_code)
+                result[f"{name}|{variant}"] = {"root": str(root), "audit": dict(counts)}
+                shutil.rmtree(root, ignore_errors=True)
+    out.write_text(json.dumps(result))
+
+
+# ============================================================ the parent: strace, per-minute figures, series
+_LINE = re.compile(r"^\d+\s+(?:<\.\.\.\s+)?(\w+)\(")
+
+
+def strace_counts(log: Path, roots: dict[str, str]) -> dict[str, Counter]:
+    """System calls on each window's shared root, between its begin and end markers."""
+    out: dict[str, Counter] = {k: Counter() for k in roots}
+    by_root = {v: k for k, v in roots.items()}
+    active: str | None = None
+    with open(log, errors="replace") as fh:
+        for line in fh:
+            if MARK in line:
+                for root, key in by_root.items():
+                    if root in line:
+                        active = key if line.rstrip().split(MARK)[-1].split('"')[0].endswith("-begin") else None
+                continue
+            if active is None or roots[active] not in line or "resumed>" in line:
+                continue
+            m = _LINE.match(line)
+            if m:
+                out[active][KIND.get(m.group(1), "stat" if "stat" in m.group(1) or "access" in m.group(1)
+                                     else m.group(1))] += 1
+    return out
+
+
+def run_child(nodes: int, turns: int, before: bool, use_strace: bool) -> dict[str, dict]:
+    with tempfile.TemporaryDirectory(prefix="mtk-scale-fs-parent-") as tmp:
+        out, log = Path(tmp) / "out.json", Path(tmp) / "strace.log"
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(nodes), "--turns", str(turns),
+               "--out", str(out)] + (["--before"] if before else [])
+        if use_strace:
+            cmd = ["strace", "-f", "-qq", "-y", "-e", f"trace={SYSCALLS}", "-o", str(log), *cmd]
+        subprocess.run(cmd, check=True, cwd=ROOT)
+        result = json.loads(out.read_text())
+        if use_strace:
+            traced = strace_counts(log, {k: v["root"] for k, v in result.items()})
+            for k, v in result.items():
+                v["strace"] = dict(traced[k])
+        return result
+
+
+def per_minute(counts: dict, turns: int, rate: float) -> float:
+    return sum(counts.values()) / turns * rate
+
+
+def measure_points(node_counts: list[int], turns: int, before_upto: int, use_strace: bool,
+                   log=print) -> dict[int, dict]:
+    points = {}
+    for n in node_counts:
+        t0 = time.monotonic()
+        points[n] = run_child(n, turns, n <= before_upto, use_strace)
+        log(f"  [fs] N={n}: measured in {time.monotonic() - t0:.0f} s", flush=True)
+    return points
+
+
+def to_series(points: dict[int, dict], turns: int, counter: str) -> list[Series]:
+    """Per part: ops per minute for the whole run and per node; the total in ops/s with the issue's target."""
+    series: list[Series] = []
+    ns = sorted(points)
+    total_at = 0.0
+    for name, what, rate, _, has_before in PARTS:
+        for variant in ("after", "before") if has_before else ("after",):
+            key = f"{name}|{variant}"
+            have = [n for n in ns if key in points[n]]
+            vals = [per_minute(points[n][key][counter], turns, rate) if rate else
+                    sum(points[n][key][counter].values()) / turns for n in have]
+            unit = "ops/min" if rate else "ops/attempt"
+            label = name + (" BEFORE" if variant == "before" else "")
+            kinds: Counter[str] = Counter()
+            for n in have:
+                kinds.update(points[n][key][counter])
+            mix = ", ".join(f"{k} {v * 100 / max(1, sum(kinds.values())):.0f}%" for k, v in kinds.most_common(5))
+            series.append(Series("fs", f"{label}: total", unit, have, vals, f"{label}: one turn = {what}; {mix}"))
+            series.append(Series("fs", f"{label}: per node", unit, have, [v / n for v, n in zip(vals, have,
+                                                                                              strict=True)]))
+            if variant == "after" and rate and len(have) > 1:
+                total_at += fit(series[-2]).at(TARGET_NODES) / 60
+    series.append(Series("fs", "all parts (after): total", "ops/s", [TARGET_NODES], [total_at],
+                         f"NOT measured at {TARGET_NODES:,}: the sum of each part's own fit at {TARGET_NODES:,} "
+                         f"(a sum of constant and linear parts fits no single power); counted by {counter}",
+                         target=TARGET_OPS_S))
+    return series
+
+
+def measure(quick: bool) -> list[Series]:
+    """benchmarks/scale.py's entry: N = 2..16 (quick) or 2..64, BEFORE up to 16 (quick) or 64."""
+    use_strace = shutil.which("strace") is not None
+    nodes = [2, 4, 8, 16] if quick else [2, 4, 8, 16, 32, 64]
+    turns = 2 if quick else 4
+    points = measure_points(nodes, turns, max(nodes), use_strace)
+    return to_series(points, turns, "strace" if use_strace else "audit")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--nodes", default=None, help="comma-separated node counts (default: quick or full set)")
+    ap.add_argument("--turns", type=int, default=None, help="turns counted per part (default 2 quick, 4 full)")
+    ap.add_argument("--before-upto", type=int, default=None, help="measure BEFORE up to this N (default: all)")
+    ap.add_argument("--no-strace", action="store_true", help="count with the audit hook only")
+    ap.add_argument("--json", action="store_true", help="print the measured points as JSON (audit and strace)")
+    ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--before", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    turns = args.turns or (2 if args.quick else 4)
+    if args.child is not None:
+        child(args.child, turns, args.before, args.out)
+        return 0
+    nodes = [int(x) for x in args.nodes.split(",")] if args.nodes else (
+        [2, 4, 8, 16] if args.quick else [2, 4, 8, 16, 32, 64])
+    use_strace = not args.no_strace and shutil.which("strace") is not None
+    points = measure_points(nodes, turns, args.before_upto or max(nodes), use_strace,
+                            log=lambda *a, **k: print(*a, file=sys.stderr, **k))
+    if args.json:
+        print(json.dumps({str(n): p for n, p in points.items()}))
+        return 0
+    from scale_core import table
+
+    print(table(to_series(points, turns, "strace" if use_strace else "audit")))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,222 @@
+"""The node side of hang detection (torch-free): one :class:`HangMonitor` per node, in ``mtk-entrypoint train``.
+
+Every interval each monitor reads its own ranks' heartbeats from node-local storage and writes them as one
+summary file per node to the shared run dir; the monitor of the node that hosts rank 0 (the judge) reads every
+summary and decides. The judge writes the one verdict (``state/hang.json``); every other monitor reads that one
+file and adopts it. So the shared filesystem sees a constant number of operations per node per interval, plus
+the judge's one read per node: linear in the nodes in total, where every monitor reading every rank's file was
+quadratic (issue 45; ``benchmarks/scale_fs.py`` counts both).
+
+What the user sees is unchanged: a stopped rank is blamed once its deadline has passed and its heartbeat has
+been quiet for STALE_INTERVALS intervals (one more interval for the summaries to reach the judge), the verdict
+reaches every node within one interval, and every node dumps its ranks' stacks before the run is killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mtk import run_layout
+from mtk.files import atomic_write
+
+from .heartbeat_files import (
+    LOCAL_VERDICT,
+    heartbeat_dir,
+    local_dir,
+    node_summary_path,
+    read_json,
+    read_local_beats,
+    read_summaries,
+    remove_local,
+    stacks_path,
+    write_small,
+)
+
+DUMP_SIGNAL = signal.SIGUSR1
+# How long the monitor waits for stacks and flight-recorder dumps before killing the ranks.
+DUMP_GRACE_S = 3.0
+# A rank whose publisher thread has not written for this many intervals is not running at all.
+STALE_INTERVALS = 3.0
+# Phases in the order one iteration goes through them (a rank in a later phase is further along).
+PHASES = ("startup", "step", "eval", "save", "done")
+
+
+@dataclass
+class HangVerdict:
+    """Which ranks stopped reporting, and why (what ``state/hang.json`` holds)."""
+
+    blamed: list[dict] = field(default_factory=list)
+    overdue: list[int] = field(default_factory=list)
+    reason: str = ""
+
+    @property
+    def hosts(self) -> list[str]:
+        """The blamed nodes (on EKS the node a pod ran on, elsewhere its host)."""
+        return sorted({b.get("node") or b["host"] for b in self.blamed})
+
+    def to_json(self) -> dict:
+        return {"time": time.time(), "detected_by": socket.gethostname(), "reason": self.reason,
+                "blamed_ranks": [b["rank"] for b in self.blamed], "blamed_hosts": self.hosts,
+                "blamed": self.blamed, "overdue_ranks": self.overdue}
+
+
+def verdict_from(data: dict | None, since: float) -> HangVerdict | None:
+    """A verdict record (``hang.json``'s content) if it was declared at or after ``since``, else None."""
+    try:
+        if data is None or float(data["time"]) < since:
+            return None
+        return HangVerdict(blamed=list(data["blamed"]), overdue=list(data["overdue_ranks"]), reason=str(data["reason"]))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def read_verdict(run_dir: str | Path, since: float) -> HangVerdict | None:
+    """The verdict in ``state/hang.json`` if one was declared at or after ``since`` (this attempt), else None."""
+    return verdict_from(read_json(Path(run_dir) / run_layout.HANG_FILE), since)
+
+
+def judge(records: list[dict], now: float) -> HangVerdict | None:
+    """None while every rank is within its deadline; otherwise who is to blame.
+
+    A rank whose publisher thread went quiet (``alive`` older than STALE_INTERVALS intervals) is not running:
+    it is the cause, its peers are waiting for it. If every rank is still alive (all stuck in one collective or
+    a slow filesystem), blame the ranks furthest behind; if all are level, blame them all.
+    """
+    overdue = [r for r in records if r.get("deadline") is not None and now > r["deadline"]]
+    if not overdue:
+        return None
+    stale = [r for r in records if r.get("phase") != "done"
+             and now - r["alive"] > STALE_INTERVALS * float(r.get("interval", 5.0))]
+    if stale:
+        blamed, why = stale, "stopped publishing heartbeats (process stopped, dead or stuck holding the GIL)"
+    else:
+        def progress(r: dict) -> tuple[int, int]:
+            return r["iteration"], PHASES.index(r["phase"]) if r["phase"] in PHASES else 0
+
+        low = min(progress(r) for r in records if r.get("phase") != "done")
+        blamed = [r for r in records if r.get("phase") != "done" and progress(r) == low]
+        why = "alive but made no progress (furthest behind)"
+    entries = [{"rank": r["rank"], "host": r["host"], "node": r.get("node", r["host"]), "pid": r["pid"],
+                "phase": r["phase"],
+                "iteration": r["iteration"], "silent_s": round(now - r["alive"], 1),
+                "no_progress_s": round(now - r["progress"], 1), "timeout_s": r.get("timeout")}
+               for r in sorted(blamed, key=lambda r: r["rank"])]
+    first = min(overdue, key=lambda r: r["deadline"])
+    hosts = ", ".join(sorted({e["host"] for e in entries}))
+    reason = (f"rank(s) {', '.join(str(e['rank']) for e in entries)} on {hosts} "
+              f"{why}; rank {first['rank']} passed its {first['phase']} deadline "
+              f"({first.get('timeout') or 0:.0f}s) at iteration {first['iteration']}")
+    return HangVerdict(blamed=entries, overdue=sorted(r["rank"] for r in overdue), reason=reason)
+
+
+def _stopped(pid: int) -> bool:
+    """Whether ``pid`` is stopped (SIGSTOP), as opposed to running, sleeping or gone."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_STOPPED
+    except psutil.Error:
+        return False
+
+
+class HangMonitor:
+    """Runs in ``mtk-entrypoint train`` beside torchrun; :meth:`watch` returns a HangVerdict once a hang is found.
+
+    ``host`` is this node's name (default: the hostname); benchmarks/scale_fs.py poses as many nodes with it.
+    """
+
+    def __init__(self, run_dir: str | Path, spec, log=print, host: str | None = None):
+        self.run_dir = Path(run_dir)
+        self.spec = spec
+        self.log = log
+        self.host = host or socket.gethostname()
+        self.local = local_dir(self.run_dir, self.host)
+        self.summary = node_summary_path(self.run_dir, self.host)
+        self.started = time.time()
+        self.judging = False  # this node hosts rank 0: it reads every summary and declares the verdict
+        self._stop = threading.Event()
+        self._shared_ready = False
+
+    def stop(self) -> None:
+        self._stop.set()
+        remove_local(self.local)
+
+    def poll(self) -> HangVerdict | None:
+        """One turn: adopt a declared verdict, else publish this node's summary and, on the judge, decide."""
+        # A verdict another node already declared wins: after it, the blamed rank is woken to dump its stacks
+        # and could look alive, so judging again could blame different ranks.
+        verdict = read_verdict(self.run_dir, self.started)
+        if verdict is not None:
+            return verdict
+        records = read_local_beats(self.local, self.started)
+        if not records:
+            return None
+        if not self._shared_ready:
+            heartbeat_dir(self.run_dir).mkdir(parents=True, exist_ok=True)
+            self._shared_ready = True
+        with contextlib.suppress(OSError):  # a full or flaky filesystem must not end the monitor
+            write_small(self.summary, json.dumps({"host": self.host, "time": time.time(), "ranks": records}) + "\n")
+        self.judging = any(r.get("rank") == 0 for r in records)
+        if not self.judging:
+            return None
+        return judge(read_summaries(self.run_dir, self.started), time.time())
+
+    def watch(self) -> HangVerdict | None:
+        """Poll until a hang is found (the HangVerdict) or :meth:`stop` is called (None)."""
+        while not self._stop.wait(self.spec.interval):
+            verdict = self.poll()
+            if verdict is not None:
+                return verdict
+        return None
+
+    def record(self, verdict: HangVerdict) -> Path:
+        """``state/hang.json`` (written once per attempt, by the judge; others adopt its verdict), copied beside
+        this node's heartbeats, where its ranks look for it (they go quiet and dump their flight recorder)."""
+        path = self.run_dir / run_layout.HANG_FILE
+        data = read_json(path)
+        if verdict_from(data, self.started) is None:
+            data = verdict.to_json()
+            atomic_write(path, json.dumps(data, indent=2) + "\n")
+            atomic_write(self.run_dir / run_layout.HANG_HOSTS_FILE, "".join(f"{h}\n" for h in verdict.hosts))
+        with contextlib.suppress(OSError):
+            self.local.mkdir(parents=True, exist_ok=True)
+            write_small(self.local / LOCAL_VERDICT, json.dumps(data) + "\n")
+        return path
+
+    def dump_and_kill(self, agent_pid: int, worker_pids: list[int]) -> None:
+        """Ask local ranks for stacks, hold the run frozen while every node dumps, then SIGKILL agent and ranks.
+
+        A stopped rank must run to dump: it gets SIGCONT and is stopped again as soon as its stack file has grown,
+        so that it cannot go on training with its peers. Keeping it stopped (not killed) keeps its peers blocked in
+        their collective until the monitors on the other nodes, which see the verdict within one interval, have
+        taken their stacks too: a killed rank would end that collective and its peers would exit without a dump.
+        """
+        stacks = {int(r["pid"]): stacks_path(self.run_dir, r["host"], int(r["rank"]))
+                  for r in read_local_beats(self.local, 0)}
+        for pid in worker_pids:
+            with contextlib.suppress(ProcessLookupError):
+                stopped = _stopped(pid)
+                path = stacks.get(pid)
+                before = path.stat().st_size if path is not None and path.exists() else 0
+                os.kill(pid, DUMP_SIGNAL)
+                if stopped:
+                    os.kill(pid, signal.SIGCONT)
+                    deadline = time.monotonic() + DUMP_GRACE_S
+                    while (time.monotonic() < deadline and path is not None
+                           and (path.stat().st_size if path.exists() else 0) == before):
+                        time.sleep(0.001)
+                    time.sleep(0.02)  # the rest of the dump (one write per frame)
+                    os.kill(pid, signal.SIGSTOP)
+        time.sleep(max(DUMP_GRACE_S, float(self.spec.interval) + 1.0))
+        # The agent first: killed workers would otherwise be restarted by an elastic agent.
+        for pid in [agent_pid, *worker_pids]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
