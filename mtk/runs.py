@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -78,7 +80,8 @@ class Run(BaseModel):
 
 
 def new_run_dir(runs_dir: str | Path, name: str, now: float | None = None) -> Path:
-    """``<runs_dir>/<name>-<UTC timestamp>``, made absolute so every node resolves the same path."""
+    """``<runs_dir>/<name>-<UTC timestamp>``, made absolute so every node resolves the same path: a name free now,
+    for the checks a launch makes first; :func:`reserve_run_dir` then makes it, exclusively."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now if now is not None else time.time()))
     base = Path(runs_dir).expanduser().absolute() / f"{name}-{stamp}"
     path, n = base, 1
@@ -86,6 +89,27 @@ def new_run_dir(runs_dir: str | Path, name: str, now: float | None = None) -> Pa
         n += 1
         path = base.with_name(f"{base.name}-{n}")
     return path
+
+
+def reserve_run_dir(run_dir: str | Path, here: str | Path | None = None) -> tuple[list[Path], Path]:
+    """Make the directory a launch writes into, exclusively (``mkdir`` without ``exist_ok``: of two launches
+    that picked one name in the same second, the second takes the next free suffix, ``-2``, ``-3``, …), so no two
+    launches ever share a run dir. ``here``: where the files land when ``run_dir`` is not on this machine (EKS
+    keeps ``./runs/<run>``; a preview too); the name is reserved there. Returns (the dirs made, deepest first: what
+    to remove if the launch is refused; the run dir)."""
+    run_dir = Path(run_dir)
+    parent = Path(here).expanduser().absolute() if here is not None else run_dir.parent
+    missing = [p for p in (parent, *parent.parents) if not p.exists()]
+    parent.mkdir(parents=True, exist_ok=True)
+    base = re.sub(r"-\d+$", "", run_dir.name) if re.search(r"-\d{8}-\d{6}-\d+$", run_dir.name) else run_dir.name
+    leaf, n = run_dir.name, 1
+    while True:
+        try:
+            os.mkdir(parent / leaf)
+            return [parent / leaf, *missing], run_dir.with_name(leaf)
+        except FileExistsError:
+            n += 1
+            leaf = f"{base}-{n}"
 
 
 class DamagedRecord(ValueError):
@@ -102,22 +126,50 @@ class RunNotFound(FileNotFoundError):
     exit_code = 2
 
 
-def find_run(ref: str | None, runs_dir: str | Path = "runs") -> Run:
-    """Resolve RUN: a run dir, its run.json, or a run name under ``runs_dir`` (newest match wins); no RUN
-    means the newest run under ``runs_dir``."""
-    if ref is None:
-        return newest_run(runs_dir)
+class AmbiguousRun(ValueError):
+    """RUN is a prefix of several run names: refused with the candidates, never a guess (exit 2)."""
+
+    user_facing = True
+    exit_code = 2
+
+
+def resolve_run(ref: str, runs_dir: str | Path = "runs") -> tuple[Run, str]:
+    """The one reading of RUN every verb uses, and how it matched ("" when named exactly, else a note to show).
+
+    In order: a run dir or its run.json; a run-dir name under ``runs_dir``; a job name (its newest run); a prefix
+    of exactly one run-dir name. A name never reaches another run by prefix when it names one exactly (``tiny`` is
+    not ``tiny-corpus-…``), and a prefix of several is refused naming them."""
     candidate = Path(ref)
     if candidate.is_file():
-        return Run.load(candidate)
+        return Run.load(candidate), ""
     if (candidate / RECORD).is_file():
-        return Run.load(candidate / RECORD)
+        return Run.load(candidate / RECORD), ""
     root = Path(runs_dir)
-    matches = [] if "/" in ref else sorted((p for p in root.glob(f"{ref}*") if (p / RECORD).is_file()),
-                                           key=lambda p: p.name)
-    if not matches:
-        raise RunNotFound(f"no run '{ref}': pass a run dir (with {RECORD}) or a run name under {root}/")
-    return Run.load(matches[-1] / RECORD)
+    if "/" in ref or ref in ("", ".", ".."):
+        raise RunNotFound(f"no run '{ref}': {ref} holds no {RECORD}; pass a run dir or a run name under {root}/")
+    if (root / ref / RECORD).is_file():
+        return Run.load(root / ref / RECORD), ""
+    named = [r for r in run_records(root) if r.name == ref]
+    if named:
+        note = "" if len(named) == 1 else f" (the newest of {len(named)} runs of job {ref})"
+        return named[0], note
+    dirs = sorted(p.name for p in root.glob("*") if p.name.startswith(ref) and (p / RECORD).is_file()) \
+        if root.is_dir() else []
+    if len(dirs) == 1:
+        return Run.load(root / dirs[0] / RECORD), f" (the one run under {root}/ whose name starts with {ref})"
+    if dirs:
+        shown = ", ".join(dirs[:10]) + (f" and {len(dirs) - 10} more" if len(dirs) > 10 else "")
+        raise AmbiguousRun(f"RUN '{ref}' is the start of {len(dirs)} run names under {root}/: {shown}; "
+                           "pass one of them (or a longer prefix)")
+    raise RunNotFound(f"no run '{ref}': no run dir, run name or job name under {root}/ is or starts with '{ref}' "
+                      f"(`mtk ls --runs-dir {root}` lists them); pass a run dir (with {RECORD}) or a run name")
+
+
+def find_run(ref: str | None, runs_dir: str | Path = "runs") -> Run:
+    """Resolve RUN (:func:`resolve_run`); no RUN means the newest submitted run under ``runs_dir``."""
+    if ref is None:
+        return newest_run(runs_dir)
+    return resolve_run(ref, runs_dir)[0]
 
 
 def run_records(runs_dir: str | Path = "runs") -> list[Run]:

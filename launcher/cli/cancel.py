@@ -20,4 +20,4 @@ def command(run_ref, runs_dir):
                    f"({run.launch_error})")
         return
     get_backend(run.backend).cancel(run)
-    click.echo(f"cancelled {run.name}")
+    click.echo(f"cancelled {run.name} ({run.record_dir or run.run_dir})")

@@ -106,16 +106,20 @@ run_argument = click.argument("run_ref", metavar="[RUN]", required=False, defaul
 
 
 def pick_run(run_ref: str | None, runs_dir: str):
-    """Resolve RUN (a run dir or name); without one, the newest run under --runs-dir, saying which (stderr, so
-    ``--json`` output stays clean)."""
-    from mtk.runs import failed_launches_since, find_run
+    """Resolve RUN through the one resolver (:func:`mtk.runs.resolve_run`); without one, the newest run under
+    --runs-dir. Whenever RUN was not named exactly, stderr says which run it is (``--json`` output stays clean)."""
+    from pathlib import Path
 
-    run = find_run(run_ref, runs_dir)
-    if run_ref is None:
-        from pathlib import Path
+    from mtk.runs import failed_launches_since, newest_run, resolve_run
 
-        passed = [Path(r.record_dir or r.run_dir).name for r in failed_launches_since(run, runs_dir)]
-        over = f" (passing over {', '.join(passed)}: its launch failed)" if passed else ""
-        click.echo(f"run: {run.name} ({run.record_dir or run.run_dir}), the newest under {runs_dir}/{over}",
-                   err=True)
+    if run_ref is not None:
+        run, how = resolve_run(run_ref, runs_dir)
+        if how:
+            click.echo(f"run: {Path(run.record_dir or run.run_dir).name} ({run.record_dir or run.run_dir}){how}",
+                       err=True)
+        return run
+    run = newest_run(runs_dir)
+    passed = [Path(r.record_dir or r.run_dir).name for r in failed_launches_since(run, runs_dir)]
+    over = f" (passing over {', '.join(passed)}: its launch failed)" if passed else ""
+    click.echo(f"run: {run.name} ({run.record_dir or run.run_dir}), the newest under {runs_dir}/{over}", err=True)
     return run

@@ -65,13 +65,15 @@ def command(source: str, dest: Path, runs_dir: str, dtype, make_vocab_size_divis
 def _source_dir(source: str, runs_dir: str) -> Path:
     """SOURCE as a directory: a checkpoint or HF dir as given; a run (dir with run.json, or name) → the checkpoint
     dir its job.json names, whose tracker points at the newest checkpoint."""
-    from mtk.runs import RECORD, RunNotFound, find_run
+    from mtk.runs import RECORD, RunNotFound
+
+    from .common import pick_run
 
     path = Path(source)
     if path.is_dir() and not (path / RECORD).is_file():
         return path
     try:
-        run = find_run(source, runs_dir)
+        run = pick_run(source, runs_dir)
     except RunNotFound:
         raise click.BadParameter(
             f"'{source}' is neither a directory (a checkpoint or Hugging Face model dir) nor a run: run names are "
@@ -91,5 +93,5 @@ def _source_dir(source: str, runs_dir: str) -> Path:
             f"run {run.name} ({record}) has no checkpoint here: its checkpoint dir {ckpt} does not exist on this "
             "machine (not saved yet, or on the cluster's filesystem: copy it here and pass that dir)",
             param_hint="SOURCE")
-    click.echo(f"source: {ckpt} (the checkpoints of run {run.name})", err=True)
+    click.echo(f"source: {ckpt} (the checkpoints of run {run.name}, {record})", err=True)
     return ckpt

@@ -42,8 +42,9 @@ def _refuse_if_ended(run, trigger: str) -> None:
     states = get_backend(run.backend).status(run)
     if states and all(s.state in ENDED for s in states):
         summary = ", ".join(f"{s.step} {s.state}" for s in states)
-        raise RunEnded(f"run {run.name} has ended ({summary}): nothing will read the {trigger.rsplit('/', 1)[-1]} "
-                       f"trigger. To train further, launch the spec again (it resumes from the latest checkpoint)")
+        raise RunEnded(f"run {run.name} ({run.record_dir or run.run_dir}) has ended ({summary}): nothing will read "
+                       f"the {trigger.rsplit('/', 1)[-1]} trigger. To train further, launch the spec again (it resumes "
+                       "from the latest checkpoint)")
 
 
 @click.command("save")

@@ -52,7 +52,8 @@ def test_convert_takes_a_run_name_or_dir_and_exports_its_newest_checkpoint(run_w
     dest = root / f"hf-from-{ref.replace('/', '-')}"
     out = mtk("convert", ref, str(dest), "--quiet", cwd=root)
     assert out.returncode == 0, out.stderr
-    assert f"source: {root / 'elsewhere' / 'checkpoints'} (the checkpoints of run tiny)" in out.stderr
+    run_dir = root / "runs" / "tiny-20260101-000000"
+    assert f"source: {root / 'elsewhere' / 'checkpoints'} (the checkpoints of run tiny, {run_dir})" in out.stderr
     config = json.loads((dest / "config.json").read_text())
     assert config["architectures"] == ["GPT2LMHeadModel"] and config["n_layer"] == 2
     assert list(dest.glob("*.safetensors"))
