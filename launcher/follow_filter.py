@@ -4,7 +4,8 @@ Why: README promises quiet by default. A step's log keeps every byte (``logs/<st
 prints and ``mtk status`` tails); following it (``mtk launch``, ``mtk logs -f``) leaves out what tells a user
 nothing new: torchrun's ``OMP_NUM_THREADS`` banner and its agent's ``I/W/E…`` log lines, its ChildFailedError
 report, and tracebacks — of a rank (``[rank0]: …``) or of any process — of which only the exception's own line
-is kept, once, with a pointer to the full log. ``MTK_DEBUG=1`` in the following shell shows everything.
+is kept, once, with a pointer to the full log (not even that for torchrun's SignalException: the train step
+states the signal itself). ``MTK_DEBUG=1`` in the following shell shows everything.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ _AGENT_LOG = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S*torch/")
 _RANK = re.compile(r"^\[(?:rank|default)\d+\]:(?: |$)")
 _REPORT_RULE = re.compile(r"^={20,}\s*$")
 _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure)\b:?")
+# torchrun's agent saying it got the signal the run was stopped with: the train step says so in its own line
+_SAID_ELSEWHERE = ("torch.distributed.elastic.multiprocessing.api.SignalException:",)
 
 
 class FollowFilter:
@@ -65,7 +68,7 @@ class FollowFilter:
 
     def _exception(self, text: str) -> Iterator[str]:
         """A traceback's last line, once however many ranks raised it, then once where the rest is."""
-        if text in self.said:
+        if text in self.said or text.startswith(_SAID_ELSEWHERE):
             return
         self.said.add(text)
         yield text + "\n"

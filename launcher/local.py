@@ -54,7 +54,7 @@ def _run_script(job: Job, run_dir: str, steps: list[list[str]], torchrun: list[s
 
 
 # How long ``cancel`` waits for the run to save and end before it kills what is left.
-CANCEL_GRACE_SECONDS = 60
+CANCEL_GRACE_SECONDS = 30
 
 
 class LocalBackend(Backend):
