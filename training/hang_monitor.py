@@ -47,6 +47,9 @@ DUMP_GRACE_S = 3.0
 STALE_INTERVALS = 3.0
 # Phases in the order one iteration goes through them (a rank in a later phase is further along).
 PHASES = ("startup", "step", "eval", "save", "done")
+# A node whose own ranks are this many intervals past their deadline with no verdict judges by itself: the judge's
+# monitor is gone (it declares within two intervals of a deadline otherwise).
+FALLBACK_INTERVALS = 4.0
 
 
 @dataclass
@@ -165,9 +168,11 @@ class HangMonitor:
         with contextlib.suppress(OSError):  # a full or flaky filesystem must not end the monitor
             write_small(self.summary, json.dumps({"host": self.host, "time": time.time(), "ranks": records}) + "\n")
         self.judging = any(r.get("rank") == 0 for r in records)
-        if not self.judging:
+        now = time.time()
+        late = now - FALLBACK_INTERVALS * float(self.spec.interval)
+        if not self.judging and not any(r.get("deadline") is not None and late > r["deadline"] for r in records):
             return None
-        return judge(read_summaries(self.run_dir, self.started), time.time())
+        return judge(read_summaries(self.run_dir, self.started), now)
 
     def watch(self) -> HangVerdict | None:
         """Poll until a hang is found (the HangVerdict) or :meth:`stop` is called (None)."""

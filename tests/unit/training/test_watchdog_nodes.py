@@ -57,6 +57,34 @@ def test_two_nodes_blame_the_silent_rank_on_the_right_node_with_one_verdict(tmp_
             m.stop()
 
 
+def test_another_node_judges_when_the_judges_monitor_is_gone(tmp_path):
+    """Node-a (rank 0, the judge) has no monitor any more; node-b's ranks pass their deadline and no verdict comes:
+    node-b reads the summaries itself and blames the silent rank, and node-a, whose summary went quiet too."""
+    spec = WatchdogSpec(interval=0.05, step_timeout=0.5)
+    beats = [Heartbeat(tmp_path, rank, spec, host=HOSTS[rank // 2]) for rank in range(4)]
+    judge, other = (HangMonitor(tmp_path, spec, host=h) for h in HOSTS)
+    for b in beats:
+        b.local.mkdir(parents=True, exist_ok=True)
+        b.beat("step", 1)
+        b.tick()
+    try:
+        judge.poll()  # its one summary, then it is gone
+        verdict = None
+        give_up = time.time() + 120
+        while verdict is None:
+            assert time.time() < give_up, "no verdict"
+            for b in beats[:3]:
+                b.tick()
+            verdict = other.poll()
+            time.sleep(spec.interval)
+        # From outside, node-a went silent as a whole (its summary stopped): its ranks are blamed beside rank 3.
+        assert not other.judging and [b["rank"] for b in verdict.blamed] == [0, 1, 3], verdict
+        assert verdict.hosts == ["node-a", "node-b"]
+    finally:
+        judge.stop()
+        other.stop()
+
+
 def test_shared_filesystem_operations_per_node_do_not_grow_with_the_node_count():
     """benchmarks/scale_fs.py drives mtk's real training-time parts as 2 and 4 nodes x 8 ranks on one run dir and
     counts their shared-filesystem operations with an audit hook (its own process: audit hooks cannot be
