@@ -41,7 +41,7 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
             wait, timeout):
     """Launch JOB.yaml on a backend."""
     from mtk.backends import SubmitStopped, get_backend
-    from mtk.runs import new_run_dir
+    from mtk.runs import new_run_dir, reserve_run_dir
     from mtk.secrets import require
 
     from ..outputs import check_launch_outputs
@@ -49,6 +49,8 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
 
     if megatron_recheck and megatron_check is False:
         raise click.UsageError("--megatron-recheck runs the check that --no-megatron-check turns off: pass one")
+    if out is not None and not dry_run:
+        raise click.UsageError("--out is for --dry-run previews; a real launch writes into its run dir")
     backend, inferred = pick_backend(job_file, overrides, backend)
     impl = get_backend(backend)
     try:  # the backend's own launch options, checked before anything is rendered or submitted
@@ -79,19 +81,35 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
         if note:
             click.echo(f"note: {note}", err=True)
     check_launch_outputs(job, backend, target, dry_run)
-    job, pinned = impl.pin_image(job)
-    if pinned:
-        click.echo(pinned)  # stdout: stderr stays for the one error line, if any
-    if not dry_run:
-        from ..launch_checks import check_before_submit
+    made: list[Path] = []
+    if run_dir is None and out is None:  # made now, exclusively: a launch in the same second gets a dir of its own
+        here = Path("runs") if impl.remote_paths or (dry_run and not impl.previews_in_run_dir) else None
+        made, reserved = reserve_run_dir(target, here)
+        target = str(reserved)
+    claim = None
+    try:
+        job, pinned = impl.pin_image(job)
+        if pinned:
+            click.echo(pinned)  # stdout: stderr stays for the one error line, if any
+        if not dry_run:
+            from ..launch_checks import check_before_submit
 
-        require(job, backend)
-        check_before_submit(impl, job, target)
-    artifacts = impl.render(job, target)
-    if impl.remote_paths:  # e.g. EKS: the run dir is a pod path on FSx
-        artifacts = dataclasses.replace(artifacts, record_dir=str(Path("runs").absolute() / Path(target).name))
-    if out is not None and not dry_run:
-        raise click.UsageError("--out is for --dry-run previews; a real launch writes into its run dir")
+            require(job, backend)
+            claim = check_before_submit(impl, job, target)  # the checkpoint dir's lease, now held for this run
+        artifacts = impl.render(job, target)
+        if impl.remote_paths:  # e.g. EKS: the run dir is a pod path on FSx
+            artifacts = dataclasses.replace(artifacts, record_dir=str(Path("runs").absolute() / Path(target).name))
+        if not dry_run:
+            artifacts.write()
+    except BaseException:  # refused or failed before anything was written: leave no empty run dir, no lease
+        if claim is not None:
+            claim.give_back()
+        for path in made:
+            try:
+                path.rmdir()
+            except OSError:  # not empty: something was written, keep it
+                break
+        raise
     if dry_run:
         # A preview never writes into the cluster's paths (a laptop as root would create /fsx/runs/<run>).
         preview = out or (target if impl.previews_in_run_dir else
@@ -103,19 +121,24 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
                    + ("" if artifacts.record_dir == artifacts.run_dir else f" (the run dir {artifacts.run_dir} "
                                                                            "was not created)"))
         return
-    artifacts.write()
     stopped = None
     try:
         run = impl.submit(job, artifacts, options)
     except SubmitStopped as exc:
         if exc.run is None:  # submit attaches the run; without it there is nothing to record
+            if claim is not None:
+                claim.give_back()
             raise
         run, stopped = exc.run, exc
     except BaseException as exc:  # the run dir exists: its record says the launch failed, then the error shows
         from ..failed_launch import record_failed_launch
 
+        if claim is not None:
+            claim.give_back()
         record_failed_launch(backend, job.name, artifacts.run_dir, artifacts.record_dir or "", exc)
         raise
+    if claim is not None:
+        claim.hand_over(run)
     run.record_dir = artifacts.record_dir or ""
     run.save()
     for step, ident in run.ids.items():

@@ -17,8 +17,9 @@ def test_a_second_launch_of_a_running_job_is_refused_before_it_queues(harness, s
     venv = f"cluster.slurm.venv={stub_venv}"
     first = harness.launch(spec, venv, env={"MTK_STUB": "sleep:300"})
     job = harness.run_record(first)["ids"]["train"]
-    ckpt.mkdir(parents=True)
-    # What rank 0 of the first run writes on node1 when it starts (training/lease.py): its host, pid and job.
+    # The first launch holds the lease since before it submitted (handed to its Slurm job); what rank 0 of the
+    # first run writes on node1 when it starts (training/lease.py) replaces it: its host, pid and job.
+    assert json.loads((ckpt / ".mtk-writer.json").read_text())["job_id"] == job
     (ckpt / ".mtk-writer.json").write_text(json.dumps(
         {"host": "node1", "pid": 4242, "job_id": job, "run_dir": str(first), "since": 0}) + "\n")
 

@@ -223,7 +223,7 @@ def test_launch_refuses_a_checkpoint_dir_whose_writer_is_alive(tmp_path):
 
 def test_a_dead_writers_lease_does_not_block_a_launch(tmp_path):
     """The nodes take over a lease whose holder is provably gone; the launch must not refuse it either."""
-    from mtk.launcher.launch_checks import running_writer
+    from mtk.launcher.launch_checks import claim_writer
 
     from mtk.spec import load_job
 
@@ -234,9 +234,15 @@ def test_a_dead_writers_lease_does_not_block_a_launch(tmp_path):
     (ckpt / ".mtk-writer.json").write_text(json.dumps(
         {"host": socket.gethostname(), "pid": gone.pid, "job_id": "", "run_dir": "/elsewhere", "since": 0}))
     job = load_job(TINY, [f"train.checkpoint.dir={ckpt}"])
-    assert running_writer(job, str(tmp_path / "runs" / "new")) == []
+    claim, problems = claim_writer(job, str(tmp_path / "runs" / "new"))
+    assert problems == [] and claim is not None
+    assert json.loads((ckpt / ".mtk-writer.json").read_text())["run_dir"] == str(tmp_path / "runs" / "new")
+    claim.give_back()
+    assert not (ckpt / ".mtk-writer.json").exists() and ckpt.is_dir()  # the dir was there before: kept
     (ckpt / ".mtk-writer.json").write_text(json.dumps(
         {"host": socket.gethostname(), "pid": os.getpid(), "job_id": "", "run_dir": "/elsewhere", "since": 0}))
-    assert [p.path for p in running_writer(job, str(tmp_path / "runs" / "new"))] == ["train.checkpoint.dir"]
+    claim, problems = claim_writer(job, str(tmp_path / "runs" / "new"))
+    assert claim is None and [p.path for p in problems] == ["train.checkpoint.dir"]
     # the same run dir again (a relaunch into it): the nodes treat it as the run's own restart, so does launch
-    assert running_writer(job, "/elsewhere") == []
+    claim, problems = claim_writer(job, "/elsewhere")
+    assert problems == [] and claim is not None
