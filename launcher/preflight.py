@@ -145,7 +145,7 @@ def node_checks(job, run_dir: str) -> NodeHealth:
         health.checks.append(asdict(c))
         if c.status == doctor.FAIL:
             health.problems.append(f"doctor {c.name}: {c.detail}" + (f" -> {c.fix}" if c.fix else ""))
-    ckpt = job.train.checkpoint.dir or checkpoint_paths.default_dir(job.cluster.runs_dir, job.name)
+    ckpt = checkpoint_paths.checkpoint_dir(job.train.checkpoint.dir, run_dir)  # where the engine writes
     health.problems += storage_problems({"run dir": run_dir, "train.checkpoint.dir": ckpt, "data.dir": job.data.dir})
     problems, checks = tool_problems(job)
     health.problems += problems

@@ -1,11 +1,15 @@
-"""Where a job's checkpoints live: the one home of the checkpoint dir's default and of the tracker file's name
-(the neutral core: imports nothing of mtk).
+"""Where a job's checkpoints live: the one rule for the checkpoint dir and the tracker file's name (the neutral
+core: imports nothing of mtk).
 
-``mtk launch`` writes the default into ``train.checkpoint.dir`` (:func:`default_dir`, through
-``launcher.paths.resolve_paths``): ``<runs_dir>/<name>/checkpoints``, shared by every run of the same job name, so
+One rule, :func:`checkpoint_dir`: ``train.checkpoint.dir`` when set, else ``<run_dir>/checkpoints``. The engine
+writes there, and everything that looks for a job's checkpoints (the resume precheck, the launch checks, the
+preflight's storage probe, the Slurm render, ``mtk convert`` of a run, pruning) asks the same function.
+
+``mtk launch`` never leaves the dir unset: it writes ``<runs_dir>/<name>/checkpoints`` into the job
+(:func:`default_dir`, through ``launcher.paths.resolve_paths``), shared by every run of the same job name, so
 launching the same spec again resumes from the latest checkpoint (as Megatron's ``--save``/``--load`` pair does).
-A job file that did not come through a launch (the engine or a node step started by hand on a ``job.json``) may
-have no dir set; it then checkpoints under its own run dir (:func:`checkpoint_dir`).
+Only a job file that did not come through a launch (the engine or a node step started by hand on a ``job.json``)
+reaches the fallback; its checkpoints then belong to its run dir, which a restart of that run shares.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ TRACKER = "latest_checkpointed_iteration.txt"
 
 
 def default_dir(runs_dir: str, name: str) -> str:
-    """``<runs_dir>/<name>/checkpoints``: what a launch sets ``train.checkpoint.dir`` to when the spec leaves it."""
+    """``<runs_dir>/<name>/checkpoints``: what a launch writes into ``train.checkpoint.dir`` when the spec leaves it
+    unset (never a fallback of its own: a reader asks :func:`checkpoint_dir`)."""
     return f"{runs_dir.rstrip('/')}/{name}/{CHECKPOINTS_DIR}"
 
 

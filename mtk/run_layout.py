@@ -1,8 +1,8 @@
 """Every path inside a run dir, in one place: the CLI, the backends, the node steps and the engine ask here.
 
 The names are relative to the run dir (the Slurm script and the PyTorchJob see them through the rendered files);
-:class:`RunLayout` joins them onto one run's directory. The checkpoint dir's default lives in
-:mod:`mtk.checkpoint_paths` (a configured ``train.checkpoint.dir`` wins over it).
+:class:`RunLayout` joins them onto one run's directory. The checkpoint dir is not among them: it is
+``train.checkpoint.dir``, resolved by :func:`mtk.checkpoint_paths.checkpoint_dir`.
 """
 
 from __future__ import annotations
@@ -11,11 +11,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from mtk import checkpoint_paths
-
 JOB_FILE = "job.json"
 METRICS_FILE = "metrics.jsonl"
-CHECKPOINTS_DIR = checkpoint_paths.CHECKPOINTS_DIR  # a run's own checkpoints when train.checkpoint.dir is unset
 TENSORBOARD_DIR = "tensorboard"
 LOGS_DIR = "logs"
 DEBUG_DIR = "debug"
@@ -41,14 +38,13 @@ STEPS_STATE_FILE = "state/steps.json"
 
 @dataclass(frozen=True)
 class RunLayout:
-    """The paths of one run, joined onto its run dir (``checkpoint_dir``: ``train.checkpoint.dir`` when set)."""
+    """The paths of one run, joined onto its run dir."""
 
     run_dir: Path
-    checkpoint_dir_setting: str | None = None
 
     @classmethod
-    def of(cls, run_dir: str | os.PathLike[str], checkpoint_dir: str | None = None) -> RunLayout:
-        return cls(Path(run_dir), checkpoint_dir)
+    def of(cls, run_dir: str | os.PathLike[str]) -> RunLayout:
+        return cls(Path(run_dir))
 
     @property
     def job_file(self) -> Path:
@@ -91,10 +87,6 @@ class RunLayout:
         return self.run_dir / HANG_FILE
 
     @property
-    def hang_hosts(self) -> Path:
-        return self.run_dir / HANG_HOSTS_FILE
-
-    @property
     def excluded(self) -> Path:
         return self.run_dir / EXCLUDED_FILE
 
@@ -129,12 +121,3 @@ class RunLayout:
     def step_exits(self, job_id: str) -> list[Path]:
         """The exit codes a Slurm job's step recorded (``state/<step>.<job id>.exit``, written by its script)."""
         return sorted((self.run_dir / STATE_DIR).glob(f"*.{job_id}.exit"))
-
-    @property
-    def checkpoints(self) -> Path:
-        """The checkpoint dir: ``train.checkpoint.dir`` when set, else the run's own ``checkpoints/``."""
-        return Path(checkpoint_paths.checkpoint_dir(self.checkpoint_dir_setting, self.run_dir))
-
-    @property
-    def tracker(self) -> Path:
-        return self.checkpoints / checkpoint_paths.TRACKER

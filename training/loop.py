@@ -19,7 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mtk import exitcodes, run_layout
+from mtk import checkpoint_paths, exitcodes
 
 from . import compat
 from .refusal import Refused
@@ -180,7 +180,7 @@ class Trainer:
                             "NCCL-bound collective fails here as it would on a GPU")
 
         ckpt = job.train.checkpoint
-        root = ckpt.dir or str(self.run_dir / run_layout.CHECKPOINTS_DIR)
+        root = checkpoint_paths.checkpoint_dir(ckpt.dir, self.run_dir)
         self.ckpt = checkpoint.CheckpointManager(root, ckpt.keep_last, log=lambda m: _log(self.rank, m),
                                                  async_save=ckpt.async_save, owner=self.run_dir)
         self.ckpt.prepare()

@@ -80,14 +80,14 @@ def _source_dir(source: str, runs_dir: str) -> Path:
             f"looked up under {Path(runs_dir).absolute()}/ (--runs-dir to look elsewhere), and a run's checkpoints "
             "are in the dir its job.json names as train.checkpoint.dir (default <runs_dir>/<name>/checkpoints)",
             param_hint="SOURCE") from None
-    from mtk.checkpoint_paths import default_dir
+    from mtk.checkpoint_paths import checkpoint_dir
     from mtk.run_layout import RunLayout
     from mtk.spec.loader import load_job_json
 
     record = Path(run.record_dir or run.run_dir)
     kept_here = RunLayout.of(record).job_file
     job = load_job_json(kept_here if kept_here.is_file() else run.job_file)
-    ckpt = Path(job.train.checkpoint.dir or default_dir(job.cluster.runs_dir, job.name))
+    ckpt = Path(checkpoint_dir(job.train.checkpoint.dir, run.run_dir))  # where the engine wrote
     if not ckpt.is_dir():
         raise click.BadParameter(
             f"run {run.name} ({record}) has no checkpoint here: its checkpoint dir {ckpt} does not exist on this "
