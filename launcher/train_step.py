@@ -33,7 +33,7 @@ def torchrun_argv(
 ) -> tuple[list[str], str]:
     """The full torchrun command for this node, and a node label for log lines."""
     rdzv = from_environment(job, os.environ if env is None else env)
-    program = program or [sys.executable, "-m", "torch.distributed.run"]
+    program = program or [sys.executable, "-m", "mtk.launcher.quiet_torchrun"]  # torchrun (quiet_torchrun.py says why)
     worker = ["-m", "mtk.training.worker", "--job", job_file, "--run-dir", run_dir]
     return [*program, *rdzv.args, *worker], rdzv.node
 
