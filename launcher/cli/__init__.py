@@ -27,6 +27,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "save": ("mtk.launcher.cli.triggers:save_command", "Ask a running job to checkpoint now and continue."),
     "stop": ("mtk.launcher.cli.triggers:stop_command", "Ask a running job to checkpoint and stop cleanly."),
     "convert": ("mtk.launcher.cli.convert", "Convert between a checkpoint and a Hugging Face model directory."),
+    "import": ("mtk.launcher.cli.import_args", "Turn a Megatron-LM launch script or argument list into a job spec."),
     "presets": ("mtk.launcher.cli.presets", "List the model presets a spec can name, with their sizes."),
     "prune": ("mtk.launcher.cli.prune", "Remove previews and old ended runs, never a live run or a used checkpoint."),
     "schema": ("mtk.launcher.cli.schema", "Print the job spec's JSON schema (for editors)."),
@@ -63,6 +64,10 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except BrokenPipeError:
+            if not reader_gone():
+                raise  # a pipe of our own (a subprocess's) broke: a real failure
+            sys.exit(0)
         except (Exception, KeyboardInterrupt) as exc:
             from mtk.failures import report
 
@@ -86,11 +91,41 @@ def cli() -> None:
     """
 
 
+def reader_gone() -> bool:
+    """True when whoever reads our stdout or stderr has closed it (``mtk logs | head -1``): the output was wanted
+    up to there, so the verb ends quietly with 0. Both are then pointed at /dev/null, so that the interpreter's
+    flush at exit (and any message still to come) cannot raise a second time."""
+    import select
+
+    gone = False
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            fd = stream.fileno()
+            poller = select.poll()
+            poller.register(fd, select.POLLOUT)
+            closed = any(events & select.POLLERR for _, events in poller.poll(0))
+        except (AttributeError, OSError, ValueError):  # not a real file (captured output): nothing to do
+            continue
+        if closed:
+            gone = True
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, fd)
+            os.close(devnull)
+    return gone
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
-        return cli.main(args=argv, prog_name="mtk", standalone_mode=True) or 0
-    except SystemExit as exc:
-        return int(exc.code or 0)
+        try:
+            code: int = cli.main(args=argv, prog_name="mtk", standalone_mode=True) or 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        sys.stdout.flush()  # here, not in the interpreter's exit, where a closed pipe would print a traceback
+        return code
+    except BrokenPipeError:  # outside a verb (click's own output, e.g. --help, or the last flush): a quiet end too
+        if not reader_gone():
+            raise
+        return 0
 
 
 if __name__ == "__main__":
