@@ -267,15 +267,18 @@ SPEC_ONLY: dict[str, str] = {
     "model.preset": "expands to the model fields",
     "model.arch": "a label; the import infers it (llama: rope + swiglu + RMSNorm)",
     "model.attention_backend": "see --attention-backend",
-    "parallel": "",
     "train.lr_schedule_on_resume": "see --use-checkpoint-opt_param-scheduler",
-    "train.checkpoint.keep_last": "", "train.checkpoint.async_save": "", "train.checkpoint.load": "",
-    "train.checkpoint.save_on_exit": "", "train.init_from": "", "train.tensorboard": "",
-    "train.fp8": "", "train.checkpoint": "",
-    "data.dir": "relative paths resolve under it", "data.fetch": "the getdata step",
-    "data.corpus": "the preprocess step",
-    "data.folders": "expands to prefixes for --data-path", "data.tokenizer.legacy_eod_as_text": "",
-    "data.tokenizer": "",
+    "train.checkpoint.keep_last": "mtk prunes old checkpoints itself",
+    "train.checkpoint.async_save": "mtk's checkpoint writer",
+    "train.checkpoint.load": "mtk resumes from train.checkpoint.dir's tracker",
+    "train.checkpoint.save_on_exit": "mtk saves on SIGTERM/SIGUSR2 and at the end",
+    "train.init_from": "a new run from other weights (Megatron-LM: --load with --finetune)",
+    "train.tensorboard": "see --tensorboard-dir",
+    "data.dir": "relative paths resolve under it",
+    "data.fetch": "the getdata step",
+    "data.corpus": "the preprocess step (its output prefixes join --data-path)",
+    "data.folders": "expands to prefixes for --data-path",
+    "data.tokenizer.legacy_eod_as_text": "the preprocess step",
 }
 
 
@@ -358,24 +361,31 @@ def reference_markdown() -> str:
         "megatron-core configs, writes `megatron_lm_args.txt` beside each checkpoint, reads a Megatron-LM command",
         "line back (`mtk import`) and suggests the mtk field for a key typed in Megatron's words.",
         "",
-        "| Megatron-LM flag | mtk spec field | megatron-core config field | form | notes |",
-        "|---|---|---|---|---|",
+        "*Without the flag*: the value `mtk import` gives the field when a command leaves the flag out — Megatron-LM's",
+        "own default, where mtk's differs (a Megatron-LM command without `--bf16` trains in fp32).",
+        "",
+        "| Megatron-LM flag | mtk spec field | megatron-core config field | form | without the flag | notes |",
+        "|---|---|---|---|---|---|",
     ]
     for f in FLAGS:
         form = {"value": "value", "true": "on when true", "false": "on when false",
                 "when": "on when " + " or ".join(map(str, f.when))}[f.form]
-        spec = f"`{f.spec}`" if f.spec else ("set by mtk: `" + _fixed(f.fixed) + "`" if f.read is None and f.fixed
+        spec = f"`{f.spec}`" if f.spec else ("set by mtk: `" + show(f.fixed) + "`" if f.read is None and f.fixed
                                              is not None else "set by mtk")
         core = ", ".join(f"`{c}`" for c in f.core)
         note = "; ".join(x for x in (f.why, f"only with {BY_NAME[f.only].flag}" if f.only else "") if x)
-        lines.append(f"| `{f.flag}` | {spec} | {core} | {form} | {_cell(note)} |")
+        absent = "" if f.absent is None else f"`{show(f.absent)}`"
+        lines.append(f"| `{f.flag}` | {spec} | {core} | {form} | {absent} | {_cell(note)} |")
     lines += ["", "## Set by mtk itself", "", "| Megatron-LM flag | what decides it |", "|---|---|"]
     lines += [f"| `{flag}` | {_cell(why)} |" for flag, why in SET_BY_MTK.items()]
-    lines += ["", "Any other flag is unknown to mtk: `mtk import` lists it by name and leaves it out of the spec.", ""]
+    lines += ["", "Any other flag is unknown to mtk: `mtk import` lists it by name and leaves it out of the spec.", "",
+              "## Spec fields with no Megatron-LM flag", "", "| mtk spec field | what it is |", "|---|---|"]
+    lines += [f"| `{spec}` | {_cell(why)} |" for spec, why in SPEC_ONLY.items()]
+    lines.append("")
     return "\n".join(lines)
 
 
-def _fixed(value: Any) -> str:
+def show(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 

@@ -1,0 +1,105 @@
+"""The one table between the spec, megatron-core and Megatron-LM (mtk/megatron_flags.py): its reference page is
+generated from it, every spec field is either in it or named as mtk's own, and a key typed in Megatron's words
+gets the mtk field it means."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from mtk import megatron_flags
+from mtk.spec import Job
+from mtk.spec.errors import SpecError
+from mtk.spec.loader import apply_overrides, validate
+from mtk.suggest import megatron_field
+
+REPO = Path(__file__).resolve().parents[2]
+DOC = REPO / "docs" / "megatron-lm-flags.md"
+
+
+def test_reference_page_is_the_table():
+    assert DOC.read_text() == megatron_flags.reference_markdown(), (
+        "docs/megatron-lm-flags.md differs from the table: python -m mtk.megatron_flags docs/megatron-lm-flags.md")
+    for flag in megatron_flags.FLAGS:
+        assert f"| `{flag.flag}` |" in DOC.read_text()
+
+
+def _leaves(model: type[BaseModel], prefix: str) -> list[str]:
+    out = []
+    for name, info in model.model_fields.items():
+        inner = megatron_flags_inner(info.annotation)
+        path = f"{prefix}.{name}"
+        out += _leaves(inner, path) if inner is not None else [path]
+    return out
+
+
+def megatron_flags_inner(annotation) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return None
+
+
+@pytest.mark.parametrize("section", ["model", "parallel", "train", "data"])
+def test_every_spec_field_has_a_flag_or_is_named_as_mtks_own(section):
+    """A new field in these sections is either written to Megatron-LM (a table row) or said to be mtk's own —
+    the import and megatron_lm_args.txt cannot drop it without a word."""
+    model = megatron_flags_inner(Job.model_fields[section].annotation)
+    assert model is not None
+    covered = {f.spec for f in megatron_flags.FLAGS if f.spec}
+    own = set(megatron_flags.SPEC_ONLY)
+    missing = [leaf for leaf in _leaves(model, section)
+               if not any(leaf == o or leaf.startswith(o + ".") for o in covered | own)]
+    assert missing == [], f"add a row to FLAGS or a SPEC_ONLY entry for: {missing}"
+    stale = [o for o in own if "." in o and not any(leaf == o or leaf.startswith(o + ".")
+                                                    for s in ("model", "parallel", "train", "data")
+                                                    for leaf in _leaves(megatron_flags_inner(
+                                                        Job.model_fields[s].annotation), s))]
+    assert stale == []
+
+
+@pytest.mark.parametrize(("typed", "meant"), [
+    ("parallel.tensor_model_parallel_size", "parallel.tp (--tensor-model-parallel-size)"),
+    ("train.recompute_granularity", "train.recompute (--recompute-granularity)"),
+    ("parallel.pipeline-model-parallel-size", "parallel.pp (--pipeline-model-parallel-size)"),
+    ("model.num_moe_experts", "model.moe.num_experts (--num-experts)"),  # megatron-core's TransformerConfig name
+    ("train.train_iters", "train.iterations (--train-iters)"),
+    ("train.bf16", "train.precision (--bf16)"),
+    ("model.lr", "train.lr (--lr)"),  # a field in another section
+    ("parallel.tp_size", ""),  # no Megatron name: the spelling suggestion applies
+])
+def test_megatron_names_suggest_the_mtk_field(typed, meant):
+    assert megatron_field(typed) == meant
+
+
+def test_set_in_megatrons_words_is_answered_with_the_field():
+    data = {"name": "t", "model": {"preset": "tiny"}}
+    with pytest.raises(SpecError) as err:
+        validate(apply_overrides(data, ["parallel.tensor_model_parallel_size=2", "train.recompute_granularity=full"]))
+    text = str(err.value)
+    assert "did you mean parallel.tp (--tensor-model-parallel-size)?" in text
+    assert "did you mean train.recompute (--recompute-granularity)?" in text
+    assert "sequence_parallel'" not in text and "recompute_num_layers'" not in text
+    with pytest.raises(SpecError) as err:  # a plain typo keeps the closest key
+        validate(apply_overrides(data, ["parallel.sequence_paralel=true"]))
+    assert "did you mean 'sequence_parallel'?" in str(err.value)
+
+
+def test_core_kwargs_follow_the_spec_and_mtks_fixed_values():
+    dense = validate({"name": "t", "model": {"preset": "tiny"}, "parallel": {"tp": 2},
+                      "train": {"precision": "fp32"}, "cluster": {"nodes": 1, "procs_per_node": 2, "device": "cpu"}})
+    kw = megatron_flags.core_kwargs(dense, megatron_flags.TC)
+    assert (kw["tensor_model_parallel_size"], kw["num_layers"], kw["bf16"], kw["fp16"]) == (2, 2, False, False)
+    assert kw["ffn_hidden_size"] == 256 and kw["num_query_groups"] == 4  # resolved, not the spec's None
+    assert "num_moe_experts" not in kw and kw["expert_model_parallel_size"] == 1
+    moe = validate({"name": "t", "model": {"preset": "tiny", "moe": {"num_experts": 4}}, "parallel": {"ep": 2},
+                    "cluster": {"nodes": 1, "procs_per_node": 2, "device": "gpu"}})
+    kw = megatron_flags.core_kwargs(moe, megatron_flags.TC)
+    assert (kw["num_moe_experts"], kw["moe_router_load_balancing_type"], kw["moe_grouped_gemm"]) == \
+        (4, "aux_loss", False)
+    assert kw["bf16"] is True and kw["expert_model_parallel_size"] == 2
+    assert megatron_flags.core_kwargs(moe, megatron_flags.OC)["optimizer"] == "adam"
