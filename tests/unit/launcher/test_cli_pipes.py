@@ -61,6 +61,8 @@ VERBS = {
     "status --json": ["status", "--json", "big"],
     "report": ["report", "--no-plots", "--no-wandb", *[f"m/{LONG}-{i:04d}" for i in range(300)]],
     "validate": ["validate", "big.yaml", "--no-megatron"],
+    "prune": ["prune"],  # without --yes: only says what would go
+    "schema": ["schema"],
 }
 
 
