@@ -41,13 +41,14 @@ class Imported:
     spec: dict[str, Any]
     not_imported: list[tuple[str, str]] = field(default_factory=list)  # (flag or name, why)
     notes: list[str] = field(default_factory=list)  # conversions and defaults read, for the reader to check
+    flags: int = 0  # Megatron-LM flags read (0: the text held no pretrain_*.py command or argument list)
 
 
 def import_text(text: str, name: str | None = None, source: str = "script") -> Imported:
     """Import a launch script or argument list (``source`` names it for the spec's name when nothing else does)."""
     script = read(text)
     launcher, argv = _split(script)
-    out = Imported(spec={})
+    out = Imported(spec={}, flags=sum(w.text.startswith("--") for w in argv))
     _megatron(argv, out)
     _cluster(launcher, script, out)
     _name(script, name, source, out)

@@ -65,8 +65,9 @@ class Flag:
 
 
 def get(obj: Any, dotted: str) -> Any:
+    """The field at ``dotted`` (None inside an unset section: ``train.fp8`` without fp8)."""
     for part in dotted.split("."):
-        obj = getattr(obj, part)
+        obj = getattr(obj, part, None)
     return obj
 
 
@@ -216,7 +217,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--eval-iters", "train.eval_iters", written="job", absent=100,
          why="0: no evaluation (train.eval_interval unset)"),
     Flag("--log-interval", "train.log_interval", written="job", absent=100),
-    Flag("--save-interval", "train.checkpoint.save_interval", written="job", why="unset: train.iterations"),
+    Flag("--save-interval", "train.checkpoint.save_interval", written="job", why="unset: train.iterations",
+         read=lambda j: j.train.checkpoint.save_interval or j.train.iterations),
     Flag("--save", "train.checkpoint.dir", written="job", why="unset: <runs_dir>/<name>/checkpoints"),
     Flag("--load", "train.checkpoint.dir", written="job", why="mtk resumes from where it saves"),
     Flag("--ckpt-format", fixed="torch_dist", written="job"),
@@ -270,6 +272,7 @@ SPEC_ONLY: dict[str, str] = {
     "train.lr_schedule_on_resume": "see --use-checkpoint-opt_param-scheduler",
     "train.checkpoint.keep_last": "mtk prunes old checkpoints itself",
     "train.checkpoint.async_save": "mtk's checkpoint writer",
+    "train.checkpoint.assume_constant_structure": "Megatron-LM's --ckpt-assume-constant-structure (mtk: on by default)",
     "train.checkpoint.load": "mtk resumes from train.checkpoint.dir's tracker",
     "train.checkpoint.save_on_exit": "mtk saves on SIGTERM/SIGUSR2 and at the end",
     "train.init_from": "a new run from other weights (Megatron-LM: --load with --finetune)",

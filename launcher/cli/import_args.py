@@ -52,7 +52,7 @@ def command(script: str, out: str | None, name: str | None) -> None:
             raise click.BadParameter(f"cannot read {script}: {exc}; pass a launch script or argument list",
                                      param_hint="SCRIPT") from None
     result = import_text(text, name=name, source=script if script != "-" else "stdin")
-    if not result.spec.get("model"):
+    if not result.flags:
         raise click.BadParameter(f"{script}: no Megatron-LM arguments found (no pretrain_*.py command, argument "
                                  "list or array of --flags)", param_hint="SCRIPT")
     rendered = spec_yaml(result.spec, result.not_imported, result.notes, script)
