@@ -23,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, ClassVar, cast
 
-from mtk.files import atomic_write, current_umask  # noqa: F401  (re-exported; new code imports mtk.files)
+from mtk.files import atomic_write
 
 from .steps import StepState
 
@@ -248,11 +248,22 @@ def backend_names() -> list[str]:
     return list(_registered())
 
 
+class UnknownBackend(KeyError):
+    """A backend name no installed distribution registers (e.g. a run record made where a plugin was installed)."""
+
+    user_facing = True
+    exit_code = 2
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 def backend_class(name: str) -> type[Backend]:
     """A registered backend's class (its facts and rules); its SDKs load only when it is instantiated or used."""
     registered = REGISTRY if name in REGISTRY else _registered()  # built-ins: no entry-point scan
     if name not in registered:
-        raise KeyError(f"unknown backend '{name}'; choose one of: {', '.join(registered)}")
+        raise UnknownBackend(f"unknown backend '{name}'; the installed ones are {', '.join(registered)} (a run "
+                             "launched with another needs the distribution that registers it installed here)")
     from .loading import load
 
     return cast("type[Backend]", load(registered[name]))

@@ -19,12 +19,11 @@ import json
 import os
 import shutil
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import hf_tokenizer
-from .hf_tables import TABLES, Row, from_hf, to_hf
+from .hf_tables import TABLES, Row, Shape, from_hf, to_hf
 from .megatron_lm import recorded_vocab_size
 
 CONFIG = "config.json"
@@ -37,29 +36,6 @@ NORM_EPS = 1e-5  # megatron-core's TransformerConfig.layernorm_epsilon default, 
 
 class ConversionError(ValueError):
     """A checkpoint or HF directory this converter cannot map; the message says why and what to do."""
-
-
-@dataclass(frozen=True)
-class Shape:
-    """The architecture facts a conversion needs, from Megatron-LM's args or an HF config."""
-
-    num_layers: int
-    hidden_size: int
-    ffn_hidden_size: int
-    num_attention_heads: int
-    num_query_groups: int
-    kv_channels: int
-    vocab_size: int
-    padded_vocab_size: int
-    max_position_embeddings: int
-    rope: bool
-    rotary_base: float
-    rmsnorm: bool
-    swiglu: bool
-    bias: bool
-    untie: bool
-    num_experts: int = 0
-    layernorm_1p: bool = False
 
 
 def shape_from_args(args: Any, *, tokenizer_recorded: bool = False) -> Shape:

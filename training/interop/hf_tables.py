@@ -23,10 +23,29 @@ in the checkpoint for both the Transformer Engine and the local layer spec.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .hf import Shape
+
+@dataclass(frozen=True)
+class Shape:
+    """The architecture facts a conversion needs, from Megatron-LM's args or an HF config."""
+
+    num_layers: int
+    hidden_size: int
+    ffn_hidden_size: int
+    num_attention_heads: int
+    num_query_groups: int
+    kv_channels: int
+    vocab_size: int
+    padded_vocab_size: int
+    max_position_embeddings: int
+    rope: bool
+    rotary_base: float
+    rmsnorm: bool
+    swiglu: bool
+    bias: bool
+    untie: bool
+    num_experts: int = 0
+    layernorm_1p: bool = False
 
 
 @dataclass(frozen=True)

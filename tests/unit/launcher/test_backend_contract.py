@@ -13,8 +13,24 @@ TINY = {"name": "c", "model": {"preset": "tiny"}, "cluster": {"nodes": 1, "procs
 def test_one_list_of_names_the_default_first():
     assert backend_names()[:3] == ["local", "slurm", "eks"]
     assert all(issubclass(backend_class(n), Backend) and backend_class(n).name == n for n in backend_names())
-    with pytest.raises(KeyError, match="choose one of: local, slurm, eks"):
+    with pytest.raises(KeyError, match="the installed ones are local, slurm, eks"):
         backend_class("nope")
+
+
+def test_a_run_of_a_backend_not_installed_here_is_named_with_exit_2(tmp_path):
+    """The run record does not ask the registry (mtk.runs imports no backend); asking for the run's backend does."""
+    from click.testing import CliRunner
+    from mtk.launcher.cli import cli
+
+    from mtk.runs import Run, find_run
+
+    (tmp_path / "r").mkdir()
+    Run(backend="gone", run_dir=str(tmp_path / "r"), name="r").save()
+    assert find_run(str(tmp_path / "r")).backend == "gone"
+    result = CliRunner().invoke(cli, ["status", str(tmp_path / "r")])
+    assert result.exit_code == 2, result.output
+    assert "unknown backend 'gone'; the installed ones are local, slurm, eks" in result.output
+    assert "Traceback" not in result.output
 
 
 @pytest.mark.parametrize(("backend", "sets", "field"), [
