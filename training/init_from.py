@@ -34,6 +34,8 @@ def initialize_from(source: str | Path, model: list, optimizer, job, padded_voca
 
 def _initialize_from_hf(src: Path, model: list, job) -> None:
     """Fill this rank's model shards from an HF directory (every rank reads the full tensors it needs)."""
+    from mtk.vocabulary import built
+
     from .interop import hf
 
     shape, _arch = hf.shape_from_hf_config(hf.read_hf_config(src), job.model.make_vocab_size_divisible_by)
@@ -42,15 +44,18 @@ def _initialize_from_hf(src: Path, model: list, job) -> None:
             "ffn_hidden_size": (shape.ffn_hidden_size, m.ffn),
             "num_attention_heads": (shape.num_attention_heads, m.num_attention_heads),
             "num_query_groups": (shape.num_query_groups, m.query_groups),
-            "vocab_size": (shape.vocab_size, m.vocab_size),
+            "vocab_size": (shape.vocab_size, built(job).size),  # the tokenizer's where one is named
             "position_embedding": ("rope" if shape.rope else "learned_absolute", m.position_embedding),
             "normalization": ("RMSNorm" if shape.rmsnorm else "LayerNorm", m.normalization),
             "activation": ("swiglu" if shape.swiglu else "gelu", m.activation),
             "add_bias_linear": (shape.bias, m.add_bias_linear), "untie_embeddings": (shape.untie, m.untie_embeddings)}
-    bad = [f"model.{k}={ours!r} (the HF model has {theirs!r})" for k, (theirs, ours) in want.items() if theirs != ours]
+    field = {"vocab_size": "the vocabulary (data.tokenizer's)"} if job.data.tokenizer.type != "NullTokenizer" else {}
+    bad = [f"{field.get(k, 'model.' + k)}={ours!r} (the HF model has {theirs!r})"
+           for k, (theirs, ours) in want.items() if theirs != ours]
     if bad:
         raise RuntimeError(f"train.init_from: {src} does not fit this job: " + "; ".join(bad)
-                           + "; set the model fields to the HF model's")
+                           + "; set the model fields to the HF model's"
+                           + (" and train with its tokenizer" if field else ""))
     full = {key: t for key, t, _ in hf.megatron_tensors_from_hf(src, m.make_vocab_size_divisible_by, progress=False)}
     fill_model_from_full(model, full, f"train.init_from: {src}")
 

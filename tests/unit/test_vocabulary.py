@@ -156,3 +156,28 @@ def test_the_check_cache_key_holds_the_built_vocabulary(demo_bpe, gpt2_sized_bpe
     assert demo.model == gpt2.model  # the spec's model section cannot tell them apart
     keys = {cache.key(cache.key_material(j, env, vocabulary.built(j).size)) for j in (demo, gpt2)}
     assert len(keys) == 2
+
+
+def _gpt2_config(folder: Path, job, vocab: int) -> Path:
+    m = job.model
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_layer": m.num_layers, "n_embd": m.hidden_size,
+        "n_inner": m.ffn, "n_head": m.num_attention_heads, "n_positions": m.max_positions, "vocab_size": vocab,
+        "activation_function": "gelu"}))
+    return folder
+
+
+def test_init_from_an_hf_model_compares_the_built_vocabulary_not_the_spec_number(tmp_path, demo_bpe):
+    """train.init_from an HF dir: the HF vocabulary must be the tokenizer's (what the model is built with);
+    model.vocab_size, not read with a tokenizer, neither refuses a fitting model nor passes a misfit."""
+    from mtk.training import init_from
+    from mtk.training.interop.hf import ConversionError
+
+    misfit = _job(_bpe(demo_bpe), vocab_size=2048)
+    with pytest.raises(RuntimeError, match=r"the vocabulary \(data.tokenizer's\)=1024 \(the HF model has 2048\); "
+                                           r"set the model fields to the HF model's and train with its tokenizer"):
+        init_from._initialize_from_hf(_gpt2_config(tmp_path / "hf2048", misfit, 2048), [], misfit)
+    fits = _job(_bpe(demo_bpe), vocab_size=512)
+    with pytest.raises(ConversionError, match=r"has neither model\.safetensors"):  # past the shape check, to weights
+        init_from._initialize_from_hf(_gpt2_config(tmp_path / "hf1024", fits, 1024), [], fits)
