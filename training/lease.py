@@ -120,12 +120,12 @@ def _create(path: Path, holder: dict) -> bool:
         try:
             os.link(tmp, path)
             return True
-        except FileExistsError:
-            return False
         except OSError as exc:
             with contextlib.suppress(OSError):
-                if os.stat(tmp).st_nlink == 2:  # NFS: the link was made, its reply was lost
+                if os.stat(tmp).st_nlink == 2:  # NFS: the link was made and a retried call said EEXIST/failed
                     return True
+            if isinstance(exc, FileExistsError):
+                return False
             if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
                 raise
         try:  # a filesystem without hard links: O_EXCL (readers of a half-written lease retry, see _acquire)
@@ -176,11 +176,17 @@ def _replace_if(path: Path, judged: bytes, holder: dict) -> bool:
                 return False
         except FileNotFoundError:
             return False
-        os.replace(_temp(path, holder), path)
+        tmp = _temp(path, holder)
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            tmp.unlink()
+            raise
         return True
 
 
 def refusal(root: Path, holder: dict) -> str:
+    """The one line a second writer gets: who holds the dir, and the three ways out."""
     return (f"checkpoint dir {root} is in use by {describe(holder)}; two writers would delete each other's saves. "
             f"Stop that run first, give this one its own train.checkpoint.dir, or delete {root / LEASE} if that "
             "run's node is gone")
