@@ -265,8 +265,6 @@ def _after(given: dict[str, Any], out: Imported) -> None:
         out.notes.append(f"{flag} {samples}: {samples // gbs} iterations of {gbs} samples ({field_})")
     if given.get("no-eval"):
         _set(spec, "train.eval_interval", None)
-    elif "--eval-interval" not in given and _get(spec, "train.eval_interval") is None:
-        _set(spec, "train.eval_interval", 1000)
     for row in megatron_flags.FLAGS:  # Megatron-LM's default where mtk's differs
         if row.absent is None or not row.spec or _absent_rows_given(row, given) or _get(spec, row.spec) is not None:
             continue

@@ -11,24 +11,15 @@ Enough of bash for the shapes Megatron-LM launch scripts take: comments, line co
 
 from __future__ import annotations
 
-import ast
-import operator
 import re
 from dataclasses import dataclass, field
 
+from .shell_expand import Env, Word, array_of, close_double, close_group, expand, pieces
+
 SEPARATORS = {"\n", ";", "&&", "||", "|", "&"}
-HERE = "$(pwd) / $PWD: the directory the script runs from, read as '.'"
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+DECLARATIONS = frozenset({"export", "declare", "local", "readonly", "typeset"})  # bash's, not backends
 _ASSIGN = re.compile(rf"^({_NAME})(\+?)=(.*)$", re.S)
-
-
-@dataclass(frozen=True)
-class Word:
-    """One argument as bash would pass it; ``unresolved`` names what the script leaves unknown in it."""
-
-    text: str
-    unresolved: tuple[str, ...] = ()
-    assumed: tuple[str, ...] = ()
 
 
 @dataclass
@@ -76,11 +67,11 @@ def _tokens(text: str) -> list[str]:
             cur.append(text[i:j + 1])
             i = j + 1
         elif c == '"':
-            j = _close_double(text, i)
+            j = close_double(text, i)
             cur.append(text[i:j + 1])
             i = j + 1
         elif c == "$" and text.startswith(("$(", "${"), i):
-            j = _close_group(text, i + 1)
+            j = close_group(text, i + 1)
             cur.append(text[i:j + 1])
             i = j + 1
         elif c in "\n;":
@@ -103,231 +94,6 @@ def _tokens(text: str) -> list[str]:
     return out
 
 
-def _close_double(text: str, i: int) -> int:
-    j = i + 1
-    while j < len(text) and text[j] != '"':
-        if text[j] == "\\":
-            j += 1
-        elif text.startswith(("$(", "${"), j):
-            j = _close_group(text, j + 1)
-        j += 1
-    return min(j, len(text) - 1)
-
-
-def _close_group(text: str, i: int) -> int:
-    """The index of the bracket closing the one at ``i`` (``(`` or ``{``), quotes inside skipped."""
-    pair = {"(": ")", "{": "}"}[text[i]]
-    depth, j = 0, i
-    while j < len(text):
-        c = text[j]
-        if c == text[i]:
-            depth += 1
-        elif c == pair:
-            depth -= 1
-            if depth == 0:
-                return j
-        elif c == "'":
-            j = max(text.find("'", j + 1), j)
-        elif c == '"':
-            j = _close_double(text, j)
-        j += 1
-    return len(text) - 1
-
-
-# ------------------------------------------------------------------------------------------------ expansion
-
-
-class _Env:
-    """The script's variables: a scalar is one Word, an array a list of them (each keeps what it leaves unknown)."""
-
-    def __init__(self) -> None:
-        self.vars: dict[str, Word | list[Word]] = {}
-
-    def scalar(self, name: str) -> Word | None:
-        value = self.vars.get(name)
-        if isinstance(value, list):
-            return Word(" ".join(w.text for w in value), tuple(u for w in value for u in w.unresolved),
-                        tuple(a for w in value for a in w.assumed))
-        return value
-
-
-@dataclass
-class _Piece:
-    text: str
-    split: bool  # from an unquoted expansion: bash splits it into words
-    unresolved: tuple[str, ...] = ()
-    assumed: tuple[str, ...] = ()
-    boundary: bool = False  # "${ARRAY[@]}": a word break before it
-
-
-def expand(raw: str, env: _Env) -> list[Word]:
-    """The words bash makes of one raw word."""
-    pieces = _pieces(raw, env, quoted=False)
-    words: list[Word] = []
-    cur: list[_Piece] = []
-    had_quotes = "'" in raw or '"' in raw
-
-    def flush(force: bool = False) -> None:
-        if cur or force:
-            words.append(Word("".join(p.text for p in cur), tuple(u for p in cur for u in p.unresolved),
-                              tuple(a for p in cur for a in p.assumed)))
-            cur.clear()
-
-    for piece in pieces:
-        if piece.boundary:
-            flush(force=True)
-            continue
-        if not piece.split:
-            cur.append(piece)
-            continue
-        parts = re.split(r"[ \t\n]+", piece.text)
-        for k, part in enumerate(parts):
-            if k > 0:
-                flush()
-            if part:
-                cur.append(_Piece(part, False, piece.unresolved, piece.assumed))
-    if cur or (had_quotes and not words):
-        flush(force=True)
-    return words
-
-
-def _pieces(raw: str, env: _Env, quoted: bool) -> list[_Piece]:
-    out: list[_Piece] = []
-    i, n = 0, len(raw)
-    while i < n:
-        c = raw[i]
-        if c == "\\" and i + 1 < n:
-            nxt = raw[i + 1]
-            keep = quoted and nxt not in '$`"\\'
-            out.append(_Piece(("\\" if keep else "") + nxt, False))
-            i += 2
-        elif c == "'" and not quoted:
-            j = raw.find("'", i + 1)
-            j = n if j < 0 else j
-            out.append(_Piece(raw[i + 1:j], False))
-            i = j + 1
-        elif c == '"' and not quoted:
-            j = _close_double(raw, i)
-            inner = raw[i + 1:j]
-            array = re.fullmatch(rf"\$\{{({_NAME})\[[@]\]\}}", inner)
-            if array:  # "${ARRAY[@]}": one word per element
-                for k, element in enumerate(_array(env, array.group(1))):
-                    if k:
-                        out.append(_Piece("", False, boundary=True))
-                    out.append(_Piece(element.text, False, element.unresolved, element.assumed))
-            else:
-                out.extend(_Piece(p.text, False, p.unresolved, p.assumed) for p in _pieces(inner, env, quoted=True))
-                out.append(_Piece("", False))
-            i = j + 1
-        elif c == "$" and not quoted and (array := re.match(rf"\$\{{({_NAME})\[[@*]\]\}}", raw[i:])):
-            for k, element in enumerate(_array(env, array.group(1))):  # unquoted: each element split on its own
-                out.append(_Piece(" " if k else "", True))
-                out.append(_Piece(element.text, True, element.unresolved, element.assumed))
-            i += array.end()
-        elif c == "$" and i + 1 < n:
-            j, piece = _dollar(raw, i, env)
-            out.append(_Piece(piece.text, not quoted, piece.unresolved, piece.assumed))
-            i = j
-        else:
-            out.append(_Piece(c, False))
-            i += 1
-    return out
-
-
-def _array(env: _Env, name: str) -> list[Word]:
-    value = env.vars.get(name)
-    return value if isinstance(value, list) else ([] if value is None else [value])
-
-
-def _dollar(raw: str, i: int, env: _Env) -> tuple[int, _Piece]:
-    """Expand the ``$...`` at ``i``: (index after it, its text and what it leaves unknown)."""
-    if raw.startswith("$((", i):
-        j = _close_group(raw, i + 1)
-        expr = raw[i + 3:j - 1]
-        return j + 1, _arithmetic(expr, env, raw[i:j + 1])
-    if raw.startswith("$(", i):
-        j = _close_group(raw, i + 1)
-        if raw[i + 2:j].strip() == "pwd":
-            return j + 1, _Piece(".", False, (), (HERE,))
-        return j + 1, _Piece(raw[i:j + 1], False, (raw[i:j + 1],))
-    if raw.startswith("${", i):
-        j = _close_group(raw, i + 1)
-        return j + 1, _braced(raw[i + 2:j], env, raw[i:j + 1])
-    m = re.match(rf"{_NAME}|[0-9]|[@*#?$!]", raw[i + 1:])
-    if not m:
-        return i + 1, _Piece("$", False)
-    return i + 1 + m.end(), _lookup(m.group(0), env, f"${m.group(0)}")
-
-
-def _braced(body: str, env: _Env, shown: str) -> _Piece:
-    m = re.fullmatch(rf"({_NAME}|[0-9]+)(\[[@*]\])?(?:(:?)([-=+?])(.*))?", body, re.S)
-    if not m:
-        return _Piece(shown, False, (shown,))
-    name, index, colon, op, word = m.groups()
-    if index:
-        elements = _array(env, name)
-        return _Piece(" ".join(w.text for w in elements), False, tuple(u for w in elements for u in w.unresolved),
-                      tuple(a for w in elements for a in w.assumed))
-    current = env.scalar(name)
-    unset = current is None or bool(colon and current.text == "")
-    if op in ("-", "=") and unset:
-        parts = _pieces(word or "", env, quoted=False)
-        who = f"${name} (the script's argument {name})" if name.isdigit() else f"${name}"
-        default = Word("".join(p.text for p in parts), tuple(u for p in parts for u in p.unresolved),
-                       (*(a for p in parts for a in p.assumed),
-                        f"{who} is not set in the script: its default {''.join(p.text for p in parts)!r} was used"))
-        if op == "=":
-            env.vars[name] = default
-        return _Piece(default.text, False, default.unresolved, default.assumed)
-    if op == "+":
-        return _Piece("" if unset else "".join(p.text for p in _pieces(word or "", env, quoted=False)), False)
-    return _lookup(name, env, shown)
-
-
-def _lookup(name: str, env: _Env, shown: str) -> _Piece:
-    value = env.scalar(name)
-    if value is None and name == "PWD":
-        return _Piece(".", False, (), (HERE,))
-    if value is None:
-        return _Piece(shown, False, (shown,))
-    return _Piece(value.text, False, value.unresolved, value.assumed)
-
-
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
-        ast.Div: operator.floordiv, ast.Mod: operator.mod}
-
-
-def _arithmetic(expr: str, env: _Env, shown: str) -> _Piece:
-    """``$((...))`` over integers; a name the script leaves unknown makes the whole value unknown."""
-    missing: list[str] = []
-
-    def value_of(m: re.Match) -> str:
-        name = m.group(1) or m.group(2)
-        v = env.scalar(name)
-        if v is None or v.unresolved or not re.fullmatch(r"-?\d+", v.text.strip()):
-            missing.append(f"${name}")
-            return "0"
-        return v.text.strip()
-
-    text = re.sub(rf"\$\{{?({_NAME})\}}?|\b({_NAME})\b", value_of, expr)
-    if missing:
-        return _Piece(shown, False, tuple(missing))
-    try:
-        return _Piece(str(_eval(ast.parse(text.replace("/", "//"), mode="eval").body)), False)
-    except (SyntaxError, ValueError, ZeroDivisionError):
-        return _Piece(shown, False, (shown,))
-
-
-def _eval(node: ast.AST) -> int:
-    if isinstance(node, ast.Constant) and isinstance(node.value, int):
-        return node.value
-    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-        return int(_OPS[type(node.op)](_eval(node.left), _eval(node.right)))
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        return -_eval(node.operand)
-    raise ValueError("not integer arithmetic")
-
-
 # ------------------------------------------------------------------------------------------------ running
 
 
@@ -335,7 +101,7 @@ def read(text: str) -> Script:
     """The commands ``text`` would run, with ``#SBATCH`` lines and exports collected."""
     script = Script(sbatch=[line.strip()[len("#SBATCH"):].strip() for line in text.splitlines()
                             if line.strip().startswith("#SBATCH")])
-    env = _Env()
+    env = Env()
     tokens = _tokens(text)
     _run(tokens, 0, len(tokens), env, script)
     script.arrays = {name: value for name, value in env.vars.items() if isinstance(value, list)}
@@ -364,11 +130,11 @@ def _statements(tokens: list[str], start: int, end: int) -> list[tuple[int, int]
     return out
 
 
-def _run(tokens: list[str], start: int, end: int, env: _Env, script: Script) -> None:
+def _run(tokens: list[str], start: int, end: int, env: Env, script: Script) -> None:
     _run_statements(tokens, _statements(tokens, start, end), env, script)
 
 
-def _run_statements(tokens: list[str], stmts: list[tuple[int, int]], env: _Env, script: Script) -> None:
+def _run_statements(tokens: list[str], stmts: list[tuple[int, int]], env: Env, script: Script) -> None:
     k = 0
     while k < len(stmts):
         s, e = stmts[k]
@@ -379,7 +145,7 @@ def _run_statements(tokens: list[str], stmts: list[tuple[int, int]], env: _Env, 
         k += 1
 
 
-def _run_if(tokens: list[str], stmts: list[tuple[int, int]], k: int, env: _Env, script: Script) -> int:
+def _run_if(tokens: list[str], stmts: list[tuple[int, int]], k: int, env: Env, script: Script) -> int:
     """Follow ``if``/``elif``/``else``/``fi`` from statement ``k``; returns the statement after ``fi``."""
     branches: list[tuple[list[str] | None, list[tuple[int, int]]]] = []
     depth, cond, body = 0, None, []  # type: ignore[var-annotated]
@@ -430,7 +196,7 @@ def _run_if(tokens: list[str], stmts: list[tuple[int, int]], k: int, env: _Env, 
     return j + 1
 
 
-def _test(words: list[str], env: _Env) -> bool | None:
+def _test(words: list[str], env: Env) -> bool | None:
     """``[[ ... ]]`` / ``[ ... ]`` joined by || and &&, left to right; None when a side cannot be decided."""
     result: bool | None = None
     op = None
@@ -450,7 +216,7 @@ def _test(words: list[str], env: _Env) -> bool | None:
     return result
 
 
-def _one_test(words: list[str], env: _Env) -> bool | None:
+def _one_test(words: list[str], env: Env) -> bool | None:
     neg = bool(words) and words[0] == "!"
     words = words[1:] if neg else words
     vals = [expand(w, env) for w in words]
@@ -473,11 +239,11 @@ def _one_test(words: list[str], env: _Env) -> bool | None:
     return result if result is None or not neg else not result
 
 
-def _statement(words: list[str], env: _Env, script: Script) -> None:
+def _statement(words: list[str], env: Env, script: Script) -> None:
     if not words:
         return
     head = words[0]
-    if head in ("export", "declare", "local", "readonly", "typeset"):
+    if head in DECLARATIONS:
         k = 1
         while k < len(words) and words[k].startswith("-"):  # declare -a, export -n: its own options
             k += 1
@@ -491,7 +257,7 @@ def _statement(words: list[str], env: _Env, script: Script) -> None:
         script.commands.append(command)
 
 
-def _assignments(words: list[str], env: _Env, script: Script, exported: bool) -> None:
+def _assignments(words: list[str], env: Env, script: Script, exported: bool) -> None:
     i = 0
     while i < len(words):
         m = _ASSIGN.match(words[i])
@@ -506,11 +272,11 @@ def _assignments(words: list[str], env: _Env, script: Script, exported: bool) ->
                 if words[j] not in SEPARATORS:
                     elements += expand(words[j], env)
                 j += 1
-            old = _array(env, name) if append else []
+            old = array_of(env, name) if append else []
             env.vars[name] = [*old, *elements]
             i = j + 1
             continue
-        parts = _pieces(value, env, quoted=False) if value else []  # no word splitting in an assignment
+        parts = pieces(value, env, quoted=False) if value else []  # no word splitting in an assignment
         new = Word("".join(p.text for p in parts), tuple(u for p in parts for u in p.unresolved),
                    tuple(a for p in parts for a in p.assumed))
         before = env.scalar(name) if append else None

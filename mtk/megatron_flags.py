@@ -212,8 +212,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--recompute-num-layers", "train.recompute_num_layers", (f"{TC}.recompute_num_layers",), written="job",
          engine=True, why="full recompute"),
     # --- evaluation, logging, checkpoints
-    Flag("--eval-interval", "train.eval_interval", written="job", absent=1000,
-         why="unset: iterations + 1 with --eval-iters 0"),
+    Flag("--eval-interval", "train.eval_interval", written="job",
+         why="unset (no evaluation): iterations + 1 with --eval-iters 0"),
     Flag("--eval-iters", "train.eval_iters", written="job", absent=100,
          why="0: no evaluation (train.eval_interval unset)"),
     Flag("--log-interval", "train.log_interval", written="job", absent=100),
@@ -394,7 +394,8 @@ def show(value: Any) -> str:
 
 if __name__ == "__main__":  # python -m mtk.megatron_flags docs/megatron-lm-flags.md
     import sys
+    from pathlib import Path
 
     from mtk.files import atomic_write
 
-    atomic_write(sys.argv[1], reference_markdown())
+    atomic_write(Path(sys.argv[1]), reference_markdown())

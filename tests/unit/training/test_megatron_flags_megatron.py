@@ -1,0 +1,77 @@
+"""The flag table (mtk/megatron_flags.py) against Megatron-LM's and megatron-core's own code: every flag is one
+Megatron-LM's parser has, under the attribute the table says; what the import gives a field when a command leaves
+the flag out is that parser's default; every config field named is a field of megatron-core's config class."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import pytest
+
+from mtk import megatron_flags
+
+
+@pytest.fixture(scope="module")
+def parser() -> argparse.ArgumentParser:
+    import typing
+
+    if not hasattr(typing, "override"):  # megatron.training uses Python 3.12's typing.override
+        typing.override = lambda f: f  # type: ignore[attr-defined]
+    from mtk.training import compat
+
+    compat.install()
+    from megatron.training.arguments import add_megatron_arguments
+
+    return add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
+
+
+def _action(parser: argparse.ArgumentParser, flag: str) -> argparse.Action:
+    return parser._option_string_actions[flag]  # argparse's own index of its options
+
+
+@pytest.mark.megatron  # Megatron-LM's parser (the module fixture)
+def test_every_flag_is_megatron_lms_under_the_tables_name(parser):
+    unknown = [f.flag for f in megatron_flags.FLAGS if f.flag not in parser._option_string_actions]
+    assert unknown == []
+    # validate_args stores this flag under the older name, which checkpoints record
+    renamed = {"--num-virtual-stages-per-pipeline-rank": "virtual_pipeline_model_parallel_size"}
+    wrong = {f.flag: (f.name, _action(parser, f.flag).dest) for f in megatron_flags.FLAGS
+             if f.written == "args" and _action(parser, f.flag).dest != f.name and renamed.get(f.flag) != f.name}
+    assert wrong == {}, "the args Namespace and megatron_lm_args.txt use the table's name: fix dest="
+    by_mtk = [flag for flag in megatron_flags.SET_BY_MTK if flag not in parser._option_string_actions]
+    assert by_mtk == []
+
+
+@pytest.mark.megatron  # Megatron-LM's parser (the module fixture)
+def test_without_the_flag_the_import_reads_megatron_lms_default(parser):
+    # validate_args fills --split with its legacy '969, 30, 1' when data is given; the parser's own default is None
+    checked = 0
+    for f in megatron_flags.FLAGS:
+        if f.absent is None or f.flag == "--split":
+            continue
+        default = _action(parser, f.flag).default
+        if f.form == "value":
+            assert default == f.absent, (f.flag, default, f.absent)
+        elif f.form == "when":
+            assert bool(default) == (f.absent in f.when), (f.flag, default, f.absent)
+        else:  # a switch: the spec's value is the flag's attribute (store_true, or store_false for "false")
+            assert bool(default) == bool(f.absent), (f.flag, default, f.absent)
+        checked += 1
+    assert checked >= 15
+
+
+@pytest.mark.megatron  # megatron-core's config dataclasses
+def test_every_config_field_is_megatron_cores():
+    from mtk.training import compat
+
+    compat.install()
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.optimizer import OptimizerConfig
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    fields = {cls.__name__: {f.name for f in dataclasses.fields(cls)}
+              for cls in (TransformerConfig, OptimizerConfig, DistributedDataParallelConfig)}
+    missing = [target for f in megatron_flags.FLAGS for target in f.core
+               if target.partition(".")[2] not in fields[target.partition(".")[0]]]
+    assert missing == []
