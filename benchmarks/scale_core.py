@@ -122,7 +122,7 @@ def plot(all_series: list[Series], out_dir: Path, nodes: int = TARGET_NODES) -> 
     written = []
     for component in dict.fromkeys(s.component for s in all_series):
         group = [s for s in all_series if s.component == component]
-        fig, ax = plt.subplots(figsize=(7, 4.5))
+        fig, ax = plt.subplots(figsize=(11, 5))
         for s in group:
             f = fit(s)
             pos = [(n, v) for n, v in zip(s.n, s.values, strict=True) if v > 0]
@@ -138,7 +138,7 @@ def plot(all_series: list[Series], out_dir: Path, nodes: int = TARGET_NODES) -> 
         ax.set_yscale("log")
         ax.set_xlabel(f"nodes N (ranks = {RANKS_PER_NODE}N); dashed: fit to N={nodes:,}, dotted: target")
         ax.set_title(f"{component}: measured points and fitted growth")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         ax.grid(True, which="both", alpha=0.3)
         path = out_dir / f"scale_{component}.png"
         fig.tight_layout()

@@ -16,8 +16,10 @@ for them. Counted two ways, never read off the code:
   reads, writes, renames, stats, directory reads, unlinks), the figures the table uses.
 
 "before" is the watchdog and stragglers of commit BEFORE (the last one before the fix), loaded from git.
-Quick mode stops at N = 16 (the old watchdog alone is 8N x N reads per turn); the full run goes to 64, where the
-old watchdog's turn takes longer than its interval on this 2-core machine.
+Quick mode stops at N = 16; the full run goes to 64 (BEFORE to 32: its straggler gather alone is 8N x 8N file
+reads per turn, and strace's log of it at 64 nodes is about a gigabyte). Beyond 64 this machine runs out of
+time rather than memory: the turn-by-turn drive is one thread, and 8N heartbeats + N monitors + 8N straggler
+gathers per turn cost CPU linearly, the BEFORE code quadratically.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ ITERATION_S = 1.0  # assumed step time at scale: metrics and the trigger check r
 SAVE_EVERY_MIN = 30.0  # assumed checkpoint period for the publish figure
 TARGET_OPS_S = 2000.0  # issue 45: the whole run at 1,024 nodes
 MARK = ".scale-mark-"
+# BEFORE's straggler gather at 64 nodes is 512 x 512 file reads per turn: ~1 GB of strace log per run. Its
+# quadratic law is plain by 16 nodes.
+BEFORE_UPTO = 32
 SYSCALLS = ("openat,open,read,pread64,write,pwrite64,rename,renameat,renameat2,stat,lstat,newfstatat,statx,fstat,"
             "access,faccessat,faccessat2,getdents64,unlink,unlinkat,rmdir,mkdir,mkdirat,chmod,fchmod,fchmodat,"
             "fsync,fdatasync")
@@ -379,7 +384,8 @@ def measure_points(node_counts: list[int], turns: int, before_upto: int, use_str
 
 
 def to_series(points: dict[int, dict], turns: int, counter: str) -> list[Series]:
-    """Per part: ops per minute for the whole run and per node; the total in ops/s with the issue's target."""
+    """Per part: ops/s of the whole run (component ``fs``) and per node (``fs-node``) at the real periods; the
+    once-per-attempt parts per attempt (``fs-attempt``); the sum of the parts' fits at 1,024 with the target."""
     series: list[Series] = []
     ns = sorted(points)
     total_at = 0.0
@@ -387,32 +393,32 @@ def to_series(points: dict[int, dict], turns: int, counter: str) -> list[Series]
         for variant in ("after", "before") if has_before else ("after",):
             key = f"{name}|{variant}"
             have = [n for n in ns if key in points[n]]
-            vals = [per_minute(points[n][key][counter], turns, rate) if rate else
+            vals = [per_minute(points[n][key][counter], turns, rate) / 60 if rate else
                     sum(points[n][key][counter].values()) / turns for n in have]
-            unit = "ops/min" if rate else "ops/attempt"
+            unit = "ops/s" if rate else "ops/attempt"
             label = name + (" BEFORE" if variant == "before" else "")
             kinds: Counter[str] = Counter()
             for n in have:
                 kinds.update(points[n][key][counter])
             mix = ", ".join(f"{k} {v * 100 / max(1, sum(kinds.values())):.0f}%" for k, v in kinds.most_common(5))
-            series.append(Series("fs", f"{label}: total", unit, have, vals, f"{label}: one turn = {what}; {mix}"))
-            series.append(Series("fs", f"{label}: per node", unit, have, [v / n for v, n in zip(vals, have,
-                                                                                              strict=True)]))
+            group = "fs" if rate else "fs-attempt"
+            series.append(Series(group, label, unit, have, vals, f"one turn = {what}; {mix or 'no operations'}"))
+            series.append(Series(f"{group}-node" if rate else group, f"{label} per node", unit, have,
+                                 [v / n for v, n in zip(vals, have, strict=True)]))
             if variant == "after" and rate and len(have) > 1:
-                total_at += fit(series[-2]).at(TARGET_NODES) / 60
-    series.append(Series("fs", "all parts (after): total", "ops/s", [TARGET_NODES], [total_at],
-                         f"NOT measured at {TARGET_NODES:,}: the sum of each part's own fit at {TARGET_NODES:,} "
-                         f"(a sum of constant and linear parts fits no single power); counted by {counter}",
-                         target=TARGET_OPS_S))
+                total_at += fit(series[-2]).at(TARGET_NODES)
+    series.append(Series("fs", "all parts (after)", "ops/s", [TARGET_NODES], [total_at],
+                         f"NOT measured at {TARGET_NODES:,}: the sum of each part's own fit there; counted by "
+                         f"{counter}", target=TARGET_OPS_S))
     return series
 
 
 def measure(quick: bool) -> list[Series]:
-    """benchmarks/scale.py's entry: N = 2..16 (quick) or 2..64, BEFORE up to 16 (quick) or 64."""
+    """benchmarks/scale.py's entry: N = 2..16 (quick) or 2..64, BEFORE up to 16 (quick) or 32."""
     use_strace = shutil.which("strace") is not None
     nodes = [2, 4, 8, 16] if quick else [2, 4, 8, 16, 32, 64]
     turns = 2 if quick else 4
-    points = measure_points(nodes, turns, max(nodes), use_strace)
+    points = measure_points(nodes, turns, 16 if quick else BEFORE_UPTO, use_strace)
     return to_series(points, turns, "strace" if use_strace else "audit")
 
 
@@ -421,7 +427,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--nodes", default=None, help="comma-separated node counts (default: quick or full set)")
     ap.add_argument("--turns", type=int, default=None, help="turns counted per part (default 2 quick, 4 full)")
-    ap.add_argument("--before-upto", type=int, default=None, help="measure BEFORE up to this N (default: all)")
+    ap.add_argument("--before-upto", type=int, default=None, help=f"BEFORE up to this N (default {BEFORE_UPTO})")
     ap.add_argument("--no-strace", action="store_true", help="count with the audit hook only")
     ap.add_argument("--json", action="store_true", help="print the measured points as JSON (audit and strace)")
     ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
@@ -435,7 +441,7 @@ def main() -> int:
     nodes = [int(x) for x in args.nodes.split(",")] if args.nodes else (
         [2, 4, 8, 16] if args.quick else [2, 4, 8, 16, 32, 64])
     use_strace = not args.no_strace and shutil.which("strace") is not None
-    points = measure_points(nodes, turns, args.before_upto or max(nodes), use_strace,
+    points = measure_points(nodes, turns, args.before_upto or min(max(nodes), BEFORE_UPTO), use_strace,
                             log=lambda *a, **k: print(*a, file=sys.stderr, **k))
     if args.json:
         print(json.dumps({str(n): p for n, p in points.items()}))
