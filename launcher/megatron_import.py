@@ -51,6 +51,8 @@ def import_text(text: str, name: str | None = None, source: str = "script") -> I
     out = Imported(spec={}, flags=sum(w.text.startswith("--") for w in argv))
     _megatron(argv, out)
     _cluster(launcher, script, out)
+    if out.flags:
+        _unset_required(out)
     _name(script, name, source, out)
     for assumed in dict.fromkeys(a for w in [*launcher, *argv] for a in w.assumed):
         out.notes.append(assumed)
@@ -293,6 +295,23 @@ def _after(given: dict[str, Any], out: Imported) -> None:
     _infer_arch(spec)
     _tokenizer_folder(spec, out)
     _data_dir(spec)
+
+
+def _unset_required(out: Imported) -> None:
+    """Flags Megatron-LM has no default for: the global batch is micro × data parallel there; the others take
+    mtk's default, said."""
+    spec, train = out.spec, out.spec.setdefault("train", {})
+    if "global_batch_size" not in train:
+        cluster, parallel = spec.get("cluster", {}), spec.get("parallel", {})
+        world = cluster.get("nodes", 1) * cluster.get("procs_per_node", 1)
+        split = parallel.get("tp", 1) * parallel.get("pp", 1) * parallel.get("cp", 1)
+        if world % split == 0:
+            train["global_batch_size"] = train.get("micro_batch_size", 1) * (world // split)
+            out.notes.append(f"no --global-batch-size: Megatron-LM's micro batch × data parallel "
+                             f"({train['global_batch_size']})")
+    for field_, flag in (("iterations", "--train-iters"), ("lr", "--lr"), ("micro_batch_size", "--micro-batch-size")):
+        if field_ not in train:
+            out.notes.append(f"no {flag}: Megatron-LM has no default; mtk's train.{field_} default is used")
 
 
 def _absent_rows_given(row: Flag, given: dict) -> bool:

@@ -75,3 +75,32 @@ def test_every_config_field_is_megatron_cores():
     missing = [target for f in megatron_flags.FLAGS for target in f.core
                if target.partition(".")[2] not in fields[target.partition(".")[0]]]
     assert missing == []
+
+
+@pytest.mark.megatron  # Megatron-LM's parser (the module fixture)
+def test_where_defaults_differ_the_table_says_megatron_lms(parser):
+    """A flag without ``absent`` has mtk's default equal to Megatron-LM's, or none in Megatron-LM (a required or
+    derived value: the import says what it uses)."""
+    from pydantic import BaseModel
+
+    from mtk.spec import Job
+
+    def spec_default(path: str):
+        model: type[BaseModel] = Job
+        *parents, last = path.split(".")
+        for part in parents:
+            annotation = model.model_fields[part].annotation
+            model = next(a for a in (annotation, *getattr(annotation, "__args__", ()))
+                         if isinstance(a, type) and issubclass(a, BaseModel))
+        return model.model_fields[last].get_default(call_default_factory=True)
+
+    differ = []
+    for f in megatron_flags.FLAGS:
+        if not f.spec or f.absent is not None:
+            continue
+        theirs, ours = _action(parser, f.flag).default, spec_default(f.spec)
+        same = theirs == ours if f.form == "value" else bool(theirs) == (ours in f.when if f.form == "when" else ours)
+        if not same and theirs is not None:
+            differ.append((f.flag, theirs, ours))
+    # --num-query-groups: Megatron-LM's 1 is read only with --group-query-attention (the import handles both)
+    assert differ == [("--num-query-groups", 1, None)]
