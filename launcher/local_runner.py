@@ -54,10 +54,10 @@ def run(run_dir: Path) -> int:
     _save(run_dir, state)
     current: dict = {}
 
-    def stop(signum, _frame):
+    def stop(_signum, _frame):
         proc = current.get("proc")
         if proc and proc.poll() is None:
-            proc.send_signal(signum)
+            proc.send_signal(signal.SIGTERM)  # a step's "save and stop", whichever of the two reached the runner
         current["cancelled"] = True
 
     signal.signal(signal.SIGTERM, stop)

@@ -24,8 +24,8 @@ from mtk import exitcodes, run_layout
 from mtk.rendezvous import RendezvousError, from_environment, node_place
 from mtk.run_layout import RunLayout
 
-FORWARDED = (signal.SIGUSR2, signal.SIGTERM)
-# Signals Slurm/Kubernetes use to end a step; handled, not fatal, so the workers can save first.
+FORWARDED = (signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
+# Signals Slurm/Kubernetes use to end a step, and Ctrl-C; handled, not fatal, so the workers can save first.
 
 
 def torchrun_argv(
@@ -69,8 +69,12 @@ def training_workers(agent_pid: int) -> list[int]:
 def _forward(agent: subprocess.Popen, received: list[int]):
     def handler(signum, _frame):
         received.append(signum)
-        workers = training_workers(agent.pid)
         name = signal.Signals(signum).name
+        if signum == signal.SIGINT:  # Ctrl-C reached torchrun too (one terminal group), which passes it on itself:
+            # a second SIGINT would tell the workers not to wait for their save
+            print(f"mtk: {name} received: the workers save and exit (Ctrl-C again: at once)", flush=True)
+            return
+        workers = training_workers(agent.pid)
         print(f"mtk: {name} received, forwarding to {len(workers)} worker process(es) to save and exit", flush=True)
         for pid in workers:
             with contextlib.suppress(ProcessLookupError):

@@ -1,7 +1,9 @@
 """Run control: SIGTERM/SIGUSR2, save/exit trigger files, and the ``state/last_exit.json`` record.
 
 * SIGTERM or SIGUSR2 (Slurm's time-limit warning, preemption, ``kubectl delete``) only sets a flag; the
-  current iteration finishes, a checkpoint is saved, and the worker exits with ``exitcodes.REQUEUE``.
+  current iteration finishes, a checkpoint is saved, and the worker exits with ``exitcodes.REQUEUE``. So does
+  SIGINT (Ctrl-C in the terminal that runs ``run.sh`` or torchrun by hand: torchrun passes it to its workers); a
+  second SIGINT interrupts at once (``KeyboardInterrupt``), for whoever will not wait for the save.
 * Every ``train.log_interval`` rank 0 looks for ``<run_dir>/triggers/save`` (save, delete it, continue) and
   ``<run_dir>/triggers/exit`` (save, exit ``exitcodes.STOPPED``).
 * Flags are all-reduced (SUM) every iteration so all ranks stop or save at the same iteration even if
@@ -23,7 +25,7 @@ from typing import Any
 from mtk.files import atomic_write
 from mtk.run_layout import RunLayout
 
-HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGUSR2, signal.SIGINT)
 
 
 @dataclass
@@ -53,6 +55,8 @@ class Control:
             signal.signal(sig, handler)
 
     def _on_signal(self, signum: int, _frame) -> None:
+        if signum == signal.SIGINT and self.signalled == "SIGINT":
+            raise KeyboardInterrupt  # Ctrl-C twice: do not wait for the save
         if self.signalled is None:
             self.signalled = signal.Signals(signum).name
 

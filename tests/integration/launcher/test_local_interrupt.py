@@ -144,3 +144,29 @@ def test_each_relaunch_resumes_where_the_stop_saved_with_the_uninterrupted_losse
     assert sorted(seen) == list(range(1, ITERS + 1))
     for it in range(1, ITERS + 1):
         assert seen[it] == reference[it], f"iteration {it}: {seen[it]} != {reference[it]} (uninterrupted)"
+
+
+def test_ctrl_c_in_the_terminal_that_runs_run_sh_saves_and_exits_42(tmp_path):
+    """The run's ``run.sh`` run by hand (README: the exact commands): Ctrl-C reaches bash, the train step and torchrun
+    (one terminal group), torchrun passes it to its ranks' groups, DataLoader workers included."""
+    preview = subprocess.run([*launch_argv(tmp_path / "runs", "byhand"), "--dry-run"], capture_output=True,
+                             text=True, timeout=600)
+    assert preview.returncode == 0, preview.stderr
+    run_dir = Path(preview.stdout.split("preview written to ")[1].split()[0])
+    hold = Hold(tmp_path / "hold", after=[2])
+    env = {**os.environ, **hold.env(), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    out = tmp_path / "run.sh.out"
+    with open(out, "w") as fo:
+        proc = subprocess.Popen(["bash", str(run_dir / "run.sh")], stdout=fo, stderr=subprocess.STDOUT,
+                                start_new_session=True, env=env)
+    wait("both ranks to wait after iteration 2", lambda: hold.held(2, ranks=2), proc, out)
+    os.killpg(proc.pid, signal.SIGINT)
+    wait("the ranks to catch SIGINT", lambda: hold.signalled(2), proc, out)
+    hold.release(2)
+    assert proc.wait(timeout=600) == 42, out.read_text()[-3000:]
+    last = json.loads((run_dir / "state" / "last_exit.json").read_text())
+    assert (last["code"], last["iteration"], last["checkpoint_iteration"], last["reason"]) == (
+        42, 3, 3, "signal SIGINT"), last
+    shown = out.read_text()
+    assert "Traceback" not in shown and "DataLoader worker" not in shown, shown[-3000:]
+    assert shown.rstrip().splitlines()[-1] == "mtk: node local torchrun exited 1; step exit code 42"
