@@ -16,12 +16,23 @@ so training continues while the shards are written). ``poll()`` (every iteration
 finished save: megatron writes the checkpoint metadata, then rank 0 publishes exactly as above. At most
 one save is in flight; saves before exiting (signal, trigger, end of run) are synchronous. The newer
 default ``nvrx`` strategy needs nvidia-resiliency-ext, which is not used here.
+
+Save coordination at scale (``train.checkpoint.assume_constant_structure``, on by default; issue 45): one
+save strategy lives for the whole run, so megatron-core's cached plans survive from save to save, and the
+sharding-integrity check (an ``all_gather_object`` of every rank's shard metadata to every rank: N² bytes
+in total, minutes at thousands of ranks) runs on the first save only. A run's model and layout never change
+between its saves, so the check cannot find anything new after the first; ``benchmarks/scale_checkpoint.py``
+measures both. Each save's phases (plan: state dict to write plan; write; publish) are timed and rank 0
+appends them to ``<run dir>/state/checkpoint_saves.jsonl`` (:data:`mtk.goodput.SAVES_FILE`), the save cost
+``mtk validate`` turns into a checkpoint interval.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -126,15 +137,20 @@ class CheckpointManager:
     """Save/load for one run. All ranks call every method (they contain collectives)."""
 
     def __init__(self, root: str | Path, keep_last: int | None = None, log=print, async_save: bool = False,
-                 owner: str | Path | None = None):
+                 owner: str | Path | None = None, assume_constant_structure: bool = True):
         self.root = Path(root)
         self.owner = str(owner or root)  # the run dir that writes here, named to a second writer (lease)
+        self.run_dir = Path(owner) if owner is not None else None  # where the save times are recorded
         self.keep_last = keep_last
         self.log = log
         self.async_save = async_save
+        self.assume_constant_structure = assume_constant_structure
         self._queue: Any = None  # megatron AsyncCallsQueue, created on the first async save
         self.in_flight: int | None = None
         self._side_files: dict[int, dict[str, str]] = {}
+        self._strategy: Any = None  # one save strategy for the run: its cached plans outlive a save
+        self.saves = 0  # saves planned by this manager (the first one validates the sharding)
+        self.timings: dict[int, dict[str, Any]] = {}  # iteration -> phase seconds, until recorded
 
     # every rank
     def prepare(self) -> None:
@@ -169,17 +185,7 @@ class CheckpointManager:
         ``poll()``/``wait()`` publish it once every rank has finished. ``side_files`` (name → text) land in
         ``iter_N`` with it (written into the partial dir, so they appear with the checkpoint or not at all)."""
         self._side_files[iteration] = dict(side_files or {})
-        import torch.distributed as dist
-        from megatron.core import dist_checkpointing
-
-        self.wait()  # one save in flight at most, and never two writers on one partial dir
-        _fork_results_queue()
-        partial = self.root / (iter_dir_name(iteration) + PARTIAL_SUFFIX)
-        if dist.get_rank() == 0:
-            if partial.exists():
-                shutil.rmtree(partial)
-            partial.mkdir(parents=True)
-        dist.barrier()
+        self.begin(iteration)
         from .interop import megatron_lm
 
         # As Megatron-LM's _build_sharded_state_dict_metadata: the layout follows the args the checkpoint records.
@@ -187,33 +193,102 @@ class CheckpointManager:
         metadata = megatron_lm.content_metadata(distributed_optimizer, fully_reshardable=fully)
         sd = build_state_dict(model, optimizer, scheduler, {**common, "iteration": iteration},
                               is_loading=False, metadata=metadata)
+        return self.save_sharded(iteration, sd, metadata, blocking=blocking)
+
+    def begin(self, iteration: int) -> None:
+        """Finish any save in flight (one at most, never two writers on one partial dir), then make ``iter_N``'s
+        empty partial dir (rank 0) and sync."""
+        import torch.distributed as dist
+
+        self.wait()
+        _fork_results_queue()
+        partial = self.root / (iter_dir_name(iteration) + PARTIAL_SUFFIX)
+        if dist.get_rank() == 0:
+            if partial.exists():
+                shutil.rmtree(partial)
+            partial.mkdir(parents=True)
+        dist.barrier()
+
+    def strategy(self) -> Any:
+        """The run's torch_dist save strategy (made once: with ``assume_constant_structure`` megatron-core keeps
+        the previous save's local and central plans in it and skips the global plan once they repeat)."""
+        if self._strategy is None:
+            from megatron.core.dist_checkpointing.strategies.torch import TorchDistSaveShardedStrategy
+
+            self._strategy = TorchDistSaveShardedStrategy("torch_dist", 1,
+                                                          cached_metadata=self.assume_constant_structure)
+        return self._strategy
+
+    def save_sharded(self, iteration: int, sd: dict[str, Any], metadata: dict[str, Any] | None,
+                     blocking: bool = True) -> Path:
+        """Plan, write and publish a built sharded state dict into ``iter_N`` (its partial dir exists on every
+        rank's view); the phases are timed into :attr:`timings` and recorded on rank 0 once published."""
+        import torch.distributed as dist
+        from megatron.core import dist_checkpointing
+
+        partial = self.root / (iter_dir_name(iteration) + PARTIAL_SUFFIX)
+        validate = self.saves == 0 or not self.assume_constant_structure
+        t0 = time.perf_counter()
+        request = dist_checkpointing.save(sd, str(partial), self.strategy(), validate_access_integrity=validate,
+                                          content_metadata=metadata, async_sharded_save=True,
+                                          async_strategy="mcore")
+        self.saves += 1
+        timing: dict[str, Any] = {"iteration": iteration, "plan_s": time.perf_counter() - t0,
+                                  "validated": validate, "ranks": dist.get_world_size()}
+        self.timings[iteration] = timing
         if self.async_save and not blocking:
             from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
 
-            request = dist_checkpointing.save(sd, str(partial), content_metadata=metadata,
-                                              async_sharded_save=True, async_strategy="mcore")
+            timing.update(mode="async", blocking_s=timing["plan_s"], scheduled=time.time())
             request.add_finalize_fn(lambda: self._publish_rank0(iteration))
             if self._queue is None:
                 self._queue = AsyncCallsQueue()
             self._queue.schedule_async_request(request)
             self.in_flight = iteration
             return self.root / iter_dir_name(iteration)
-        dist_checkpointing.save(sd, str(partial), content_metadata=metadata)
+        t1 = time.perf_counter()
+        request.execute_sync()  # the shards, then megatron's finalize (gather write results, .metadata)
         dist.barrier()
+        t2 = time.perf_counter()
         self._publish_rank0(iteration)
         dist.barrier()
+        t3 = time.perf_counter()
+        timing.update(mode="sync", write_s=t2 - t1, publish_s=t3 - t2, blocking_s=t3 - t0)
+        self._record(iteration)
         return self.root / iter_dir_name(iteration)
+
+    def _record(self, iteration: int) -> None:
+        """Rank 0 appends the save's timing to the run's saves file (one line per save, one append)."""
+        import torch.distributed as dist
+
+        timing = self.timings.pop(iteration, None)
+        if timing is None or self.run_dir is None or dist.get_rank() != 0:
+            return
+        from mtk.goodput import SAVES_FILE
+
+        if "scheduled" in timing:  # async: the write ran in the background until now
+            timing["write_s"] = time.time() - timing.pop("scheduled")
+        timing["time"] = time.time()
+        path = self.run_dir / SAVES_FILE
+        with contextlib.suppress(OSError):  # a missing record costs only advice, never the save
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("a") as fh:
+                fh.write(json.dumps({k: round(v, 4) if isinstance(v, float) else v
+                                     for k, v in timing.items()}) + "\n")
 
     def _publish_rank0(self, iteration: int) -> None:
         import torch.distributed as dist
 
         side_files = self._side_files.pop(iteration, {})
         if dist.get_rank() != 0:
+            self.timings.pop(iteration, None)
             return
         partial = self.root / (iter_dir_name(iteration) + PARTIAL_SUFFIX)
         for name, text in side_files.items():
             atomic_write(partial / name, text)
         publish(self.root, iteration)
+        if self.timings.get(iteration, {}).get("mode") == "async":
+            self._record(iteration)
         if self.async_save:
             self.log(f"[checkpoint] published iteration {iteration} (async write finished)")
         for i in prune(self.root, self.keep_last, protect=iteration):

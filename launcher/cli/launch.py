@@ -80,6 +80,11 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
         job, note = with_recorded_exclusions(job, target)
         if note:
             click.echo(f"note: {note}", err=True)
+    if impl.excludes_nodes:  # a cluster's job: the checkpoint interval its nodes' failure rate asks for (#45)
+        from mtk.goodput import advice_lines
+
+        for line in advice_lines(job):
+            click.echo(line, err=True)
     check_launch_outputs(job, backend, target, dry_run)
     made: list[Path] = []
     if run_dir is None and out is None:  # made now, exclusively: a launch in the same second gets a dir of its own

@@ -102,6 +102,10 @@ def command(job_file, overrides, backend, check_files, quiet, by_megatron, megat
 
     for line in describe_network(job):
         click.echo(line)
+    from mtk.goodput import advice_lines
+
+    for line in advice_lines(job):  # Young/Daly interval and goodput at cluster.nodes (issue 45)
+        click.echo(line)
     click.echo(f"steps: {' -> '.join(job.steps())}")
     if note:
         click.echo(f"note: {note}")

@@ -25,6 +25,11 @@ class CheckpointSpec(Section):
     )
     keep_last: int | None = Field(None, ge=1, description="Keep only the newest N checkpoints.")
     async_save: bool = Field(False, description="Write checkpoints in the background where supported.")
+    assume_constant_structure: bool = Field(
+        True, description="Keep megatron-core's save plans from save to save and check the sharding on the first "
+        "save only (Megatron-LM's --ckpt-assume-constant-structure; a run's model and layout never change between "
+        "its saves). false re-plans and re-checks every save: an all-gather of every rank's shard metadata to every "
+        "rank, minutes per save at thousands of ranks (benchmarks/scale_checkpoint.py).")
     load: bool = Field(True, description="Auto-resume from the latest checkpoint in dir.")
     save_on_exit: bool = Field(True, description="Save when the run ends or is signalled (SIGTERM/SIGUSR2).")
     fully_reshardable: bool = Field(

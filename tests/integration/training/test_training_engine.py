@@ -345,3 +345,20 @@ def test_checkpoint_layout_and_tracker(tr, tp_ref):
     for it in (10, 20):  # each checkpoint carries the pretrain_gpt.py arguments that continue it
         text = (ckpt / f"iter_{it:07d}" / "megatron_lm_args.txt").read_text()
         assert f"(iteration {it})" in text and f"  --load {ckpt}\n" in text
+
+
+def test_each_save_is_timed_into_the_run_dir_for_the_interval_advice(tp_ref, sp_crash):
+    """Rank 0 records every published save's phases (state/checkpoint_saves.jsonl): what `mtk validate` turns into
+    the Young/Daly interval. The sharding is checked on the first save only (train.checkpoint.
+    assume_constant_structure, the default); an async save's blocking part is its plan, its write runs behind."""
+    from mtk import goodput
+
+    sync = [json.loads(line) for line in (tp_ref / goodput.SAVES_FILE).read_text().splitlines()]
+    assert [r["iteration"] for r in sync] == [10, 20], sync
+    assert [r["validated"] for r in sync] == [True, False], sync
+    assert all(r["mode"] == "sync" and r["ranks"] == 2 and r["blocking_s"] >= r["write_s"] > 0 for r in sync), sync
+    run_dir, _after_crash, rc2 = sp_crash
+    assert rc2 == 0
+    recs = [json.loads(line) for line in (run_dir / goodput.SAVES_FILE).read_text().splitlines()]
+    background = [r for r in recs if r["mode"] == "async"]
+    assert background and all(r["blocking_s"] == r["plan_s"] and r["write_s"] > 0 for r in background), recs
