@@ -20,6 +20,7 @@ from pathlib import Path
 
 from mtk import run_layout
 from mtk.backends import Artifacts, Backend, StepStatus, SubmitStopped
+from mtk.exitcodes import UserFacingError
 from mtk.runs import Run
 from mtk.steps import DATA_STEPS, Step, StepState
 
@@ -34,10 +35,8 @@ CONTAINERS: dict[str, str] = {Step.TRAIN: manifests.CONTAINER, "etcd": "etcd",
                               **{step: str(step) for step in DATA_STEPS}}
 
 
-class NoPods(FileNotFoundError):
+class NoPods(UserFacingError, FileNotFoundError):
     """``mtk logs`` found no pod to read."""
-
-    user_facing = True
 
 
 class UnknownNode(NoPods):

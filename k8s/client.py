@@ -13,14 +13,14 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from mtk.exitcodes import UserFacingError
+
 FIELD_MANAGER = "mtk"
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 
 
-class KubeError(RuntimeError):
+class KubeError(UserFacingError, RuntimeError):
     """An API call failed; ``status`` is the HTTP status (404 = not found), 0 when no response came back."""
-
-    user_facing = True  # the CLI prints the message, not a traceback
 
     def __init__(self, message: str, status: int = 0):
         super().__init__(message)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mtk.backends import SubmitStopped
+from mtk.exitcodes import INTERRUPTED, WAIT_TIMEOUT, UserFacingError
 from mtk.steps import Step, StepState
 
 from . import names, states
@@ -25,24 +26,16 @@ from . import names, states
 if TYPE_CHECKING:
     pass
 
-# Exit code of `mtk launch --timeout` when the deadline passed first: nothing failed and the run goes on,
-# but a script that asked for "training within N" learns it did not happen (the convention of timeout(1)).
-WAIT_TIMEOUT = 124
-INTERRUPTED = 130
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
 _UNIT = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 
 
-class SubmitError(RuntimeError):
+class SubmitError(UserFacingError, RuntimeError):
     """A step of the launch failed on the cluster; the message carries the reason and the pods' log tails."""
 
-    user_facing = True
 
-
-class StoppedWaiting(SubmitStopped):
+class StoppedWaiting(UserFacingError, SubmitStopped):
     """The launch stopped following (deadline or Ctrl-C); the run itself goes on in the cluster."""
-
-    user_facing = True
 
     def __init__(self, message: str, exit_code: int = WAIT_TIMEOUT):
         super().__init__(message, exit_code)  # submit sets .run once every remaining step is applied

@@ -21,15 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from mtk.checkpoint_paths import TRACKER, checkpoint_dir
+from mtk.exitcodes import BadInput
 
 RELEASE = "release"
 
 
-class CheckpointDamaged(ValueError):
+class CheckpointDamaged(BadInput, ValueError):
     """The checkpoint to resume from cannot be loaded; the message names the file."""
-
-    user_facing = True
-    exit_code = 2
 
 
 def reporting_node(env) -> bool:

@@ -20,7 +20,7 @@ from functools import partial
 from pathlib import Path
 
 from mtk import run_layout
-from mtk.backends import Artifacts, Backend, StepStatus
+from mtk.backends import Artifacts, Backend, LogsError, StepStatus
 from mtk.failures import debug_enabled
 from mtk.netenv import network_env
 from mtk.runs import Run
@@ -184,13 +184,6 @@ class LocalBackend(Backend):
                     os.kill(p, signal.SIGKILL)
         while any(_alive(p) for p in tree) and time.time() < deadline + 10:
             time.sleep(0.1)
-
-
-class LogsError(ValueError):
-    """--step/--node naming nothing in a local run (whose one node is the machine it ran on): exit 2."""
-
-    user_facing = True
-    exit_code = 2
 
 
 def _check_logs_filter(plan: dict, step: str | None, node: str | None, host: str | None) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from mtk import run_layout
 from mtk.checkpoint_paths import checkpoint_dir
+from mtk.exitcodes import BadInput
 from mtk.steps import StepState
 
 from .runtable import RunRow
@@ -28,9 +29,8 @@ _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-class BadDuration(ValueError):
-    user_facing = True
-    exit_code = 2
+class BadDuration(BadInput, ValueError):
+    """A --older-than value that is no duration: named with the fix (exit 2)."""
 
 
 def parse_duration(text: str) -> float:

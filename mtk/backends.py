@@ -8,9 +8,9 @@ and outputs never name a backend.
 
 Backends are registered by module path so that a Slurm user never imports the Kubernetes client, and a node finds
 its scheduler through ``SCHEDULERS`` without importing any backend. Adding a backend = one module + one line in
-``REGISTRY`` (+ one in ``SCHEDULERS`` if its nodes run under a scheduler), or, from another distribution, one entry
-point in the ``mtk.backends`` group (``name = "package.module:Class"``; its class's ``scheduler`` says how its nodes
-recognise theirs).
+``REGISTRY`` (in :mod:`mtk.backend_registry`; + one in ``SCHEDULERS`` if its nodes run under a scheduler), or, from
+another distribution, one entry point in the ``mtk.backends`` group (``name = "package.module:Class"``; its class's
+``scheduler`` says how its nodes recognise theirs).
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, ClassVar, cast
 
+from mtk.backend_registry import REGISTRY, registered
+from mtk.exitcodes import BadInput
 from mtk.files import atomic_write
 
 from .steps import StepState
@@ -58,13 +60,6 @@ class Scheduler:
         return cast(ModuleType, load(self.module))
 
 
-ENTRY_POINT_GROUP = "mtk.backends"
-# The one list of built-in backends (the first is the CLI's default); others come from the entry point group.
-REGISTRY: dict[str, str] = {
-    "local": "mtk.launcher.local:LocalBackend",
-    "slurm": "mtk.slurm.backend:SlurmBackend",
-    "eks": "mtk.k8s.backend:EksBackend",
-}
 # The built-in backends' own spec blocks (``cluster.<name>``), by model; a plugin's is its class's ``options``. Light
 # modules: every spec load imports these.
 OPTIONS: dict[str, str] = {
@@ -142,6 +137,11 @@ class SubmitStopped(Exception):
         super().__init__(message)
         self.exit_code = exit_code
         self.run = run
+
+
+class LogsError(BadInput, ValueError):
+    """``mtk logs --step/--node`` naming nothing in this run (every backend's refusal): the message lists what the
+    run has. Bad input: exit 2."""
 
 
 class Backend(abc.ABC):
@@ -232,27 +232,8 @@ class Backend(abc.ABC):
         return ""
 
 
-@functools.cache
-def _registered() -> dict[str, str]:
-    """The built-in backends, then those other distributions register (a built-in name cannot be taken over)."""
-    from importlib.metadata import entry_points
-
-    found = dict(REGISTRY)
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        found.setdefault(ep.name, ep.value)
-    return found
-
-
-def backend_names() -> list[str]:
-    """Every backend ``--backend`` accepts, the default first."""
-    return list(_registered())
-
-
-class UnknownBackend(KeyError):
+class UnknownBackend(BadInput, KeyError):
     """A backend name no installed distribution registers (e.g. a run record made where a plugin was installed)."""
-
-    user_facing = True
-    exit_code = 2
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
@@ -260,13 +241,13 @@ class UnknownBackend(KeyError):
 
 def backend_class(name: str) -> type[Backend]:
     """A registered backend's class (its facts and rules); its SDKs load only when it is instantiated or used."""
-    registered = REGISTRY if name in REGISTRY else _registered()  # built-ins: no entry-point scan
-    if name not in registered:
-        raise UnknownBackend(f"unknown backend '{name}'; the installed ones are {', '.join(registered)} (a run "
+    known = REGISTRY if name in REGISTRY else registered()  # built-ins: no entry-point scan
+    if name not in known:
+        raise UnknownBackend(f"unknown backend '{name}'; the installed ones are {', '.join(known)} (a run "
                              "launched with another needs the distribution that registers it installed here)")
     from .loading import load
 
-    return cast("type[Backend]", load(registered[name]))
+    return cast("type[Backend]", load(known[name]))
 
 
 def infer_backend(cluster: object, source: str | None = None) -> tuple[str, str]:
@@ -292,7 +273,7 @@ def options_model(name: str) -> type[Section] | None:
         from .loading import load
 
         return cast("type[Section]", load(OPTIONS[name]))
-    if name in REGISTRY or name not in _registered():
+    if name in REGISTRY or name not in registered():
         return None
     return backend_class(name).options
 
@@ -301,12 +282,12 @@ def options_model(name: str) -> type[Section] | None:
 def schedulers() -> tuple[Scheduler, ...]:
     """Every scheduler a node may run under: the built-ins', then those of backends other distributions register
     (their class is imported to ask; a built-in backend's never is)."""
-    plugins = (backend_class(name).scheduler for name in _registered() if name not in REGISTRY)
+    plugins = (backend_class(name).scheduler for name in registered() if name not in REGISTRY)
     return SCHEDULERS + tuple(s for s in plugins if s is not None)
 
 
 def backend_classes() -> list[type[Backend]]:
-    return [backend_class(name) for name in _registered()]
+    return [backend_class(name) for name in registered()]
 
 
 def get_backend(name: str) -> Backend:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtk import run_layout
+from mtk.exitcodes import BadInput
 from mtk.files import atomic_write
 
 # What a node name may be (a Slurm host, a Kubernetes node): cluster.exclude_nodes is checked against it, and a
@@ -56,11 +57,8 @@ def add_excluded(run_dir: str | Path, host: str, reason: str) -> bool:
 
 
 # ------------------------------------------------------------------ relaunch: carry the exclusions forward
-class BadExclusionRecord(ValueError):
+class BadExclusionRecord(BadInput, ValueError):
     """A recorded excluded node is not a node name: named with the file and line, exit code 2."""
-
-    user_facing = True
-    exit_code = 2
 
 
 def _same_checkpoints(job_file: Path, ckpt_dir: str) -> bool:

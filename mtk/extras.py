@@ -13,6 +13,8 @@ import contextlib
 import sys
 from collections.abc import Iterator
 
+from mtk.exitcodes import BadInput
+
 # Top-level module -> (extra that installs it, what it is for the user).
 EXTRA_OF: dict[str, tuple[str, str]] = {
     "docker": ("image", "the Docker SDK"),
@@ -39,11 +41,8 @@ EXTRA_OF: dict[str, tuple[str, str]] = {
 }
 
 
-class MissingExtra(ImportError):
+class MissingExtra(BadInput, ImportError):
     """An optional library is not installed: bad set-up, exit 2, one line with the install command."""
-
-    user_facing = True
-    exit_code = 2
 
 
 def install_command(extra: str) -> str:

@@ -8,9 +8,7 @@ import os
 import sys
 import traceback
 
-BAD_INPUT = 2
-FAILED = 1
-INTERRUPTED = 130
+from .exitcodes import FAILED, INTERRUPTED, USAGE, UserFacingError
 
 
 def debug_enabled() -> bool:
@@ -22,7 +20,7 @@ def classify(exc: BaseException) -> tuple[int, str] | None:
     from .spec.errors import SpecError
 
     if isinstance(exc, SpecError):
-        return BAD_INPUT, str(exc)
+        return USAGE, str(exc)
     if isinstance(exc, KeyboardInterrupt):
         return INTERRUPTED, "interrupted"
     if isinstance(exc, ModuleNotFoundError):
@@ -30,15 +28,15 @@ def classify(exc: BaseException) -> tuple[int, str] | None:
 
         missing = explain(exc)
         if missing is not None:  # an optional library (docker, kubernetes, ...): set-up, not a bug
-            return BAD_INPUT, str(missing)
-    if getattr(exc, "user_facing", False):
-        return int(getattr(exc, "exit_code", FAILED)), str(exc)
+            return USAGE, str(missing)
+    if isinstance(exc, UserFacingError):
+        return int(exc.exit_code), str(exc)
     if isinstance(exc, OSError) and (exc.filename or exc.strerror):
         where = f"{exc.filename}: " if exc.filename else ""
         other = f" -> {exc.filename2}" if exc.filename2 else ""
-        return BAD_INPUT, f"{where}{exc.strerror or exc}{other}{_os_hint(exc)}"
+        return USAGE, f"{where}{exc.strerror or exc}{other}{_os_hint(exc)}"
     if isinstance(exc, UnicodeDecodeError):
-        return BAD_INPUT, f"a file is not UTF-8 text ({exc.reason} at byte {exc.start})"
+        return USAGE, f"a file is not UTF-8 text ({exc.reason} at byte {exc.start})"
     return None
 
 

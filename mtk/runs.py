@@ -11,6 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from mtk.backend_registry import backend_names
+from mtk.exitcodes import BadInput
 from mtk.files import atomic_write
 from mtk.run_layout import RunLayout
 
@@ -72,7 +74,11 @@ class Run(BaseModel):
                                     f"{', '.join(optional)})") from None
             bad = dict.fromkeys(str(e["loc"][0]) for e in problems if e["loc"])
             raise DamagedRecord(f"{path}: the run record is damaged (wrong type for {', '.join(bad)})") from None
-        return run  # a backend no distribution here registers is named when the run's backend is asked for
+        names = backend_names()
+        if run.backend not in names:
+            raise DamagedRecord(f"{path}: unknown backend {run.backend!r} (one of {', '.join(names)}); a run "
+                                "launched with another needs the distribution that registers it installed here")
+        return run
 
 
 def new_run_dir(runs_dir: str | Path, name: str, now: float | None = None) -> Path:
@@ -108,25 +114,16 @@ def reserve_run_dir(run_dir: str | Path, here: str | Path | None = None) -> tupl
             leaf = f"{base}-{n}"
 
 
-class DamagedRecord(ValueError):
+class DamagedRecord(BadInput, ValueError):
     """run.json exists but cannot be a run record: named with the path, exit code 2."""
 
-    user_facing = True
-    exit_code = 2
 
-
-class RunNotFound(FileNotFoundError):
+class RunNotFound(BadInput, FileNotFoundError):
     """RUN names no run record; the message says what was looked for. Bad input, as README's exit codes say (2)."""
 
-    user_facing = True
-    exit_code = 2
 
-
-class AmbiguousRun(ValueError):
+class AmbiguousRun(BadInput, ValueError):
     """RUN is a prefix of several run names: refused with the candidates, never a guess (exit 2)."""
-
-    user_facing = True
-    exit_code = 2
 
 
 def resolve_run(ref: str, runs_dir: str | Path = "runs") -> tuple[Run, str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mtk import run_layout
-from mtk.backends import Artifacts, Backend, StepStatus
+from mtk.backends import Artifacts, Backend, LogsError, StepStatus
 from mtk.files import atomic_write
 from mtk.runs import Run
 from mtk.steps import Step, StepState
@@ -213,7 +213,7 @@ class SlurmBackend(Backend):
              node: str | None = None) -> Iterator[str]:
         step = step or _latest_step(run)
         if step not in run.ids:
-            raise logfiles.LogsError(f"--step {step!r}: this run has {', '.join(run.ids)}")
+            raise LogsError(f"--step {step!r}: this run has {', '.join(run.ids)}")
         done: set[str] = set()
         while True:
             ids = [run.ids[step], *(_successors(run) if step == Step.TRAIN else [])]

@@ -12,15 +12,14 @@ import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from mtk.exitcodes import UserFacingError
 from mtk.spec.errors import Problem, SpecError
 
 TIMEOUT = 60
 
 
-class SlurmError(RuntimeError):
+class SlurmError(UserFacingError, RuntimeError):
     """A Slurm command failed for a reason that is not the job spec's fault (controller down, no Slurm)."""
-
-    user_facing = True
 
 
 class SubmitRejected(SpecError):

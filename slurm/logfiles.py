@@ -9,17 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from mtk import run_layout
+from mtk.backends import LogsError
 
 _LABEL = re.compile(r"^\s*(\d+): ")
 # srun's report of a failed task, e.g. "srun: error: node2: task 1: Exited with exit code 3"
 _TASK_FAILED = re.compile(r"srun: error: (\S+): tasks? ([\d,-]+): (.*)")
-
-
-class LogsError(ValueError):
-    """A --step/--node that names nothing in this run; the message lists what exists. Bad input: exit 2."""
-
-    user_facing = True
-    exit_code = 2
 
 
 def log_path(run_dir: str, step: str, job_id: str) -> Path:

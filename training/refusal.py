@@ -7,9 +7,8 @@ every rank first, so that all of them stop together and none dies in a collectiv
 
 from __future__ import annotations
 
+from mtk.exitcodes import BadInput
 
-class Refused(RuntimeError):
+
+class Refused(BadInput, RuntimeError):
     """The engine will not run this job; ``str(exc)`` is the one line for the user."""
-
-    user_facing = True
-    exit_code = 2

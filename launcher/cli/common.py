@@ -34,7 +34,7 @@ class BackendChoice(SuggestingChoice):
 
     @property
     def choices(self):
-        from mtk.backends import backend_names
+        from mtk.backend_registry import backend_names
 
         return tuple(backend_names())
 

@@ -10,6 +10,7 @@ import time
 
 import click
 
+from mtk.exitcodes import UserFacingError
 from mtk.steps import StepState
 
 from .common import pick_run, run_argument, runs_dir_option
@@ -27,10 +28,8 @@ def _drop(run_ref: str, runs_dir: str, trigger: str) -> str:
     return path
 
 
-class RunEnded(RuntimeError):
+class RunEnded(UserFacingError, RuntimeError):
     """A trigger for a run that has ended would never be read: say so (exit 1) instead of claiming success."""
-
-    user_facing = True
 
 
 ENDED = {StepState.COMPLETED, StepState.FAILED, StepState.CANCELLED}

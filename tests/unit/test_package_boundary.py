@@ -326,7 +326,7 @@ def _backend_name_comparisons(source: str, names: set[str]) -> list[int]:
 
 
 def test_no_backend_name_comparisons_outside_the_backends():
-    from mtk.backends import backend_names
+    from mtk.backend_registry import backend_names
 
     names = set(backend_names())
     found = [f"{path.relative_to(ROOT)}:{line}" for path in _package_files()
