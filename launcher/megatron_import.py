@@ -302,8 +302,12 @@ def _unset_required(out: Imported) -> None:
     mtk's default, said."""
     spec, train = out.spec, out.spec.setdefault("train", {})
     if "global_batch_size" not in train:
+        from mtk.spec.cluster import ClusterSpec
+
         cluster, parallel = spec.get("cluster", {}), spec.get("parallel", {})
-        world = cluster.get("nodes", 1) * cluster.get("procs_per_node", 1)
+        fields = ClusterSpec.model_fields  # a count the command does not give is mtk's default, as in the spec
+        world = cluster.get("nodes", fields["nodes"].default) * \
+            cluster.get("procs_per_node", fields["procs_per_node"].default)
         split = parallel.get("tp", 1) * parallel.get("pp", 1) * parallel.get("cp", 1)
         if world % split == 0:
             train["global_batch_size"] = train.get("micro_batch_size", 1) * (world // split)

@@ -178,3 +178,18 @@ def test_the_verb_refuses_text_without_megatron_arguments(tmp_path, capsys):
     assert main(["import", str(script)]) == 2
     assert "no Megatron-LM arguments found" in capsys.readouterr().err
     assert main(["import", str(tmp_path / "missing.sh")]) == 2
+
+
+def test_the_verb_reads_an_argument_list_from_stdin(monkeypatch, capsys):
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("--num-layers 2 --hidden-size 64 --num-attention-heads 4 "
+                                                 "--seq-length 64 --micro-batch-size 2 --train-iters 5 --lr 1e-3\n"))
+    assert main(["import", "-", "--name", "From Stdin"]) == 0
+    spec = yaml.safe_load(capsys.readouterr().out)
+    assert spec["name"] == "from-stdin" and spec["model"]["num_layers"] == 2
+    # Megatron-LM's micro batch × data parallel, over the processes mtk's cluster defaults give
+    from mtk.spec.cluster import ClusterSpec
+
+    world = ClusterSpec.model_fields["nodes"].default * ClusterSpec.model_fields["procs_per_node"].default
+    assert spec["train"]["global_batch_size"] == 2 * world
