@@ -17,10 +17,8 @@ def debug_enabled() -> bool:
 
 def classify(exc: BaseException) -> tuple[int, str] | None:
     """(exit code, message) for an expected failure; None for a bug (whose traceback someone must see)."""
-    from .spec.errors import SpecError
-
-    if isinstance(exc, SpecError):
-        return USAGE, str(exc)
+    if isinstance(exc, UserFacingError):  # a spec's problems (SpecError), a missing run, a refused filter, ...
+        return int(exc.exit_code), str(exc)
     if isinstance(exc, KeyboardInterrupt):
         return INTERRUPTED, "interrupted"
     if isinstance(exc, ModuleNotFoundError):
@@ -29,8 +27,6 @@ def classify(exc: BaseException) -> tuple[int, str] | None:
         missing = explain(exc)
         if missing is not None:  # an optional library (docker, kubernetes, ...): set-up, not a bug
             return USAGE, str(missing)
-    if isinstance(exc, UserFacingError):
-        return int(exc.exit_code), str(exc)
     if isinstance(exc, OSError) and (exc.filename or exc.strerror):
         where = f"{exc.filename}: " if exc.filename else ""
         other = f" -> {exc.filename2}" if exc.filename2 else ""

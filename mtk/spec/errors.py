@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mtk.exitcodes import BadInput
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -18,7 +20,7 @@ class Problem:
         return f"{self.path}{shown}: {self.message}"
 
 
-class SpecError(ValueError):
+class SpecError(BadInput, ValueError):
     """A spec that must not reach a cluster. ``problems`` lists every issue found, not just the first."""
 
     def __init__(self, problems: list[Problem], source: str | None = None):

@@ -43,6 +43,10 @@ def test_the_shared_exit_codes_are_assigned_only_in_exitcodes():
 
 def test_the_boundary_exits_with_the_code_the_error_carries():
     assert classify(BadInput("bad")) == (exitcodes.USAGE, "bad") == (2, "bad")
+    from mtk.spec.errors import Problem, SpecError
+
+    spec = SpecError([Problem("model.hidden_size", "must be positive")], "job.yaml")
+    assert classify(spec) == (2, "invalid job spec in job.yaml:\n  - model.hidden_size: must be positive")
     assert classify(UserFacingError("failed")) == (exitcodes.FAILED, "failed")
     from mtk.k8s.backend import NoPods
     from mtk.k8s.launch_wait import StoppedWaiting
