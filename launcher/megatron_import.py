@@ -332,6 +332,10 @@ def _infer_arch(spec: dict) -> None:
 
 def _tokenizer_folder(spec: dict, out: Imported) -> None:
     tok = _get(spec, "data.tokenizer") or {}
+    if "type" not in tok and tok.get("vocab_file") and tok.get("merge_file"):
+        tok["type"] = "GPT2BPETokenizer"
+        out.notes.append("--vocab-file and --merge-file without --tokenizer-type: read as GPT2BPETokenizer, the type "
+                         "those two files are for")
     if tok.get("type") == "HuggingFaceTokenizer" and tok.get("model") and not tok["model"].endswith(".json"):
         tok["model"] = f"{tok['model'].rstrip('/')}/tokenizer.json"
         out.notes.append(f"--tokenizer-model: the folder's tokenizer.json ({tok['model']})")

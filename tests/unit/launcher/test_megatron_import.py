@@ -193,3 +193,11 @@ def test_the_verb_reads_an_argument_list_from_stdin(monkeypatch, capsys):
 
     world = ClusterSpec.model_fields["nodes"].default * ClusterSpec.model_fields["procs_per_node"].default
     assert spec["train"]["global_batch_size"] == 2 * world
+
+
+def test_bpe_files_without_a_tokenizer_type_read_as_gpt2_bpe():
+    result = import_text("pretrain_gpt.py --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 "
+                         "--vocab-file /d/vocab.json --merge-file /d/merges.txt --data-path /d/c_text_document\n")
+    assert result.spec["data"]["tokenizer"] == {"vocab_file": "vocab.json", "merge_file": "merges.txt",
+                                                "type": "GPT2BPETokenizer"}
+    assert any("read as GPT2BPETokenizer" in note for note in result.notes)
