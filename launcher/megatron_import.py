@@ -30,7 +30,7 @@ NPROC = ("--nproc_per_node", "--nproc-per-node")
 SLURM_FIELDS = {"-p": "partition", "--partition": "partition", "-A": "account", "--account": "account", "--qos": "qos",
                 "-t": "time", "--time": "time", "--exclusive": "exclusive", "--mem": "mem",
                 "--container-image": "container_image", "--container-mounts": "container_mounts",
-                "--container-workdir": "container_workdir"}
+                "--container-workdir": "container_workdir", "--auto-resume": "hyperpod_auto_resume"}
 NNODES = ("--nnodes",)
 
 
@@ -381,6 +381,8 @@ def _cluster(launcher: list[Word], script: Script, out: Imported) -> None:
         if field_ and (value is None or not value.unresolved):
             if field_ == "exclusive":
                 slurm["exclusive"] = True
+            elif field_ == "hyperpod_auto_resume":  # HyperPod's srun --auto-resume=1
+                slurm[field_] = value is not None and value.text == "1"
             elif field_ == "container_mounts" and value is not None:
                 slurm["container_mounts"] = value.text.split(",")
             elif value is not None:

@@ -64,7 +64,7 @@ def test_sbatch_srun_torch_distributed_run():
     cluster = spec["cluster"]
     assert (cluster["nodes"], cluster["procs_per_node"]) == (4, 8)  # #SBATCH --nodes; torchrun's --nproc_per_node
     assert cluster["slurm"] == {"container_image": "/fsx/images/megatron.sqsh", "partition": "p5", "time": "12:00:00",
-                                "exclusive": True, "runtime": "pyxis"}
+                                "exclusive": True, "runtime": "pyxis", "hyperpod_auto_resume": True}
     model, train = spec["model"], spec["train"]
     assert model["hidden_size"] == 1024 and model["moe"] == {"num_experts": 8, "router_topk": 2, "aux_loss_coeff": 0.02}
     assert spec["parallel"] == {"ep": 4, "distributed_optimizer": True}
