@@ -109,7 +109,7 @@ def test_every_flag_given_is_in_the_spec_or_listed():
         listed = {k.split()[-1] for k in _listed(result)}
         code = re.sub(r"(^|\s)#.*$", "", fixture.read_text(), flags=re.M)  # comments and #SBATCH lines
         given = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9_-]+", code))
-        launcher = {"--nproc_per_node", "--nnodes", "--container-image"}  # cluster.procs_per_node / nodes / slurm
+        launcher = {"--nproc_per_node", "--nnodes", "--container-image", "--auto-resume"}  # cluster.*, cluster.slurm.*
         untaken = {"--fp16", "--data-path", "--tokenizer-model"} if fixture.name == "arrays_torchrun.sh" else set()
         for flag in given - listed - launcher - untaken:  # untaken: in the if's other branch
             rows = [f for f in FLAGS if f.flag == flag and f.spec]
