@@ -29,6 +29,7 @@ from mtk.files import atomic_write
 
 from .heartbeat_files import (
     LOCAL_VERDICT,
+    ensure_local,
     heartbeat_dir,
     local_dir,
     node_summary_path,
@@ -192,7 +193,7 @@ class HangMonitor:
             atomic_write(path, json.dumps(data, indent=2) + "\n")
             atomic_write(self.run_dir / run_layout.HANG_HOSTS_FILE, "".join(f"{h}\n" for h in verdict.hosts))
         with contextlib.suppress(OSError):
-            self.local.mkdir(parents=True, exist_ok=True)
+            ensure_local(self.local)
             write_small(self.local / LOCAL_VERDICT, json.dumps(data) + "\n")
         return path
 

@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -51,6 +52,24 @@ def local_dir(run_dir: str | Path, host: str) -> Path:
     clusters run several "nodes" of one job on one machine (their own hostnames, one /dev/shm)."""
     key = hashlib.sha1(str(Path(run_dir).resolve()).encode()).hexdigest()[:16]
     return _local_base() / f"mtk-heartbeats-{key}-{host}"
+
+
+def ensure_local(folder: Path) -> None:
+    """Create the node-local folder private to this user. /dev/shm is writable by everyone and the name is
+    predictable: a folder another user made there could feed the monitor false heartbeats, so it is refused."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if not owned_here(folder):
+        raise PermissionError(f"heartbeat folder {folder} exists and belongs to another user (uid "
+                              f"{folder.lstat().st_uid}); remove it or run as its owner")
+
+
+def owned_here(folder: Path) -> bool:
+    """Whether ``folder`` is a real folder (no symlink) owned by this user."""
+    try:
+        st = folder.lstat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
 
 
 def write_small(path: Path, text: str) -> None:
@@ -94,7 +113,9 @@ def read_json(path: Path) -> dict | None:
 
 def read_local_beats(folder: Path, since: float) -> list[dict]:
     """The node's rank records published at or after ``since`` (older ones are a previous attempt's)."""
-    out = []
+    out: list[dict] = []
+    if not owned_here(folder):
+        return out
     with contextlib.suppress(OSError):
         for path in sorted(folder.glob("rank*.json")):
             rec = read_json(path)
@@ -118,5 +139,6 @@ def read_summaries(run_dir: str | Path, since: float) -> list[dict]:
 
 
 def remove_local(folder: Path) -> None:
-    """The node-local folder at the end of an attempt (it is in RAM on /dev/shm)."""
-    shutil.rmtree(folder, ignore_errors=True)
+    """The node-local folder at the end of an attempt (it is in RAM on /dev/shm), if it is ours."""
+    if owned_here(folder):
+        shutil.rmtree(folder, ignore_errors=True)

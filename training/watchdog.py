@@ -49,7 +49,15 @@ from .hang_monitor import (  # noqa: F401 - the monitor's names, where callers h
     read_verdict,
     verdict_from,
 )
-from .heartbeat_files import LOCAL_VERDICT, heartbeat_dir, local_dir, read_json, stacks_path, write_small  # noqa: F401
+from .heartbeat_files import (  # noqa: F401 - heartbeat_dir: where callers have always imported it
+    LOCAL_VERDICT,
+    ensure_local,
+    heartbeat_dir,
+    local_dir,
+    read_json,
+    stacks_path,
+    write_small,
+)
 
 # Slurm's default KillWait: SIGKILL this long after the SIGTERM of scancel/preemption.
 SLURM_KILLWAIT_S = 30
@@ -126,7 +134,7 @@ class Heartbeat:
         """Open the stack file, register the dump signal, publish once and start the publisher thread."""
         if not self.enabled:
             return
-        self.local.mkdir(parents=True, exist_ok=True)
+        ensure_local(self.local)
         path = stacks_path(self.run_dir, self.host, self.rank)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._stacks = open(path, "a")  # noqa: SIM115 - faulthandler writes into it from a signal handler
@@ -141,7 +149,8 @@ class Heartbeat:
         self.beat("done", self.iteration)
         self._stop.set()
         self._thread.join(timeout=2 * self.spec.interval)
-        self.publish()
+        with contextlib.suppress(OSError):  # the node's monitor may have ended (and removed the folder) first
+            self.publish()
         faulthandler.unregister(DUMP_SIGNAL)
         # A dump request that arrives while this rank winds down (its peer was killed) must not kill it by the
         # signal's default action: it then exits with its own code.

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from mtk.training.hang_monitor import HangMonitor
 from mtk.training.heartbeat_files import heartbeat_dir
 from mtk.training.watchdog import Heartbeat
@@ -83,6 +84,26 @@ def test_another_node_judges_when_the_judges_monitor_is_gone(tmp_path):
     finally:
         judge.stop()
         other.stop()
+
+
+def test_a_node_local_folder_that_is_not_this_users_own_is_refused(tmp_path):
+    """/dev/shm is writable by everyone and the folder's name is predictable: a planted folder (here a symlink to
+    one) must neither take a rank's heartbeats nor feed the monitor records."""
+    spec = WatchdogSpec(interval=0.05)
+    beat = Heartbeat(tmp_path / "run", 0, spec, host="node-planted")
+    monitor = HangMonitor(tmp_path / "run", spec, host="node-planted")
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    (planted / "rank0.json").write_text(json.dumps({"rank": 0, "alive": time.time() + 3600}))
+    beat.local.symlink_to(planted)
+    try:
+        with pytest.raises(PermissionError, match="belongs to another user"):
+            beat.start()
+        assert monitor.poll() is None and not monitor.judging
+        monitor.stop()
+        assert (planted / "rank0.json").exists(), "the monitor removed a folder that was not its own"
+    finally:
+        beat.local.unlink()
 
 
 def test_shared_filesystem_operations_per_node_do_not_grow_with_the_node_count():
