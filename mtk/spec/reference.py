@@ -35,7 +35,7 @@ def _sections(model: type[BaseModel]) -> dict[str, type[BaseModel]]:
     if model.__name__ == "ClusterSpec":
         from mtk.backends import OPTIONS, options_model
 
-        out.update({name: options_model(name) for name in OPTIONS})
+        out.update({name: block for name in OPTIONS if (block := options_model(name)) is not None})
     return out
 
 
@@ -108,13 +108,16 @@ def json_schema() -> dict[str, Any]:
     defs = schema.setdefault("$defs", {})
     cluster = defs["ClusterSpec"]
     for name in OPTIONS:
-        block = options_model(name).model_json_schema(ref_template="#/$defs/{model}")
+        model = options_model(name)
+        if model is None:
+            continue
+        block = model.model_json_schema(ref_template="#/$defs/{model}")
         defs.update(block.pop("$defs", {}))
         defs[block["title"]] = block
         cluster.setdefault("properties", {})[name] = {"$ref": f"#/$defs/{block['title']}"}
     cluster["additionalProperties"] = False
-    model = defs["ModelSpec"]  # a preset fills the sizes (ModelSpec._apply_preset): required only without one
-    model["anyOf"] = [{"required": ["preset"]}, {"required": model.pop("required")}]
+    sizes = defs["ModelSpec"]  # a preset fills the sizes (ModelSpec._apply_preset): required only without one
+    sizes["anyOf"] = [{"required": ["preset"]}, {"required": sizes.pop("required")}]
     schema["title"] = "mtk job spec"
     return schema
 
@@ -123,9 +126,11 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m mtk.spec.reference OUT.md", file=sys.stderr)
         return 2
+    from pathlib import Path
+
     from mtk.files import atomic_write
 
-    atomic_write(argv[0], markdown())
+    atomic_write(Path(argv[0]), markdown())
     return 0
 
 
