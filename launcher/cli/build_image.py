@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .common import fail, handles_spec_errors, job_argument, load, set_option
+from .common import fail, job_argument, load, set_option
 
 PASSWORD_ENV = "MTK_REGISTRY_PASSWORD"
 
@@ -54,7 +54,6 @@ def _build_args(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--username", default=None, help="Registry user for a non-ECR registry.")
 @click.option("--password-stdin", is_flag=True,
               help=f"Read the registry password from stdin (or set {PASSWORD_ENV}); never pass it as an argument.")
-@handles_spec_errors
 def command(job_file, overrides, out, source, base_image, build_args, network, pull, no_cache, quiet, dry_run,
             sqsh, sif, force, push, registry, registry_host, ecr_endpoint, username, password_stdin):
     """Build the training image for JOB.yaml (NGC base, EFA, megatron-core, mtk wheel)."""

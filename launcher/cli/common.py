@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import sys
 from typing import NoReturn
 
@@ -65,23 +64,6 @@ runs_dir_option = click.option("--runs-dir", default="runs", show_default=True,
 def fail(message: str, code: int = 1) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     sys.exit(code)
-
-
-def handles_spec_errors(fn):
-    """Turn SpecError into a field-named message and exit code 2 (no traceback)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        from mtk.spec import SpecError
-
-        try:
-            return fn(*args, **kwargs)
-        except SpecError as exc:
-            from mtk.failures import report
-
-            sys.exit(report(exc, "mtk"))
-
-    return wrapper
 
 
 def pick_backend(job_file: str, overrides, backend: str | None) -> tuple[str, str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .common import backend_option, handles_spec_errors, job_argument, load, pick_backend, set_option
+from .common import backend_option, job_argument, load, pick_backend, set_option
 
 
 @click.command("launch")
@@ -36,7 +36,6 @@ from .common import backend_option, handles_spec_errors, job_argument, load, pic
 @click.option("--timeout", "timeout", default=None, metavar="DURATION",
               help="EKS, with --wait: stop waiting after e.g. 30m or 2h (default: no limit); the rest is then "
                    "submitted, the run goes on, and the exit code is 124.")
-@handles_spec_errors
 def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflight, megatron_check, megatron_recheck,
             wait, timeout):
     """Launch JOB.yaml on a backend."""

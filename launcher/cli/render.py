@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .common import backend_option, handles_spec_errors, job_argument, load, pick_backend, set_option
+from .common import backend_option, job_argument, load, pick_backend, set_option
 
 
 @click.command("render")
@@ -14,7 +14,6 @@ from .common import backend_option, handles_spec_errors, job_argument, load, pic
 @set_option
 @backend_option
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False), help="Directory to write into.")
-@handles_spec_errors
 def command(job_file, overrides, backend, out):
     """Write the run files for JOB.yaml into --out (same bytes for the same spec)."""
     from mtk.backends import get_backend

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .common import backend_option, handles_spec_errors, job_argument, load, pick_backend, set_option
+from .common import backend_option, job_argument, load, pick_backend, set_option
 
 
 def _human(n: int) -> str:
@@ -40,7 +40,6 @@ def _fit_line(job, per_rank: int | None) -> str:
 @click.option("--megatron-recheck", is_flag=True,
               help="Run the megatron-core check even when the cache holds a verdict for this model/parallel/train "
                    "and versions (and refresh it).")
-@handles_spec_errors
 def command(job_file, overrides, backend, check_files, quiet, by_megatron, megatron_recheck):
     """Check JOB.yaml and print the resolved spec and derived figures."""
     import yaml
