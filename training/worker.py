@@ -1,7 +1,7 @@
 """One training rank: ``python -m mtk.training.worker --job JOB.json --run-dir DIR`` (started by torchrun).
 
 Also reachable as ``mtk-entrypoint worker``. The exit code is the engine's (``mtk.exitcodes``):
-0 done, 42 saved after SIGTERM/SIGUSR2 (requeue), 43 stopped by the exit trigger, 2 refused (one line, e.g. the
+0 done, 42 saved after SIGTERM/SIGUSR2/SIGINT (requeue), 43 stopped by the exit trigger, 2 refused (one line, e.g. the
 checkpoint dir is another run's), 1 failed; rank 0 also
 records it in ``<run_dir>/state/last_exit.json`` because torchrun flattens worker exit codes.
 """
