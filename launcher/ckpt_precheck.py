@@ -9,18 +9,22 @@ A resume at a layout the checkpoint cannot be loaded at (``mtk.training.reshard`
 ``dp_reshardable`` distributed optimizer at another tp/pp, ...) is refused here too, naming the spec field,
 before torchrun spends minutes starting ranks. The common state is unpickled without importing megatron
 (seconds per node otherwise): megatron's own classes in it (rerun-state enums) become inert stand-ins.
+
+A checkpoint dir is data other people write. Every pickle in it (``.metadata``, the common state, each pickled
+object the ranks will load) is read through :mod:`mtk.checkpoint_unpickle`, which admits only the globals real
+checkpoints hold: one naming any other (``os.system``) is refused by name, exit 2, before anything of it runs.
 """
 
 from __future__ import annotations
 
 import io
 import os
-import pickle
-import warnings
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from mtk import checkpoint_unpickle
 from mtk.checkpoint_paths import TRACKER, checkpoint_dir
+from mtk.checkpoint_unpickle import CheckpointRefused
 from mtk.exitcodes import BadInput
 
 RELEASE = "release"
@@ -112,67 +116,115 @@ def _built_vocab_size(job) -> int | None:
 COMMON_KEY = "common_state/shard_0_1"  # megatron-core's ShardedObject("common_state", ..., (1,), (0,))
 
 
-class _Inert:
-    """Stands in for a class of megatron's in the common state: takes any constructor arguments and state."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.args = args
-
-    def __setstate__(self, state: Any) -> None:
-        self.state = state
-
-
-class _Unpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        if module.split(".")[0] == "megatron":
-            return type(name, (_Inert,), {"__module__": module})
-        return super().find_class(module, name)
+def read_metadata(path: Path) -> Any:
+    """torch.distributed.checkpoint's ``.metadata`` of ``path``, admitting only its own classes (torch reads it
+    with plain ``pickle.load``); CheckpointDamaged naming the file when it holds anything else or is damaged."""
+    metadata = path / ".metadata"
+    try:
+        with metadata.open("rb") as fh:
+            return checkpoint_unpickle.load_metadata(fh, str(metadata))
+    except CheckpointRefused as exc:
+        raise CheckpointDamaged(str(exc)) from None
+    except Exception as exc:  # pickle/torch errors on a damaged file: name the file, not the internals
+        raise CheckpointDamaged(f"{metadata} cannot be read ({type(exc).__name__}: {exc}); the checkpoint is "
+                                "damaged — point the tracker at another iter_* dir or delete it") from None
 
 
-class _StubbingPickle:
-    """A ``pickle_module`` for ``torch.load``: megatron's classes become inert stand-ins."""
+def _objects(path: Path, meta: Any) -> list[tuple[str, Path, int, int]]:
+    """Every pickled object megatron-core will unpickle on the ranks (the common state, rng_state, the rerun
+    state, optimizer bookkeeping): (key, shard file, offset, length)."""
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata
 
-    Unpickler = _Unpickler
-    __name__ = "mtk_stubbing_pickle"
+    found = []
+    for index, info in (meta.storage_data or {}).items():
+        if not isinstance(meta.state_dict_metadata.get(index.fqn), BytesStorageMetadata):
+            continue
+        if getattr(info, "transform_descriptors", None):
+            raise CheckpointDamaged(f"{path / info.relative_path}: {index.fqn} is stored through transforms "
+                                    f"({', '.join(info.transform_descriptors)}) megatron-core never writes; "
+                                    "refusing to load it")
+        found.append((index.fqn, path / info.relative_path, int(info.offset), int(info.length)))
+    return found
 
-    @staticmethod
-    def load(file: Any, **kwargs: Any) -> Any:
-        return _Unpickler(file, **kwargs).load()
+
+def _check_objects(path: Path, meta: Any) -> None:
+    """Refuse a checkpoint whose pickled objects name a global no checkpoint holds. megatron-core unpickles them
+    on every rank through torch's DCP planner, which does not restrict globals; here only their pickles are
+    walked (never their tensors) with an unpickler that builds nothing."""
+    for key, shard, offset, length in _objects(path, meta):
+        if not shard.is_file():
+            continue  # _check_shards names it
+        with shard.open("rb") as fh:
+            fh.seek(offset)
+            raw: IO[bytes] = (io.BytesIO(fh.read(length)) if length < _SLICE_READ
+                              else io.BufferedReader(_Slice(fh, offset, length)))
+            what = "common state" if key == COMMON_KEY else key.split("/")[0]
+            try:
+                checkpoint_unpickle.scan_torch(raw, str(path if key == COMMON_KEY else shard), what)
+            except CheckpointRefused as exc:
+                raise CheckpointDamaged(str(exc)) from None
+            except Exception:
+                continue  # damaged, not hostile: each rank's load (restricted too) names it
+
+
+_SLICE_READ = 1 << 20  # a larger object (a dp_reshardable optimizer's state) is read in place: its pickle only
+
+
+class _Slice(io.RawIOBase):
+    """``length`` bytes of ``fh`` from ``offset``, seekable, so zipfile reads one member without the rest."""
+
+    def __init__(self, fh: Any, offset: int, length: int) -> None:
+        self.fh, self.offset, self.length, self.pos = fh, offset, length, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, pos: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.length}[whence]
+        self.pos = max(0, min(self.length, base + pos))
+        return self.pos
+
+    def readinto(self, buf: Any) -> int:
+        n = max(0, min(len(buf), self.length - self.pos))
+        self.fh.seek(self.offset + self.pos)
+        data = self.fh.read(n)
+        buf[:len(data)] = data
+        self.pos += len(data)
+        return len(data)
 
 
 def read_common_state(path: Path) -> dict[str, Any] | None:
     """The checkpoint's common (non-tensor) state — Megatron-LM's ``args``, ``content_metadata``, mtk's
-    extras — read with torch alone; None when it is not there or not a dict."""
-    import torch
-    from torch.distributed.checkpoint import FileSystemReader, load
-    from torch.distributed.checkpoint.api import CheckpointException
-    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-
+    extras — read with torch alone, admitting only the globals checkpoints hold (CheckpointDamaged naming the
+    file and the global otherwise); None when it is not there or not a dict."""
     legacy = path / "common.pt"
-    raw: bytes | None
-    if legacy.is_file():
+    where = str(legacy)
+    raw: bytes | None = None
+    if legacy.is_file():  # megatron-core reads this one first when it exists
         raw = legacy.read_bytes()
     else:
-        found: dict[str, bytes] = {}
-
-        class RawBytes(DefaultLoadPlanner):  # keep the stored bytes; torch would unpickle them with megatron
-            def load_bytes(self, read_item, value) -> None:
-                found[read_item.dest_index.fqn] = value.read()
-
-        reader = FileSystemReader(str(path))
-        if COMMON_KEY not in reader.read_metadata().state_dict_metadata:
-            return None  # not megatron-core's layout: the ranks decide
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # "assuming the intent is to load in a single process": it is
-                load({COMMON_KEY: io.BytesIO()}, storage_reader=reader, planner=RawBytes(), no_dist=True)
-        except (Exception, CheckpointException):  # torch's CheckpointException is a BaseException
-            return None
-        raw = found.get(COMMON_KEY)
+        meta = read_metadata(path)
+        where = str(path)
+        for key, shard, offset, length in _objects(path, meta):
+            if key == COMMON_KEY:
+                try:
+                    with shard.open("rb") as fh:
+                        fh.seek(offset)
+                        raw = fh.read(length)
+                except OSError:
+                    return None  # _check_shards names a missing shard
         if raw is None:
-            return None
+            return None  # not megatron-core's layout: the ranks decide
     try:
-        common = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=False, pickle_module=_StubbingPickle)
+        common = checkpoint_unpickle.load_torch(raw, where, "common state")
+    except CheckpointRefused as exc:
+        raise CheckpointDamaged(str(exc)) from None
     except Exception:
         return None
     if isinstance(common, list) and common:  # saved as a one-element list by megatron-core
@@ -185,13 +237,7 @@ def _check_shards(path: Path) -> None:
     if not metadata.is_file():
         raise CheckpointDamaged(f"{metadata} is missing: {path} is not a complete torch_dist checkpoint; "
                                 "point the tracker at another iter_* dir or delete it")
-    try:
-        from torch.distributed.checkpoint import FileSystemReader
-
-        meta = FileSystemReader(str(path)).read_metadata()
-    except Exception as exc:  # pickle/torch errors on a damaged file: name the file, not the internals
-        raise CheckpointDamaged(f"{metadata} cannot be read ({type(exc).__name__}: {exc}); the checkpoint is "
-                                "damaged — point the tracker at another iter_* dir or delete it") from None
+    meta = read_metadata(path)
     need: dict[str, int] = {}
     for info in (meta.storage_data or {}).values():
         rel = getattr(info, "relative_path", None)
@@ -205,3 +251,13 @@ def _check_shards(path: Path) -> None:
         if have < size:
             raise CheckpointDamaged(f"{shard} is {have} bytes but {metadata} places data up to byte {size}: the "
                                     "shard is truncated — restore it, or point the tracker at an earlier iter_* dir")
+    legacy = path / "common.pt"
+    if legacy.is_file():
+        try:
+            with legacy.open("rb") as fh:
+                checkpoint_unpickle.scan_torch(fh, str(legacy), "common state")
+        except CheckpointRefused as exc:
+            raise CheckpointDamaged(str(exc)) from None
+        except Exception:
+            pass  # unreadable: read_common_state returns None and the ranks name it
+    _check_objects(path, meta)

@@ -40,6 +40,7 @@ import importlib.util
 import sys
 from typing import Any
 
+from . import checkpoint_guard
 from .strict_device import CURRENT_DEVICE, is_cuda_device
 
 MEGATRON_CORE_VERSION = "0.19.2"
@@ -286,13 +287,15 @@ def _defer_torch_compile() -> None:
 def install() -> bool:
     """Apply the CPU compat layer once per process. Returns True if it is active (no CUDA).
 
-    With CUDA present this only checks the version: megatron-core runs unmodified.
+    With CUDA present this only checks the version and restricts the checkpoint unpicklers
+    (:mod:`.checkpoint_guard`): megatron-core runs unmodified otherwise.
     """
     check_version()
     if _state["installed"]:
         return _state["mode"] is not None
     _state["installed"] = True
     install_import_stubs()
+    checkpoint_guard.install()  # on GPUs too: megatron-core's checkpoint reads unpickle without restriction
     if cuda_available():
         return False
     _defer_torch_compile()  # before megatron.core is imported, or its import pays for wrappers it never calls
