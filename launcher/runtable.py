@@ -66,7 +66,7 @@ def fold_steps(steps: list[StepStatus]) -> str:
     return fold_states([s.state for s in steps if s.needed])
 
 
-def _state(run: Run) -> tuple[str, str]:
+def _state(run: Run, backend=None) -> tuple[str, str]:
     from mtk.backends import get_backend
 
     try:
@@ -75,7 +75,7 @@ def _state(run: Run) -> tuple[str, str]:
 
             steps = launch_steps(run)
         else:
-            steps = get_backend(run.backend).status(run)
+            steps = (backend or get_backend(run.backend)).status(run)
     except Exception as exc:  # a cluster out of reach must not hide the other runs
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return StepState.UNKNOWN, f"{run.backend} status failed: {why}"
@@ -119,21 +119,30 @@ def _total(run_dir: Path) -> int | None:
     return iterations if isinstance(iterations, int) else None
 
 
-def row(run: Run) -> RunRow:
-    state, reason = _state(run)
+def progress(run: Run, state: str) -> dict:
+    """What the run's metrics say of its progress, given its folded ``state`` (``mtk ls`` and ``mtk status`` both
+    show it): iteration, total, eta_s (while RUNNING), loss, tokens_per_s, restarts, no_op and a note for a no-op."""
     readable = Path(run.run_dir) if Path(run.run_dir).is_dir() else Path(run.record_dir or run.run_dir)
     p = _progress(readable)
-    no_op = p.get("iteration") is None and (done := nothing_to_do(readable)) is not None
-    if no_op:
+    p["no_op"] = p.get("iteration") is None and (done := nothing_to_do(readable)) is not None
+    if p["no_op"]:
         p["iteration"] = done  # a relaunch with nothing to do: where its checkpoint stood, not 0
-        reason = "; ".join(filter(None, [reason, f"trained nothing: its checkpoint was already at iteration {done}"]))
-    total, pace = _total(readable), p.get("seconds_per_iteration")
-    eta = (max(0, total - p["iteration"]) * pace if state == StepState.RUNNING and pace is not None and total
-           and p.get("iteration") is not None else None)
+        p["note"] = f"trained nothing: its checkpoint was already at iteration {done}"
+    total, pace = _total(readable), p.pop("seconds_per_iteration", None)
+    p["total"] = total
+    p["eta_s"] = (max(0, total - p["iteration"]) * pace if state == StepState.RUNNING and pace is not None and total
+                  and p.get("iteration") is not None else None)
+    return p
+
+
+def row(run: Run, backend=None) -> RunRow:
+    state, reason = _state(run, backend)
+    p = progress(run, state)
+    reason = "; ".join(filter(None, [reason, p.get("note", "")]))
     return RunRow(name=Path(run.record_dir or run.run_dir).name, backend=run.backend, state=state,
-                  iteration=p.get("iteration"), total=total, loss=p.get("loss"),
+                  iteration=p.get("iteration"), total=p["total"], loss=p.get("loss"),
                   tokens_per_s=p.get("tokens_per_s"), restarts=p.get("restarts", 0), started=run.created,
-                  run_dir=run.run_dir, reason=reason, eta_s=eta, no_op=no_op)
+                  run_dir=run.run_dir, reason=reason, eta_s=p["eta_s"], no_op=p["no_op"])
 
 
 def rendered_only(runs_dir: Path) -> list[RunRow]:
@@ -160,8 +169,28 @@ def _rendered_by(run_dir: Path) -> str:
 
 def table(runs_dir: str | Path = "runs", previews: bool = False) -> list[RunRow]:
     """Every run under ``runs_dir``, newest first; with ``previews``, the rendered-only run dirs too."""
-    rows = [row(r) for r in run_records(runs_dir)] + (rendered_only(Path(runs_dir)) if previews else [])
+    runs = run_records(runs_dir)
+    backends = _asked_once(runs)
+    rows = [row(r, backends.get(r.backend)) for r in runs] + (rendered_only(Path(runs_dir)) if previews else [])
     return sorted(rows, key=lambda r: r.started or 0.0, reverse=True)
+
+
+def _asked_once(runs: list[Run]) -> dict:
+    """One backend per name, told all its runs first where it can ask about them at once (Slurm: one squeue for
+    1,000 runs instead of 3-4 calls each, issue 45); a backend that cannot is asked run by run."""
+    from mtk.backends import get_backend
+
+    out = {}
+    for name in dict.fromkeys(r.backend for r in runs if not r.launch_error):
+        try:
+            backend = get_backend(name)
+            prefetch = getattr(backend, "prefetch", None)
+            if prefetch is not None:
+                prefetch([r for r in runs if r.backend == name and not r.launch_error])
+        except Exception:  # a cluster out of reach: each run's own status says so
+            continue
+        out[name] = backend
+    return out
 
 
 def _age(seconds: float) -> str:

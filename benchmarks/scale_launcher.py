@@ -1,0 +1,400 @@
+"""The launcher's verbs at scale (issue 45, 1d): mtk's real CLI on a 1,024-node job, on this machine.
+
+Each verb runs through mtk's click CLI in this process (``CliRunner``: the code a user's ``mtk ...`` runs, after
+its interpreter start-up, which is measured once on its own and is the same at every N), timed at growing N:
+
+* ``launch --dry-run`` of the 7.5B examples at N nodes (Slurm and EKS renders);
+* ``status`` of a Slurm run whose train job failed at N nodes, after three requeues: fake ``squeue``/``scontrol``/
+  ``sacct`` executables on PATH print what Slurm prints for such a job (a node list with the holes 100 excluded
+  nodes leave, ``sacct`` lines with the job's steps), the run dir holds N hosts, the events and a log of N
+  nodes' labelled lines ending in srun's report of the failed task;
+* ``logs`` of that run: the whole log, ``--node HOST`` and ``-f`` (the job has ended: it reads to the end);
+* ``status``/``logs`` of an N-pod PyTorchJob with the Kubernetes client replaced at its boundary (the backend's
+  ``kube_factory``, as the unit tests do): the API calls and the time of mtk's side;
+* ``ls`` over R runs (R = 10 … 1,000), each a Slurm run Slurm has forgotten (sacct answers);
+* a relaunch (``launch --dry-run``) whose earlier attempts excluded B nodes (B = 10 … 100) at 1,024 nodes.
+
+    python benchmarks/scale.py --only launcher [--quick]
+    python benchmarks/scale_launcher.py [--quick] [--profile VERB]   # VERB: status, logs, ls, ...: cProfile
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO))
+
+from scale_core import Series  # noqa: E402
+
+TARGET_S = 2.0
+LOG_LINES_PER_NODE = 40  # a node's labelled lines in a train log after a few hundred iterations (rank 0's many)
+JOB = 7000
+API_LATENCY_S = 0.02  # one pod-log read's round trip to an EKS API server (stand-in: the fake client sleeps it)
+
+
+def _hostlist(hosts: list[int]) -> str:
+    """Slurm's compressed node list, e.g. node[0001-0100,0102-0200]."""
+    ranges, start = [], None
+    for i, h in enumerate(hosts):
+        if start is None:
+            start = h
+        if i + 1 == len(hosts) or hosts[i + 1] != h + 1:
+            ranges.append(f"{start:04d}" if start == h else f"{start:04d}-{h:04d}")
+            start = None
+    return f"node[{','.join(ranges)}]"
+
+
+def _allocation(nodes: int, bad: int = 100) -> list[int]:
+    """The allocation's host numbers: every 10th of the first `bad`×10 is excluded (the holes stay in the list)."""
+    excluded = {10 * i + 3 for i in range(min(bad, nodes // 4))}
+    hosts, h = [], 1
+    while len(hosts) < nodes:
+        if h not in excluded:
+            hosts.append(h)
+        h += 1
+    return hosts
+
+
+def _script(path: Path, body: str) -> None:
+    path.write_text("#!/bin/bash\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+
+def fake_slurm(bin_dir: Path, data: Path) -> None:
+    """squeue/scontrol/sacct that answer from files under `data`, per job id asked (as Slurm's own do)."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    ids = 'ids=""; for a in "$@"; do case "$a" in --jobs=*) ids="${a#--jobs=}";; esac; done\n'
+    for cmd in ("squeue", "sacct"):  # one cat for all the ids asked ([ -e ] is a builtin: no fork per id)
+        _script(bin_dir / cmd, ids + f'files=(); for i in ${{ids//,/ }}; do f="{data}/{cmd}.$i"; '
+                'if [ -e "$f" ]; then files+=("$f"); fi; done\n'
+                'if [ ${#files[@]} -gt 0 ]; then cat "${files[@]}"; fi\nexit 0\n')
+    _script(bin_dir / "scontrol", f"""case "$1 $2" in
+  "show config") echo "AccountingStorageType   = accounting_storage/slurmdbd";;
+  "show job") cat "{data}/scontrol.${{@: -1}}" 2>/dev/null || exit 1;;
+  "show hostnames") echo;;
+  *) exit 0;;
+esac
+""")
+
+
+def slurm_failed_run(root: Path, data: Path, nodes: int, job_id: int = JOB) -> Path:
+    """A Slurm run dir whose train job (after 3 requeues, 3 successors) failed on one of `nodes` nodes."""
+    from mtk.runs import Run
+
+    run_dir = root / f"big-{nodes}"
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "state").mkdir()
+    hosts = _allocation(nodes)
+    names = [f"node{h:04d}" for h in hosts]
+    successors = [job_id + k for k in (1, 2, 3)]
+    (run_dir / "state" / "successors").write_text("".join(f"{s}\n" for s in successors))
+    for jid in (job_id, *successors):
+        (run_dir / "state" / f"nodes.{jid}").write_text(" ".join(names) + "\n")
+    events = []
+    for k, jid in enumerate((job_id, *successors)):
+        end = "exit 1" if k == 3 else "exit 42 requeued (signal)"
+        events += [f"2026-11-28T0{k}:00:00Z train {jid} {jid} start attempt {k}",
+                   f"2026-11-28T0{k}:30:00Z train {jid} {jid} {end}"]
+    (run_dir / "state" / "events.log").write_text("\n".join(events) + "\n")
+    bad = len(names) // 2
+    with open(run_dir / "logs" / f"train-{successors[-1]}.out", "w") as fh:
+        for it in range(LOG_LINES_PER_NODE):
+            for t in range(len(names)):
+                fh.write(f"{t}: [rank {8 * t}] iteration {it:>6} | step 1234.5 ms | lm loss 2.3456 | tokens 1.2M/s\n")
+        fh.write(f"{bad}: RuntimeError: NCCL communicator was aborted on rank {8 * bad}\n")
+        fh.write(f"srun: error: {names[bad]}: task {bad}: Exited with exit code 1\n")
+    for jid in (job_id, *successors):
+        (run_dir / "logs" / f"train-{jid}.out").touch(exist_ok=True)
+    nodelist = _hostlist(hosts)
+    last = successors[-1]
+    for jid in (job_id, *successors):
+        failed = jid == last
+        state, code = ("FAILED", "1:0") if failed else ("COMPLETED", "42:0")
+        (data / f"squeue.{jid}").write_text(f"{jid}|{state}|NonZeroExitCode|{nodelist}\n" if failed else "")
+        (data / f"scontrol.{jid}").write_text(
+            f"JobId={jid} JobName=big-train UserId=u(1000) JobState={state} Reason=NonZeroExitCode "
+            f"Dependency=(null) Requeue=1 Restarts={3 if failed else 0} BatchFlag=1 ExitCode={code} "
+            f"RunTime=00:30:00 TimeLimit=2-00:00:00 NodeList={nodelist} BatchHost={names[0]} NumNodes={nodes} "
+            f"NumCPUs={nodes * 96} NumTasks={nodes} TRES=cpu={nodes * 96},node={nodes},gres/gpu={8 * nodes} "
+            f"StdOut={run_dir}/logs/train-{jid}.out\n" if failed else "")
+        steps = [f"{jid}|{state}|{code}|{nodelist}", f"{jid}.batch|{state}|{code}|{names[0]}",
+                 f"{jid}.extern|COMPLETED|0:0|{nodelist}", f"{jid}.0|{state}|{code}|{nodelist}"]
+        (data / f"sacct.{jid}").write_text("\n".join(steps) + "\n")
+    Run(backend="slurm", run_dir=str(run_dir), name="big", ids={"train": str(job_id)}).save()
+    return run_dir
+
+
+def forgotten_runs(root: Path, data: Path, count: int) -> Path:
+    """`count` finished Slurm runs (Slurm forgot them: sacct answers) with 200 train records each."""
+    from mtk.runs import Run
+
+    runs = root / f"runs-{count}"
+    for i in range(count):
+        run_dir = runs / f"job{i:04d}-20261128-000000"
+        (run_dir / "state").mkdir(parents=True)
+        jid = 100000 + i
+        recs = [{"kind": "train", "iteration": it, "lm_loss": 2.5, "tokens_per_s": 1e6, "restart_count": 0,
+                 "time": 1.0e9 + it} for it in range(1, 201)]
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+        (run_dir / "job.json").write_text(json.dumps({"name": f"job{i:04d}", "train": {"iterations": 200}}))
+        (data / f"sacct.{jid}").write_text(f"{jid}|COMPLETED|0:0|node[0001-0008]\n{jid}.batch|COMPLETED|0:0|node0001\n")
+        Run(backend="slurm", run_dir=str(run_dir), name=f"job{i:04d}", ids={"train": str(jid)},
+            created=1.0e9 + i).save()
+    return runs
+
+
+class FakeKube:
+    """The Kubernetes client at mtk's boundary (get/list/pod_log/follow_pod_log), counting calls."""
+
+    def __init__(self, pods: int, run: str):
+        self.calls = 0
+        self.pods = [{"metadata": {"name": f"{run}-worker-{i}", "labels": {"mtk/component": "train"}},
+                      "status": {"phase": "Running", "containerStatuses": [{"name": "pytorch", "restartCount": 1,
+                                                                            "state": {"running": {}}}]}}
+                     for i in range(pods)]
+
+    def get(self, kind, name):
+        self.calls += 1
+        return {"kind": kind, "metadata": {"name": name},
+                "status": {"conditions": [{"type": "Created", "status": "True"}, {"type": "Running",
+                                                                                  "status": "True"}]}}
+
+    def list(self, kind, selector):
+        self.calls += 1
+        return self.pods if kind == "Pod" else []
+
+    def pod_log(self, pod, container=None):
+        self.calls += 1
+        time.sleep(API_LATENCY_S)
+        return "".join(f"iteration {i} | lm loss 2.3\n" for i in range(LOG_LINES_PER_NODE))
+
+    def follow_pod_log(self, pod, container=None):
+        self.calls += 1
+        yield from self.pod_log(pod, container).splitlines(keepends=True)
+
+
+# --------------------------------------------------------------------------- timing
+
+def _cli(args: list[str]) -> float:
+    """Wall seconds of `mtk ARGS` as a user runs it: a new process (interpreter, CLI, the verb's lazy imports, its
+    work), best of two; the fake Slurm commands are on this process's PATH, which the child inherits."""
+    best = float("inf")
+    for _ in range(2):
+        t0 = time.perf_counter()
+        result = subprocess.run([sys.executable, "-m", "mtk", *args], capture_output=True, text=True, cwd=REPO)
+        best = min(best, time.perf_counter() - t0)
+        if result.returncode not in (0, 1):  # status of a failed run exits 0; a failed step may exit 1
+            raise RuntimeError(f"mtk {' '.join(args)} exited {result.returncode}: {result.stderr[-2000:]}")
+    return best
+
+
+def _in_process(args: list[str]) -> None:
+    """`mtk ARGS` in this process (for cProfile)."""
+    from click.testing import CliRunner
+    from mtk.launcher.cli import cli
+
+    CliRunner().invoke(cli, args, catch_exceptions=False)
+
+
+def startup_seconds() -> float:
+    """Interpreter + CLI start-up of `mtk --help` (a separate process; the same at every N)."""
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "mtk", "--help"], capture_output=True, check=True, cwd=REPO)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+@contextlib.contextmanager
+def _path_with(bin_dir: Path):
+    old = os.environ.get("PATH", "")
+    os.environ["PATH"] = f"{bin_dir}:{old}"
+    try:
+        yield
+    finally:
+        os.environ["PATH"] = old
+
+
+def _k8s(pods: int) -> tuple[float, float, float, int, int]:
+    """(status s, logs s, logs --node s, status API calls, logs API calls) for an N-pod PyTorchJob, in this
+    process (the client is replaced at its boundary: nothing else can stand in for an API server here)."""
+    from mtk.k8s.backend import EksBackend
+
+    from mtk.runs import Run
+
+    run = Run(backend="eks", run_dir="/fsx/runs/big-eks", name="big", ids={"train": "PyTorchJob/big-eks"},
+              backend_notes={"namespace": "default", "run_id": "big-eks"})
+    kube = FakeKube(pods, "big-eks")
+    backend = EksBackend(kube_factory=lambda ns: kube, poll=0.01, etcd_timeout=0.1)
+    t0 = time.perf_counter()
+    backend.status(run)
+    status_s = time.perf_counter() - t0
+    status_calls, kube.calls = kube.calls, 0
+    t0 = time.perf_counter()
+    for _ in backend.logs(run):
+        pass
+    logs_s = time.perf_counter() - t0
+    logs_calls = kube.calls
+    t0 = time.perf_counter()
+    for _ in backend.logs(run, node=f"worker-{pods // 2}"):
+        pass
+    node_s = time.perf_counter() - t0
+    return status_s, logs_s, node_s, status_calls, logs_calls
+
+
+def _eks_imports() -> float:
+    """What an EKS verb pays before its API calls: interpreter, CLI and the backend's imports (a new process)."""
+    code = "import mtk.launcher.cli, mtk.k8s.backend, mtk.k8s.states"
+    best = float("inf")
+    for _ in range(2):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def measure(quick: bool) -> list[Series]:
+    nodes = [8, 64, 256, 1024] if quick else [8, 32, 128, 512, 1024]
+    run_counts = [10, 100, 1000] if not quick else [10, 100, 300]
+    bad_counts = [10, 30, 100]
+    start = startup_seconds()
+    eks_start = _eks_imports()
+    got: dict[str, list[float]] = {}
+    calls: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="mtk-scale-launcher-") as tmp:
+        root = Path(tmp)
+        data = root / "slurm-data"
+        data.mkdir()
+        fake_slurm(root / "bin", data)
+        with _path_with(root / "bin"):
+            for n in nodes:
+                for backend, example in (("slurm", "gpt-7.5b-p5-slurm.yaml"), ("eks", "gpt-7.5b-p5-eks.yaml")):
+                    out = root / f"render-{backend}-{n}"
+                    got.setdefault(f"launch --dry-run ({backend})", []).append(_cli(
+                        ["launch", str(REPO / "examples" / example), "--dry-run", "--no-megatron-check",
+                         "--out", str(out), "--set", f"cluster.nodes={n}",
+                         "--set", f"train.global_batch_size={8 * n}",
+                         *(["--set", f"cluster.runs_dir={root}/r"] if backend == "slurm" else [])]))
+                run_dir = slurm_failed_run(root, data, n, JOB + 10 * n)
+                got.setdefault("status (Slurm, failed train job)", []).append(_cli(["status", str(run_dir)]))
+                got.setdefault("logs (Slurm, whole log)", []).append(_cli(["logs", str(run_dir)]))
+                host = (run_dir / "state" / f"nodes.{JOB + 10 * n}").read_text().split()[n // 2]
+                got.setdefault("logs --node HOST (Slurm)", []).append(_cli(["logs", str(run_dir), "--node", host]))
+                got.setdefault("logs -f (Slurm, ended job)", []).append(_cli(["logs", "-f", str(run_dir)]))
+                s, lg, nd, sc, lc = _k8s(n)
+                got.setdefault("status (PyTorchJob)", []).append(eks_start + s)
+                got.setdefault(f"logs (PyTorchJob, {API_LATENCY_S * 1000:.0f} ms per API call)", []).append(
+                    eks_start + lg)
+                got.setdefault("logs --node (PyTorchJob)", []).append(eks_start + nd)
+                calls.setdefault("status (PyTorchJob): API calls", []).append(sc)
+                calls.setdefault("logs (PyTorchJob): API calls", []).append(lc)
+            ls_s = []
+            for count in run_counts:
+                runs = forgotten_runs(root, data, count)
+                ls_s.append(_cli(["ls", "--runs-dir", str(runs)]))
+            excl_s = []
+            for bad in bad_counts:
+                excl_s.append(_relaunch_with_exclusions(root, bad))
+    before = _k8s_logs_one_at_a_time([n for n in nodes if n <= 256])
+    budget = TARGET_S - start  # a verb's own part may take what the 2 s leave after start-up
+    out = [Series("launcher", "CLI start-up (mtk --help, a process)", "s", [nodes[0], nodes[-1]], [start, start],
+                  note="interpreter + click + mtk's CLI, paid by every verb. Each figure below is a whole verb as a "
+                       "user runs it (a new process, best of two) less this start-up, so its law is the verb's "
+                       f"own; its target is 2 s less the start-up ({budget:.2f} s). The PyTorchJob ones: the EKS "
+                       f"backend's imports in a new process ({eks_start:.2f} s) plus mtk's side with the client "
+                       "replaced at its boundary")]
+    for metric, values in got.items():
+        out.append(Series("launcher", metric, "s", nodes, [_own(v, start) for v in values], target=budget))
+    out.append(Series("launcher", "logs (PyTorchJob), one pod at a time (mtk before)", "s", before[0],
+                      [_own(eks_start + v, start) for v in before[1]],
+                      target=budget, note=f"{API_LATENCY_S * 1000:.0f} ms per API call (the stand-in client "
+                                          "sleeps it): every pod's log read in turn"))
+    from mtk.k8s.backend import LOG_READERS
+
+    for metric, values in calls.items():
+        out.append(Series("launcher", metric, "calls", nodes, values,
+                          note=f"API round trips; logs reads them {LOG_READERS} at a time (k8s/backend.py)"))
+    out.append(Series("launcher", "ls over R runs (n = runs)", "s", run_counts, [_own(v, start) for v in ls_s],
+                      target=budget,
+                      note="R Slurm runs Slurm has forgotten (sacct answers), 200 train records each; n is runs, "
+                           "not nodes"))
+    out.append(Series("launcher", "relaunch with B excluded nodes recorded, 1,024 nodes (n = B)", "s", bad_counts,
+                      [_own(v, start) for v in excl_s], target=budget,
+                      note="launch --dry-run (slurm) whose earlier attempts (5 run dirs) excluded B nodes"))
+    return out
+
+
+def _own(wall: float, start: float) -> float:
+    """A verb's own part: its wall time less the CLI start-up (a millisecond at least: noise can go below)."""
+    return max(wall - start, 1e-3)
+
+
+def _k8s_logs_one_at_a_time(nodes: list[int]) -> tuple[list[int], list[float]]:
+    """`mtk logs` of an N-pod PyTorchJob reading one pod's log at a time, as mtk did before issue 45."""
+    import mtk.k8s.backend as k8s_backend
+
+    saved = k8s_backend.LOG_READERS
+    k8s_backend.LOG_READERS = 1
+    try:
+        return nodes, [_k8s(n)[1] for n in nodes]
+    finally:
+        k8s_backend.LOG_READERS = saved
+
+
+def _relaunch_with_exclusions(root: Path, bad: int) -> float:
+    runs = root / f"excl-runs-{bad}"
+    ckpt = f"{root}/ckpt-{bad}"
+    for k in range(5):  # five earlier attempts of the same checkpoints, each excluding its share
+        d = runs / f"gpt-{k}"
+        (d / "state").mkdir(parents=True)
+        (d / "job.json").write_text(json.dumps({"name": "gpt", "train": {"checkpoint": {"dir": ckpt}}}))
+        (d / "state" / "excluded_nodes").write_text("".join(
+            f"node{5000 + k * bad + i:04d}\t2026-11-28T00:00:00Z\thang watchdog blamed rank {i}\n"
+            for i in range(bad // 5)))
+    return _cli(["launch", str(REPO / "examples" / "gpt-7.5b-p5-slurm.yaml"), "--dry-run", "--no-megatron-check",
+                 "--out", str(root / f"excl-out-{bad}"), "--run-dir", str(runs / "gpt-relaunch"),
+                 "--set", "cluster.nodes=1024", "--set", "train.global_batch_size=8192",
+                 "--set", f"cluster.runs_dir={runs}", "--set", f"train.checkpoint.dir={ckpt}"])
+
+
+def profile(verb: str, n: int = 1024) -> None:
+    """cProfile one verb at `n` nodes: the top of the cumulative list."""
+    import cProfile
+    import pstats
+
+    with tempfile.TemporaryDirectory(prefix="mtk-scale-launcher-") as tmp:
+        root = Path(tmp)
+        data = root / "slurm-data"
+        data.mkdir()
+        fake_slurm(root / "bin", data)
+        with _path_with(root / "bin"):
+            run_dir = slurm_failed_run(root, data, n)
+            args = {"status": ["status", str(run_dir)], "logs": ["logs", str(run_dir)],
+                    "ls": ["ls", "--runs-dir", str(forgotten_runs(root, data, 1000)) if verb == "ls" else ""]}[verb]
+            _in_process(args)
+            prof = cProfile.Profile()
+            prof.enable()
+            _in_process(args)
+            prof.disable()
+    pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
+
+
+if __name__ == "__main__":
+    if "--profile" in sys.argv:
+        profile(sys.argv[sys.argv.index("--profile") + 1])
+        raise SystemExit(0)
+    from scale_core import table
+
+    print(table(measure("--quick" in sys.argv)))
