@@ -45,6 +45,7 @@ import json
 import math
 import os
 import time
+from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -100,8 +101,20 @@ def logged_lrs(param_groups: list[dict]) -> tuple[float, float | None]:
     return lr, (decoupled[0]["lr"] if decoupled else None)
 
 
-def format_line(rec: dict[str, Any], total_iters: int) -> str:
-    """The Megatron-LM iteration line, plus throughput."""
+PACE_WINDOW = 20  # iterations the ETA's pace is measured over (``mtk ls`` uses the same window)
+
+
+def format_duration(seconds: float) -> str:
+    """``3m12s``, ``2h05m``, ``1d04h``: the two largest units, short enough for a log line."""
+    s = max(0, round(seconds))
+    for big, small, size, sub in (("d", "h", 86400, 3600), ("h", "m", 3600, 60), ("m", "s", 60, 1)):
+        if s >= size:
+            return f"{s // size}{big}{(s % size) // sub:02d}{small}"
+    return f"{s}s"
+
+
+def format_line(rec: dict[str, Any], total_iters: int, eta_s: float | None = None) -> str:
+    """The Megatron-LM iteration line, plus throughput and (given ``eta_s``) the time left at the recent pace."""
     gn = rec["grad_norm"]
     parts = [
         f" iteration {rec['iteration']:8d}/{total_iters:8d}",
@@ -121,6 +134,8 @@ def format_line(rec: dict[str, Any], total_iters: int) -> str:
     if "moe_aux_loss" in rec:
         after_loss = next(i for i, part in enumerate(parts) if part.startswith("lm loss")) + 1
         parts.insert(after_loss, f"load balancing loss: {rec['moe_aux_loss']:.6E}")
+    if eta_s is not None:
+        parts.append(f"ETA {format_duration(eta_s)}")
     if rec.get("straggler"):
         parts.append(f"straggler: {rec['straggler']}")
     return " | ".join(parts) + " |"
@@ -140,6 +155,7 @@ class MetricsWriter:
         self.restarts = restart_count()
         self.tb = None
         self._straggler_note: str | None = None
+        self._stamps: deque[float] = deque(maxlen=PACE_WINDOW + 1)  # when each of the last iterations ended
         self._reset()
         if self.enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -159,6 +175,7 @@ class MetricsWriter:
 
     def step(self, loss: float, step_time_s: float, skipped: bool, aux_loss: float | None = None) -> None:
         """Accumulate one iteration (call on every rank: cheap; only rank 0 keeps the numbers)."""
+        self._stamps.append(time.monotonic())
         self._iters += 1
         self._time_sum += step_time_s
         if math.isnan(loss) or math.isinf(loss):
@@ -202,7 +219,7 @@ class MetricsWriter:
             rec["straggler"], self._straggler_note = self._straggler_note, None
         self._reset()
         if self.enabled:
-            print(format_line(rec, self.job.train.iterations), flush=True)
+            print(format_line(rec, self.job.train.iterations, self.eta(iteration, step_s)), flush=True)
             self._write(rec)
             if self.tb is not None:
                 for key in ("lm_loss", "lr", "grad_norm", "loss_scale", "step_time_ms", "tokens_per_s",
@@ -211,6 +228,13 @@ class MetricsWriter:
                         self.tb.add_scalar(f"train/{key}", rec[key], iteration)
                 self.tb.flush()
         return rec
+
+    def eta(self, iteration: int, step_s: float) -> float:
+        """Seconds left: the remaining iterations at the mean wall time per iteration over the last
+        ``PACE_WINDOW`` (evals and saves included, as they will recur); the step time until two have ended."""
+        stamps = self._stamps
+        pace = (stamps[-1] - stamps[0]) / (len(stamps) - 1) if len(stamps) > 1 else step_s
+        return max(0, self.job.train.iterations - iteration) * pace
 
     def log_eval(self, iteration: int, loss: float) -> dict[str, Any]:
         rec = {"kind": "eval", "iteration": iteration, "lm_loss": loss,
