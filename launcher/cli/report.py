@@ -30,8 +30,9 @@ def _resolve(run_ref: str | None, runs_dir: str) -> Path:
 
 
 def _readable_dir(run: Run) -> Path:
-    local = Path(run.run_dir)
-    return local if local.is_dir() or not run.record_dir else Path(run.record_dir)
+    from ..report.history import readable_dir
+
+    return readable_dir(run)
 
 
 def _newest_with_figures(runs_dir: str) -> Path:
@@ -73,14 +74,24 @@ def _newest_with_figures(runs_dir: str) -> Path:
 @click.option("--no-plots", is_flag=True, help="Only the summary (no matplotlib needed).")
 @click.option("--no-wandb", is_flag=True, help="Do not log to W&B even when WANDB_API_KEY/WANDB_MODE is set.")
 @click.option("--json", "as_json", is_flag=True, help="Print summary.json instead of the table.")
-def command(run_refs, runs_dir, out, gpu, peak_tflops, x_axis, no_plots, no_wandb, as_json):
+@click.option("--history", is_flag=True,
+              help="Every launch of RUN's job (the runs sharing its checkpoint dir, up to RUN) as one timeline, "
+                   "relaunches marked; written to RUN_DIR/report-history.")
+def command(run_refs, runs_dir, out, gpu, peak_tflops, x_axis, no_plots, no_wandb, as_json, history):
     """Plot RUN's metrics (loss, LR, grad norm, throughput, step time) and summarize it; with several RUNs,
-    overlay their loss, validation loss, throughput and MFU on shared axes and tabulate them side by side."""
+    overlay their loss, validation loss, throughput and MFU on shared axes and tabulate them side by side.
+    With --history, RUN's job over all its launches (a job resumed three times: one report of iterations 1..N)."""
     import json
     from pathlib import Path
 
     from ..report import REPORT_DIR, build_report, to_text
 
+    if history:
+        if len(run_refs) > 1:
+            fail(f"--history reports one job; {len(run_refs)} RUNs were given ({', '.join(run_refs)}): pass one, or "
+                 "drop --history to compare runs", 2)
+        _history(run_refs[0] if run_refs else None, runs_dir, out, gpu, peak_tflops, no_plots, no_wandb, as_json)
+        return
     if len(run_refs) > 1:
         _compare(run_refs, runs_dir, out, gpu, peak_tflops, x_axis, no_plots, as_json)
         return
@@ -94,7 +105,46 @@ def command(run_refs, runs_dir, out, gpu, peak_tflops, x_axis, no_plots, no_wand
         click.echo(json.dumps(summary.to_dict(), indent=2, sort_keys=True))
         return
     dest = Path(out) if out else run_dir / REPORT_DIR
+    _hint_history(run_refs, runs_dir)
     click.echo(f"report for {run_dir}")
+    click.echo(to_text(summary))
+    click.echo(f"wrote {dest}/summary.md, summary.json" + "".join(f", {p}" for p in summary.plots))
+
+
+def _hint_history(run_refs, runs_dir) -> None:
+    """RUN that is a job name with several launches reports the newest only; say how to see them all."""
+    from mtk.runs import RunNotFound, run_records
+
+    if len(run_refs) != 1:
+        return
+    try:
+        launches = [r for r in run_records(runs_dir) if r.name == run_refs[0] and not r.launch_error]
+    except (RunNotFound, OSError):
+        return
+    if len(launches) > 1:
+        click.echo(f"note: job {run_refs[0]} has {len(launches)} launches; `mtk report --history {run_refs[0]}` "
+                   "reports them as one timeline", err=True)
+
+
+def _history(run_ref, runs_dir, out, gpu, peak_tflops, no_plots, no_wandb, as_json):
+    import json
+
+    from ..report import to_text
+    from ..report.history import build_history
+
+    try:
+        run = pick_run(run_ref, runs_dir)
+    except FileNotFoundError as exc:
+        fail(str(exc), 2)
+    try:
+        summary, runs, dest = build_history(run, out, gpu=gpu, peak_tflops=peak_tflops, plots=not no_plots,
+                                            wandb=not no_wandb)
+    except FileNotFoundError as exc:
+        fail(str(exc))
+    if as_json:
+        click.echo(json.dumps(summary.to_dict(), indent=2, sort_keys=True))
+        return
+    click.echo(f"history of job {run.name}: {len(runs)} launch(es), oldest first")
     click.echo(to_text(summary))
     click.echo(f"wrote {dest}/summary.md, summary.json" + "".join(f", {p}" for p in summary.plots))
 

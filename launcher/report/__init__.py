@@ -41,13 +41,28 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *, gpu:
         raise FileNotFoundError(f"{path} does not exist: the training step has not logged an iteration yet "
                                 "(see `mtk status` / `mtk logs`)")
     job = _job_dict(run_dir)
+    metrics = read_metrics(path, log_interval(job))
+    name = (job or {}).get("name") or run_dir.name
+    out = Path(out_dir) if out_dir is not None else run_dir / REPORT_DIR
+    return write_report(metrics, run_dir, job, out, f"Run report: {name} ({run_dir.name})", run_dir.name,
+                        gpu=gpu, peak_tflops=peak_tflops, plots=plots, wandb=wandb)
+
+
+def log_interval(job: dict | None) -> int | None:
+    """The spec's ``train.log_interval`` when it is a usable one (else the reader infers it from the records)."""
     interval = ((job or {}).get("train") or {}).get("log_interval")
-    metrics = read_metrics(path, interval if isinstance(interval, int) and interval > 0 else None)
+    return interval if isinstance(interval, int) and interval > 0 else None
+
+
+def write_report(metrics: Metrics, run_dir: Path, job: dict | None, out: Path, title: str, wandb_name: str, *,
+                 gpu: str | None = None, peak_tflops: float | None = None, plots: bool = True,
+                 wandb: bool = True) -> Summary:
+    """Summarize ``metrics`` (GPU and ending read from ``run_dir``, the newest run they cover) and write the
+    plots, summary.json and summary.md into ``out``."""
     if not metrics.train:
         metrics.notes.append("no train records: nothing to plot")
     summary = summarize(metrics, detect_gpu(run_dir, job, gpu, peak_tflops))
     summary.ended = ended(run_dir)
-    out = Path(out_dir) if out_dir is not None else run_dir / REPORT_DIR
     out.mkdir(parents=True, exist_ok=True)
     if plots and metrics.train:
         try:
@@ -55,15 +70,14 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *, gpu:
             summary.plots, summary.notes = written, summary.notes + notes
         except ImportError:
             summary.notes.append("plots skipped: matplotlib is not installed (pip install 'mtk[report]')")
-    name = (job or {}).get("name") or run_dir.name
     if wandb:
         from .wandb_log import log_to_wandb
 
-        note = log_to_wandb(metrics, run_dir.name, summary.to_dict())
+        note = log_to_wandb(metrics, wandb_name, summary.to_dict())
         if note:
             summary.notes.append(note)
     atomic_write(out / "summary.json", json.dumps(summary.to_dict(), indent=2, sort_keys=True) + "\n")
-    atomic_write(out / "summary.md", to_markdown(summary, f"Run report: {name} ({run_dir.name})"))
+    atomic_write(out / "summary.md", to_markdown(summary, title))
     return summary
 
 

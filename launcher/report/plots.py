@@ -1,7 +1,8 @@
 """PNG plots of a run (matplotlib, Agg backend, imported only here so the CLI stays light).
 
 Every plot uses the final lineage of the run (what a resumed run kept) as a line, draws iterations that a
-restart threw away as faint grey points, and marks each resume point with a dashed vertical line.
+restart threw away as faint grey points, and marks each resume point with a dashed vertical line (in a job's
+history, each relaunch with a dotted one).
 A plot whose data is missing from every record is skipped with a note instead of drawn empty.
 """
 
@@ -53,8 +54,12 @@ def _line_plot(metrics: Metrics, key: str, title: str, ylabel: str, path: Path, 
         gx, gy = _series(metrics, key, superseded)
         if gx:
             ax.scatter(gx, gy, s=10, color="0.65", zorder=1, label="redone after restart")
-        for i, r in enumerate(metrics.restarts):
-            ax.axvline(r.resume_iteration, ls="--", lw=0.9, color="tab:red", label="resume point" if i == 0 else None)
+        labelled = set()
+        for r in metrics.restarts:  # a relaunch (a job's history: a new run dir) apart from a resume within a run
+            label = "relaunch (new run dir)" if r.run else "resume point"
+            ax.axvline(r.resume_iteration, ls=":" if r.run else "--", lw=0.9, color="tab:purple" if r.run else
+                       "tab:red", label=None if label in labelled else label)
+            labelled.add(label)
         if extra is not None:
             extra(ax)
         if log_y and min(ys + gy) > 0 and max(ys + gy) / min(ys + gy) > 20:  # log only when spikes dwarf the rest

@@ -29,6 +29,7 @@ class Restart:
     previous_iteration: int
     resume_iteration: int
     first_iteration: int
+    run: str = ""  # in a job's history: the run dir whose launch this resume began ("" within one run dir)
 
     @property
     def lost(self) -> int:
@@ -45,6 +46,7 @@ class Metrics:
     stragglers: list[Record] = field(default_factory=list)
     log_interval: int = 1
     notes: list[str] = field(default_factory=list)
+    runs: list[dict] = field(default_factory=list)  # a job's history: each run dir's part, oldest first
 
     @property
     def iterations_lost(self) -> int:
@@ -134,7 +136,11 @@ def read_metrics(path: str | Path, log_interval: int | None = None) -> Metrics:
     path = Path(path)
     notes: list[str] = []
     text = path.read_text(errors="replace")
-    records = _parse(text.splitlines(keepends=True), notes)
+    return _split(_parse(text.splitlines(keepends=True), notes), log_interval, notes)
+
+
+def _split(records: list[Record], log_interval: int | None, notes: list[str]) -> Metrics:
+    """Records by kind, with the restarts found among the train records."""
     train = [r for r in records if r.get("kind", "train") == "train"]
     evals = [r for r in records if r.get("kind") == "eval"]
     stragglers = [r for r in records if r.get("kind") == "stragglers"]
@@ -144,3 +150,45 @@ def read_metrics(path: str | Path, log_interval: int | None = None) -> Metrics:
     interval = log_interval or _infer_log_interval(train)
     return Metrics(train=train, eval=evals, restarts=_find_restarts(train, interval), stragglers=stragglers,
                    log_interval=interval, notes=notes)
+
+
+def read_history(paths: list[tuple[str, Path]], log_interval: int | None = None) -> Metrics:
+    """The ``metrics.jsonl`` of each run dir of one job (``(run name, path)``, oldest launch first) as one file
+    would read: lines numbered on across files, so a resume within a run and a relaunch both become restarts.
+    A relaunch that went on where the last run stopped (iteration 31 after 30) is a restart too, losing nothing:
+    every run boundary is marked."""
+    notes: list[str] = []
+    records: list[Record] = []
+    starts: dict[int, str] = {}  # line of a run's first train record -> its run name
+    runs: list[dict] = []
+    offset = 0
+    for name, path in paths:
+        own: list[str] = []
+        lines = Path(path).read_text(errors="replace").splitlines(keepends=True)
+        parsed = _parse(lines, own)
+        notes += [f"{name}: {n}" for n in own]
+        for rec in parsed:
+            rec["_line"] += offset
+            rec["_run"] = name
+        offset += len(lines)
+        train = [r for r in parsed if r.get("kind", "train") == "train"]
+        if train:
+            starts[train[0]["_line"]] = name
+        runs.append({"run": name, "train_records": len(train),
+                     "first_iteration": train[0]["iteration"] if train else None,
+                     "last_iteration": train[-1]["iteration"] if train else None})
+        records += parsed
+    metrics = _split(records, log_interval, notes)
+    found = {r.line: r for r in metrics.restarts}
+    by_line = {r["_line"]: (i, r) for i, r in enumerate(metrics.train)}
+    for line, name in starts.items():
+        i, rec = by_line[line]
+        if i == 0:
+            continue
+        restart = found.get(line) or Restart(line, metrics.train[i - 1]["iteration"],
+                                             max(0, rec["iteration"] - metrics.log_interval), rec["iteration"])
+        restart.run = name
+        found[line] = restart
+    metrics.restarts = sorted(found.values(), key=lambda r: r.line)
+    metrics.runs = runs
+    return metrics

@@ -46,6 +46,7 @@ class Summary:
     plots: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     ended: str = ""  # how training ended (the engine's state/last_exit.json), set by build_report
+    runs: list[dict] = field(default_factory=list)  # a job's history: the run dirs read, oldest first
 
     def to_dict(self) -> dict:
         """JSON-safe: NaN/inf become null (strict JSON readers reject NaN)."""
@@ -122,6 +123,7 @@ def summarize(metrics: Metrics, gpu: Gpu) -> Summary:
         nan_iterations=int(sum(r.get("nan") or 0 for r in live if isinstance(r.get("nan"), int))),
         stragglers=straggler_table(metrics.stragglers),
         notes=notes,
+        runs=list(metrics.runs),
     )
 
 
@@ -154,7 +156,9 @@ def rows(s: Summary) -> list[tuple[str, str]]:
     else:
         peak = "peak unknown" if s.peak_tflops is None else f"peak {s.peak_tflops:g} TFLOP/s bf16"
         gpu = f"{s.gpu} ({peak}; from {s.gpu_source})"
+    runs = [("runs", f"{len(s.runs)}: " + "; ".join(_run_span(r) for r in s.runs))] if s.runs else []
     return [
+        *runs,
         ("ended", s.ended or "unknown"),
         ("final iteration", "unknown" if s.final_iteration is None else str(s.final_iteration)),
         ("final loss", _fmt(s.final_loss, ".4f")),
@@ -170,6 +174,13 @@ def rows(s: Summary) -> list[tuple[str, str]]:
         ("stragglers", "; ".join(f"rank {r['rank']} ({r['host']}) in {r['named']}/{r['gathers']} gathers, up to "
                                  f"{r['worst_ratio']:.2f}x median forward" for r in s.stragglers) or "none"),
     ]
+
+
+def _run_span(r: dict) -> str:
+    """``tiny-20261128-090000 (iterations 11-20)``: one run dir's part of a job's history."""
+    if r.get("first_iteration") is None:
+        return f"{r['run']} (no train records: {r.get('why') or 'none logged'})"
+    return f"{r['run']} (iterations {r['first_iteration']}-{r['last_iteration']})"
 
 
 def to_text(s: Summary) -> str:
