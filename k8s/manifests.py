@@ -1,8 +1,9 @@
 """The Kubernetes objects of one run, built as plain dicts (serialised by a YAML library, never pasted).
 
 Order matters and is the order of :func:`build`: the job spec ConfigMap, the etcd Service + Deployment the
-workers rendezvous through, the data Jobs (getdata, preprocess) and the ``kubeflow.org/v1`` PyTorchJob.
-Every function is pure: same job and run dir, same dicts.
+workers rendezvous through (``cluster.eks.rendezvous: etcd``), the data Jobs (getdata, preprocess), then the
+c10d rendezvous Service (``rendezvous: c10d``: worker 0's agent hosts the store) and the ``kubeflow.org/v1``
+PyTorchJob. Every function is pure: same job and run dir, same dicts.
 """
 
 from __future__ import annotations
@@ -30,6 +31,16 @@ WORKER_RESTART_POLICY = "OnFailure"
 # After SIGTERM (eviction, spot reclaim, `mtk cancel`) the train step forwards it to the workers, which finish
 # the iteration and save a checkpoint; the kubelet waits this long before SIGKILL (its default is 30 s).
 TERMINATION_GRACE_SECONDS = 300
+# c10d: torch's own rendezvous port (torch.distributed.elastic's default) for training, the next one for the
+# preflight's meeting in the init containers (a different process, before training's store exists).
+C10D_PORT = 29400
+PREFLIGHT_C10D_PORT = 29401
+# preprocess's CPU request without data.corpus.workers (the Slurm backend's data step default too).
+DATA_CPUS = 8
+# The labels the training operator puts on every pod it creates (pkg/apis/kubeflow.org/v1, v1.9.0).
+OPERATOR_JOB_LABEL = "training.kubeflow.org/job-name"
+OPERATOR_TYPE_LABEL = "training.kubeflow.org/replica-type"
+OPERATOR_INDEX_LABEL = "training.kubeflow.org/replica-index"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 WAIT_SECONDS = 10
 
@@ -208,6 +219,50 @@ def etcd_network_policy(job: Job, run: str) -> dict:
                                   "ports": [{"protocol": "TCP", "port": names.ETCD_PORT}]}]}}
 
 
+def rdzv_service_name(run: str) -> str:
+    """The c10d rendezvous host every worker dials: a Service naming worker 0's pod."""
+    return f"{run}-rdzv"
+
+
+def rdzv_service(job: Job, run: str) -> dict:
+    """c10d: worker 0's torchrun agent hosts the TCPStore (torch compares this name's address with its own and
+    serves), every other agent connects. Headless, and published before the pod is ready: the preflight init
+    containers meet here while no container of the pod is ready, when the operator's own per-replica Service
+    (``<job>-worker-0``) does not resolve yet."""
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": _meta(job, run, rdzv_service_name(run), Step.TRAIN),
+            "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                     "selector": {names.LABEL_RUN: run, OPERATOR_JOB_LABEL: names.pytorchjob(run),
+                                  OPERATOR_TYPE_LABEL: "worker", OPERATOR_INDEX_LABEL: "0"},
+                     "ports": [{"name": "c10d", "port": C10D_PORT, "targetPort": C10D_PORT, "protocol": "TCP"},
+                               {"name": "preflight", "port": PREFLIGHT_C10D_PORT, "targetPort": PREFLIGHT_C10D_PORT,
+                                "protocol": "TCP"}]}}
+
+
+def elastic_policy(job: Job, run: str) -> dict:
+    """Where the operator points every worker's torchrun (PET_RDZV_BACKEND/ENDPOINT/ID, PET_NNODES)."""
+    c, e = job.cluster, job.cluster.eks
+    if e.rendezvous == "c10d":
+        where = {"rdzvBackend": "c10d", "rdzvHost": rdzv_service_name(run), "rdzvPort": C10D_PORT}
+    else:
+        where = {"rdzvBackend": "etcd-v2", "rdzvHost": names.etcd(run), "rdzvPort": names.ETCD_PORT}
+    return {**where, "rdzvId": run, "minReplicas": e.min_nodes or c.nodes, "maxReplicas": c.nodes,
+            "maxRestarts": e.max_restarts}
+
+
+def preflight_rdzv_env(job: Job, run: str) -> list[dict]:
+    """The preflight's meeting across pods (the operator gives init containers no rank): the run's etcd, or
+    worker 0's init container hosting a c10d store behind the rendezvous Service."""
+    if job.cluster.eks.rendezvous == "c10d":
+        endpoint, backend = f"{rdzv_service_name(run)}:{PREFLIGHT_C10D_PORT}", "c10d"
+    else:
+        endpoint, backend = f"{names.etcd(run)}:{names.ETCD_PORT}", "etcd-v2"
+    return [{"name": "MTK_PREFLIGHT_RDZV", "value": endpoint},
+            {"name": "MTK_PREFLIGHT_RDZV_BACKEND", "value": backend},
+            {"name": "MTK_PREFLIGHT_RDZV_ID", "value": f"{run}-preflight"},
+            {"name": "MTK_PREFLIGHT_NODES", "value": str(job.cluster.nodes)}]
+
+
 def data_job(job: Job, run: str, run_dir: str, step: Step) -> dict:
     """A ``batch/v1`` Job for getdata/preprocess: FSx mounted, no automatic pod restarts, bounded retries."""
     volumes, mounts = _volumes(job, run, shm=False)
@@ -217,9 +272,10 @@ def data_job(job: Job, run: str, run_dir: str, step: Step) -> dict:
     if env:
         container["env"] = env
     corpus = job.data.corpus
-    if step == Step.PREPROCESS and corpus is not None and corpus.workers:
-        # the workers' CPUs: a pod given fewer would run its workers on a fraction of a core each
-        container["resources"] = {"requests": {"cpu": str(corpus.workers)}}
+    # CPU only (never a GPU, EFA or huge pages): a data pod must not hold what training needs. Preprocess asks for
+    # its workers' CPUs (fewer would run each worker on a fraction of a core), else DATA_CPUS.
+    cpus = (corpus.workers if corpus is not None and corpus.workers else DATA_CPUS) if step == Step.PREPROCESS else 1
+    container["resources"] = {"requests": {"cpu": str(cpus)}}
     pod = {"restartPolicy": "Never", "containers": [container], "volumes": volumes,
            **_pod_placement(job, with_instance_type=False)}
     if step == Step.PREPROCESS and fetched_files(job):  # applied before getdata completes under --no-wait
@@ -301,7 +357,8 @@ def _worker_resources(job: Job) -> dict:
 
 
 def pytorchjob(job: Job, run: str, run_dir: str) -> dict:
-    """The elastic PyTorchJob: one worker pod per node, rendezvous through the run's etcd Service."""
+    """The elastic PyTorchJob: one worker pod per node, rendezvous through worker 0's c10d store or the run's
+    etcd."""
     c, e = job.cluster, job.cluster.eks
     volumes, mounts = _volumes(job, run, shm=True)
     container: dict = {
@@ -328,10 +385,8 @@ def pytorchjob(job: Job, run: str, run_dir: str) -> dict:
     if job.resilience.preflight.enabled:
         # The health gate (doctor, storage, GPU/EFA counts, nccl-tests, DCGM, one all-reduce across the pods)
         # before the trainer starts.
-        # The all-reduce across pods: ranks come from the run's etcd (the operator gives init containers none).
-        rdzv = [{"name": "MTK_PREFLIGHT_RDZV", "value": f"{names.etcd(run)}:{names.ETCD_PORT}"},
-                {"name": "MTK_PREFLIGHT_RDZV_ID", "value": f"{run}-preflight"},
-                {"name": "MTK_PREFLIGHT_NODES", "value": str(c.nodes)}]
+        # The all-reduce across pods: ranks come from a rendezvous (the operator gives init containers none).
+        rdzv = preflight_rdzv_env(job, run)
         init.append({"name": str(Step.PREFLIGHT), "image": job.image.reference,
                      "command": step_command(Step.PREFLIGHT, run_dir), "env": container["env"] + rdzv,
                      "volumeMounts": mounts, **({"resources": resources} if resources else {})})
@@ -339,15 +394,11 @@ def pytorchjob(job: Job, run: str, run_dir: str) -> dict:
         step.setdefault("securityContext", container["securityContext"])
     if init:
         pod["initContainers"] = init
-    min_nodes = e.min_nodes or c.nodes
     return {
         "apiVersion": KUBEFLOW_API, "kind": "PyTorchJob",
         "metadata": _meta(job, run, names.pytorchjob(run), Step.TRAIN),
         "spec": {
-            "elasticPolicy": {
-                "rdzvBackend": "etcd-v2", "rdzvHost": names.etcd(run), "rdzvPort": names.ETCD_PORT,
-                "rdzvId": run, "minReplicas": min_nodes, "maxReplicas": c.nodes, "maxRestarts": e.max_restarts,
-            },
+            "elasticPolicy": elastic_policy(job, run),
             "nprocPerNode": str(c.procs_per_node),
             # cleanPodPolicy None keeps finished pods so `mtk logs` can still read them; cancel removes all.
             "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": e.max_restarts},
@@ -362,9 +413,13 @@ def pytorchjob(job: Job, run: str, run_dir: str) -> dict:
 def build(job: Job, run_dir: str) -> list[Obj]:
     """Every object of the run, in apply order."""
     run = names.run_id(run_dir)
-    objs = [Obj("spec", spec_configmap(job, run)), Obj("etcd", etcd_network_policy(job, run)),
-            Obj("etcd", etcd_service(job, run)), Obj("etcd", etcd_deployment(job, run))]
+    objs = [Obj("spec", spec_configmap(job, run))]
+    if job.cluster.eks.rendezvous == "etcd":
+        objs += [Obj("etcd", etcd_network_policy(job, run)), Obj("etcd", etcd_service(job, run)),
+                 Obj("etcd", etcd_deployment(job, run))]
     objs += [Obj(step, data_job(job, run, run_dir, step)) for step in job.steps() if step in DATA_STEPS]
+    if job.cluster.eks.rendezvous == "c10d":
+        objs.append(Obj(Step.TRAIN, rdzv_service(job, run)))
     objs.append(Obj(Step.TRAIN, pytorchjob(job, run, run_dir)))
     return objs
 

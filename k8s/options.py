@@ -1,4 +1,4 @@
-"""``cluster.eks``: the EKS backend's own block (namespace, FSx claim, placement, etcd, restarts, ...).
+"""``cluster.eks``: the EKS backend's own block (namespace, FSx claim, placement, rendezvous, restarts, ...).
 
 Registered in ``mtk.backends.OPTIONS`` and validated by the spec as ``cluster.eks``: the neutral core never names
 these fields. A light module (pydantic only): every spec load imports it.
@@ -7,6 +7,7 @@ these fields. A light module (pydantic only): every spec load imports it.
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from pydantic import Field, field_validator
 
@@ -52,11 +53,16 @@ class EksOptions(Section):
     tolerations: list[dict] = Field(default_factory=list)
     service_account: str | None = None
     image_pull_secrets: list[str] = Field(default_factory=list, description="Secret names only; never values.")
+    rendezvous: Literal["c10d", "etcd"] = Field(
+        "c10d", description="How the worker pods meet: c10d (torch's TCPStore, hosted by worker 0's agent behind "
+        "the run's rendezvous Service; no extra server and no etcd v2 API, which etcd 3.6 removed) or etcd (a "
+        "per-run etcd with the v2 API, torchrun's etcd-v2 backend, as AWS's reference manifests do). "
+        "benchmarks/scale_rendezvous.py measures both.")
     # By digest: a tag can be moved under a running fleet. The digest is the one another public deployment pins
     # for this tag (no registry is reachable where mtk is developed to re-check it); override to re-pin.
     etcd_image: str = Field(
         "quay.io/coreos/etcd:v3.5.17@sha256:a055da833a7c013b836ed0822e8ec1f99b059658be255ad8d0fcd31b635ae3d6",
-        description="The rendezvous etcd (v2 API), pinned by digest.")
+        description="rendezvous: etcd: the rendezvous etcd (v2 API), pinned by digest.")
     hugepages: str | None = Field(
         "5120Mi", description="EFA jobs: hugepages-2Mi each worker requests (libfabric's EFA buffers; AWS's "
         "nccl-tests manifest asks 5120Mi); null leaves them out.")

@@ -168,32 +168,51 @@ def group_from_environment(env: dict[str, str]) -> tuple[int, int, str, int] | N
     return None
 
 
-def rendezvous_from_environment(env: dict[str, str]) -> tuple[str, str, int] | None:
-    """(etcd endpoint, rendezvous id, nodes) for pods that learn their rank from the run's etcd (EKS: the
-    preflight init container gets no rank from the operator)."""
+RDZV_BACKENDS = ("etcd-v2", "c10d")
+_RENDEZVOUS: list = []  # the handlers joined: a c10d host's store lives as long as its handler
+
+
+def rendezvous_from_environment(env: dict[str, str]) -> tuple[str, str, int, str] | None:
+    """(endpoint, rendezvous id, nodes, torch rendezvous backend) for pods that learn their rank from a rendezvous
+    (EKS: the preflight init container gets no rank from the operator): the run's etcd (``etcd-v2``, the default
+    when MTK_PREFLIGHT_RDZV_BACKEND is unset) or a c10d store that worker 0's init container hosts."""
     if "MTK_PREFLIGHT_RDZV" in env and "MTK_PREFLIGHT_RDZV_ID" in env and "MTK_PREFLIGHT_NODES" in env:
-        return env["MTK_PREFLIGHT_RDZV"], env["MTK_PREFLIGHT_RDZV_ID"], int(env["MTK_PREFLIGHT_NODES"])
+        backend = env.get("MTK_PREFLIGHT_RDZV_BACKEND") or "etcd-v2"
+        if backend not in RDZV_BACKENDS:
+            raise ValueError(f"MTK_PREFLIGHT_RDZV_BACKEND={backend!r}: use one of {', '.join(RDZV_BACKENDS)}")
+        return env["MTK_PREFLIGHT_RDZV"], env["MTK_PREFLIGHT_RDZV_ID"], int(env["MTK_PREFLIGHT_NODES"]), backend
     return None
 
 
-def join_by_rendezvous(endpoint: str, run_id: str, nodes: int):
-    """(rank, world, master host, port) from torch's etcd-v2 rendezvous, or None when the others never come (a pod
-    restarted alone while its peers train): the node's own checks still decide then."""
-    from torch.distributed.elastic.rendezvous import RendezvousParameters, RendezvousTimeoutError
+def join_by_rendezvous(endpoint: str, run_id: str, nodes: int, backend: str = "etcd-v2"):
+    """(rank, world, master host, port) from torch's rendezvous (etcd-v2 or c10d), or None when the others never
+    come (a pod restarted alone while its peers train, or a c10d host that is not there): the node's own checks
+    still decide then."""
+    from torch.distributed.elastic.rendezvous import (
+        RendezvousConnectionError,
+        RendezvousParameters,
+        RendezvousTimeoutError,
+    )
     from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 
-    params = RendezvousParameters(backend="etcd-v2", endpoint=endpoint, run_id=run_id, min_nodes=nodes,
-                                  max_nodes=nodes, join_timeout=str(INIT_TIMEOUT_S))
-    handler = get_rendezvous_handler(params)
+    # c10d: no store to reach means worker 0's init container is not meeting (it already trains).
+    gave_up = (RendezvousTimeoutError, RendezvousConnectionError) if backend == "c10d" else RendezvousTimeoutError
+
+    params = RendezvousParameters(backend=backend, endpoint=endpoint, run_id=run_id, min_nodes=nodes,
+                                  max_nodes=nodes, join_timeout=str(INIT_TIMEOUT_S),
+                                  **({"read_timeout": str(INIT_TIMEOUT_S)} if backend == "c10d" else {}))
     try:
+        handler = get_rendezvous_handler(params)  # c10d: connects to (or hosts) the store here
         info = handler.next_rendezvous()
-    except RendezvousTimeoutError:
+    except gave_up:
         return None
+    _RENDEZVOUS.append(handler)  # c10d: worker 0's store serves the others until this process ends
     if isinstance(info, tuple):  # torch < 2.4
         store, rank, world = info
     else:
         store, rank, world = info.store, info.rank, info.world_size
-    # The rendezvous' etcd store cannot back a gloo/NCCL group itself: rank 0 publishes a TCP address through it.
+    # etcd's store cannot back a gloo/NCCL group itself (and c10d's lives in worker 0's init container): rank 0
+    # publishes a TCP address of its own through it.
     if rank == 0:
         host = socket.gethostbyname(socket.gethostname())
         with socket.socket() as probe:

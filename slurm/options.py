@@ -13,7 +13,36 @@ from pydantic import Field, field_validator
 
 from mtk.spec.base import Section
 
+# preprocess's CPUs when data.corpus.workers is not set: a share of a node a GPU or CPU node can give, enough
+# workers to keep tokenizing ahead of a download; raise it (or set the workers) for large corpora.
+DATA_CPUS = 8
 _SLURM_TIME = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$|^\d+$")
+
+
+class SlurmDataOptions(Section):
+    """The data steps (getdata, preprocess): CPU work that must not hold a GPU node, nor the train step's wall time.
+
+    Defaults share a node (no --exclusive, a few CPUs, the partition's default memory per CPU): on a GPU partition
+    a data step takes a slice of one node for as long as it runs, never the node."""
+
+    partition: str | None = Field(
+        None, description="Partition of the data steps, e.g. a CPU queue (default: cluster.slurm.partition).")
+    time: str | None = Field(None, description="Their wall-clock limit (default: cluster.slurm.time).")
+    cpus_per_task: int | None = Field(
+        None, ge=1, description="CPUs of the one data task. Default: preprocess asks for data.corpus.workers, else "
+        f"{DATA_CPUS}; getdata (downloads wait on the network) for 1.")
+    mem: str | None = Field(None, description="Memory of the data task's node share, e.g. '32G' (default: the "
+                                              "partition's memory per CPU; never cluster.slurm.mem, which is often "
+                                              "'0': the whole node).")
+    exclusive: bool = Field(False, description="Whole nodes for the data steps (then preprocess without "
+                                               "data.corpus.workers runs one worker per CPU of the node).")
+
+    @field_validator("time")
+    @classmethod
+    def _slurm_time(cls, v: str | None) -> str | None:
+        if v is not None and not _SLURM_TIME.match(v):
+            raise ValueError("time must look like '90', '01:30:00' or '1-00:00:00'")
+        return v
 
 
 class SlurmOptions(Section):
@@ -23,9 +52,13 @@ class SlurmOptions(Section):
     account: str | None = None
     qos: str | None = None
     time: str = Field("01:00:00", description="Wall-clock limit: MM, HH:MM:SS or D-HH:MM:SS.")
-    exclusive: bool = Field(True, description="Whole nodes (GPU jobs); set false to share CPU nodes.")
-    cpus_per_task: int | None = Field(None, ge=1, description="CPUs for the one task per node.")
-    mem: str | None = Field(None, description="Memory per node, e.g. '0' (all) or '200G'.")
+    exclusive: bool = Field(True, description="Whole nodes for training (GPU jobs); set false to share CPU nodes. "
+                                              "The data steps have their own: data.exclusive.")
+    cpus_per_task: int | None = Field(None, ge=1, description="CPUs for the one training task per node.")
+    mem: str | None = Field(None, description="Memory per training node, e.g. '0' (all) or '200G'.")
+    data: SlurmDataOptions = Field(default_factory=SlurmDataOptions,
+                                   description="Partition, time, CPUs, memory and exclusivity of getdata and "
+                                               "preprocess.")
     runtime: Literal["bare", "pyxis"] = Field(
         "pyxis", description="bare: activate venv/conda per node; pyxis: container."
     )

@@ -23,6 +23,7 @@ from mtk.spec.errors import Problem, SpecError
 from mtk.steps import PIPELINE, Step
 
 from .directives import check_extra, directive
+from .options import DATA_CPUS
 from .quoting import QuotingError, sh
 
 if TYPE_CHECKING:
@@ -134,14 +135,33 @@ def preprocess_array(job: Job) -> str | None:
 
 
 def step_cpus(job: Job, step: str) -> tuple[str | None, str]:
-    """CPUs each task asks for, and the field that decided it. Preprocess asks for what its workers use: the
-    spec's workers, else cluster.slurm.cpus_per_task, else None (then the whole node: --exclusive)."""
-    s, corpus = job.cluster.slurm, job.data.corpus
+    """CPUs each task asks for, and the field that decided it; None: the whole node (--exclusive). Training:
+    cluster.slurm.cpus_per_task. A data step shares a node unless cluster.slurm.data.exclusive: preprocess asks
+    for what its workers use (data.corpus.workers), else cluster.slurm.data.cpus_per_task, else DATA_CPUS
+    (getdata and any other data step: 1)."""
+    s, d, corpus = job.cluster.slurm, job.cluster.slurm.data, job.data.corpus
+    if step == Step.TRAIN:
+        return (str(s.cpus_per_task), "cluster.slurm.cpus_per_task") if s.cpus_per_task else (None, "")
     if step == Step.PREPROCESS and corpus is not None and corpus.workers:
         return str(corpus.workers), "data.corpus.workers"
-    if s.cpus_per_task:
-        return str(s.cpus_per_task), "cluster.slurm.cpus_per_task"
-    return None, ""
+    if d.cpus_per_task:
+        return str(d.cpus_per_task), "cluster.slurm.data.cpus_per_task"
+    if d.exclusive:
+        return None, ""
+    return str(DATA_CPUS if step == Step.PREPROCESS else 1), "cluster.slurm.data.cpus_per_task"
+
+
+def step_resources(job: Job, step: str) -> dict[str, tuple[str | None, str]]:
+    """partition, time and mem of a step with the field each comes from: training's are cluster.slurm's, a data
+    step's are cluster.slurm.data's (partition and time fall back to training's; mem never does)."""
+    s, d = job.cluster.slurm, job.cluster.slurm.data
+    if step == Step.TRAIN:
+        return {"partition": (s.partition, "cluster.slurm.partition"), "time": (s.time, "cluster.slurm.time"),
+                "mem": (s.mem, "cluster.slurm.mem")}
+    return {"partition": (d.partition, "cluster.slurm.data.partition") if d.partition
+            else (s.partition, "cluster.slurm.partition"),
+            "time": (d.time, "cluster.slurm.data.time") if d.time else (s.time, "cluster.slurm.time"),
+            "mem": (d.mem, "cluster.slurm.data.mem")}
 
 
 def _header(job: Job, run_dir: str, sub: Submission, problems: list[Problem]) -> list[str]:
@@ -164,16 +184,20 @@ def _header(job: Job, run_dir: str, sub: Submission, problems: list[Problem]) ->
     cpus, cpus_field = step_cpus(job, sub.step)
     if cpus:
         wanted.append(("cpus-per-task", cpus, cpus_field))
-    if s.mem is not None:
-        wanted.append(("mem", s.mem, "cluster.slurm.mem"))
-    wanted.append(("time", s.time, "cluster.slurm.time"))
-    for key in ("partition", "account", "qos"):
+    res = step_resources(job, sub.step)
+    if res["mem"][0] is not None:
+        wanted.append(("mem", *res["mem"]))
+    wanted.append(("time", *res["time"]))
+    if res["partition"][0] is not None:
+        wanted.append(("partition", *res["partition"]))
+    for key in ("account", "qos"):
         value = getattr(s, key)
         if value is not None:
             wanted.append((key, value, f"cluster.slurm.{key}"))
-    if s.exclusive or (sub.step == Step.PREPROCESS and not cpus):
-        # preprocess without a worker count runs one worker per CPU of the node: it must be given them all
-        wanted.append(("exclusive", None, "cluster.slurm.exclusive" if s.exclusive else "data.corpus.workers"))
+    exclusive, exclusive_field = ((s.exclusive, "cluster.slurm.exclusive") if train
+                                  else (s.data.exclusive, "cluster.slurm.data.exclusive"))
+    if exclusive:  # a data step asks for no CPU count only then (preprocess: one worker per CPU of the node)
+        wanted.append(("exclusive", None, exclusive_field))
     if c.exclude_nodes:
         wanted.append(("exclude", ",".join(c.exclude_nodes), "cluster.exclude_nodes"))
     wanted += [("output", log, "run dir"), ("error", log, "run dir"), ("open-mode", "append", "run dir")]

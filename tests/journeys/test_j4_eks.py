@@ -130,9 +130,13 @@ def test_j4_getdata_with_secret_indexed_preprocess_two_pods_kill_one_resumes(pod
         objs, ref_objs = _render(_job(fsx, "j4"), run_dir), _render(_job(fsx, "j4ref"), ref_dir)
         ptj, ref_ptj = (next(o for k, o in d.items() if k.startswith("PyTorchJob:")) for d in (objs, ref_objs))
         hosts = {SERVER: "127.0.0.1"}
-        for p in (ptj, ref_ptj):
-            hosts[p["spec"]["elasticPolicy"]["rdzvHost"]] = "127.0.0.1"
-            hosts.update({operator_env.worker_pod(p["metadata"]["name"], i): f"127.0.1.{i + 1}" for i in (0, 1)})
+        for i, p in enumerate((ptj, ref_ptj)):  # each job's pods get their own addresses
+            pods = {operator_env.worker_pod(p["metadata"]["name"], w): f"127.0.{i + 1}.{w + 1}" for w in (0, 1)}
+            hosts.update(pods)
+            # c10d (the default): the rendezvous Service names worker 0's pod; etcd: the etcd Service (loopback)
+            policy = p["spec"]["elasticPolicy"]
+            first = operator_env.worker_pod(p["metadata"]["name"], 0)
+            hosts[policy["rdzvHost"]] = pods[first] if policy["rdzvBackend"] == "c10d" else "127.0.0.1"
         net = pod_net_factory(hosts)
         net.put_spec(next(o for k, o in objs.items() if k.startswith("ConfigMap:"))["data"][names.SPEC_KEY])
         seen = tmp_path / "seen.txt"

@@ -72,3 +72,22 @@ def test_pods_find_their_ranks_in_etcd_and_check_an_allreduce_across_them(tmp_pa
 def test_a_pod_alone_gives_up_waiting_and_its_own_checks_decide(tmp_path, etcd, monkeypatch):
     monkeypatch.setattr(preflight, "INIT_TIMEOUT_S", 3)
     assert preflight.join_by_rendezvous(etcd, "alone-preflight", 2) is None
+
+
+def test_c10d_pods_find_their_ranks_at_worker_0s_store_and_a_pod_alone_gives_up(tmp_path, monkeypatch):
+    """cluster.eks.rendezvous: c10d — no etcd: the pod whose address the endpoint names hosts the store (here
+    loopback, so the first to bind hosts it and the other connects, torch's own fallback), both join one gloo
+    group; a pod alone gives up after the timeout."""
+    job = write_job(tmp_path)
+    endpoint = f"127.0.0.1:{free_port()}"
+    env = {**pod_env(endpoint, 2), "MTK_PREFLIGHT_RDZV_BACKEND": "c10d"}
+    procs = [subprocess.Popen([sys.executable, "-m", "mtk.launcher.entrypoint", "preflight", "--job", str(job)],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    result = json.loads((job.parent / "state" / "preflight.json").read_text())
+    assert result["ok"] and sorted(n["node_rank"] for n in result["nodes"]) == [0, 1]
+    assert all(n["allreduce_ok"] for n in result["nodes"])
+    monkeypatch.setattr(preflight, "INIT_TIMEOUT_S", 3)
+    assert preflight.join_by_rendezvous(f"127.0.0.1:{free_port()}", "alone-preflight", 2, "c10d") is None

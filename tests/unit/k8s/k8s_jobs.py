@@ -15,7 +15,9 @@ TINY_EKS = {
     "name": "tiny-eks",
     "image": {"registry": "123456789012.dkr.ecr.us-west-2.amazonaws.com", "name": "mtk", "tag": "t1"},
     "cluster": {"nodes": 2, "procs_per_node": 1, "device": "cpu", "runs_dir": "/fsx/runs",
-                "eks": {"fsx_mount": "/fsx", "shm_size": "1Gi"}},
+                # etcd, AWS's reference rendezvous: these tests follow the etcd Deployment through apply, wait,
+                # status and cancel; c10d (the default) has its own cases (rendezvous: c10d).
+                "eks": {"fsx_mount": "/fsx", "shm_size": "1Gi", "rendezvous": "etcd"}},
     "data": {"dir": "/fsx/data"},
     "model": {"preset": "tiny"},
     "parallel": {"tp": 2},

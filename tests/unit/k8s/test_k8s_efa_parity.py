@@ -1,5 +1,6 @@
 """Issue #26 on EKS: huge pages and memory beside EFA, FI_EFA_USE_HUGE_PAGE=0 when DataLoader workers fork, no
-API token in any pod, a NetworkPolicy that admits only the run's pods to its etcd, etcd pinned by digest."""
+API token in any pod, a NetworkPolicy that admits only the run's pods to its etcd, etcd pinned by digest (with
+``cluster.eks.rendezvous: etcd``; c10d needs no etcd)."""
 
 from __future__ import annotations
 
@@ -38,8 +39,11 @@ def worker(bodies: list[dict]) -> dict:
 
 
 def test_every_pod_runs_without_an_api_token():
-    specs = pod_specs(objs())
+    specs = pod_specs(objs("cluster.eks.rendezvous=etcd"))
     assert len(specs) == 4  # etcd, getdata, preprocess, workers
+    assert all(s["automountServiceAccountToken"] is False for s in specs)
+    specs = pod_specs(objs("cluster.eks.rendezvous=c10d"))
+    assert len(specs) == 3  # getdata, preprocess, workers (worker 0's agent hosts the store)
     assert all(s["automountServiceAccountToken"] is False for s in specs)
 
 
@@ -69,7 +73,7 @@ def test_huge_page_buffers_off_only_when_dataloader_workers_fork():
 
 
 def test_only_the_runs_pods_reach_its_etcd():
-    bodies = objs()
+    bodies = objs("cluster.eks.rendezvous=etcd")
     run = names.run_id(RUN_DIR)
     policy = next(b for b in bodies if b["kind"] == "NetworkPolicy")
     kubernetes_validate.validate(policy, "1.32", strict=True)
@@ -85,16 +89,54 @@ def test_only_the_runs_pods_reach_its_etcd():
 
 
 def test_etcd_image_is_pinned_by_digest():
-    etcd = next(b for b in objs() if b["kind"] == "Deployment")
+    etcd = next(b for b in objs("cluster.eks.rendezvous=etcd") if b["kind"] == "Deployment")
     image = etcd["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image.startswith("quay.io/coreos/etcd:v3.5.17@sha256:") and len(image.split("@sha256:")[1]) == 64
 
 
 def test_preflight_init_container_finds_its_peers_through_the_runs_etcd():
-    bodies = objs()
+    bodies = objs("cluster.eks.rendezvous=etcd")
     run = names.run_id(RUN_DIR)
     init = {c["name"]: c for c in worker(bodies)["template"]["spec"]["initContainers"]}["preflight"]
     env = {e["name"]: e.get("value") for e in init["env"]}
     assert env["MTK_PREFLIGHT_RDZV"] == f"{names.etcd(run)}:{names.ETCD_PORT}"
+    assert env["MTK_PREFLIGHT_RDZV_BACKEND"] == "etcd-v2"
     assert env["MTK_PREFLIGHT_RDZV_ID"] == f"{run}-preflight" and env["MTK_PREFLIGHT_NODES"] == "2"
     assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+
+
+def test_preflight_init_containers_meet_at_worker_0_through_the_rdzv_service_with_c10d():
+    """c10d: worker 0's init container hosts the preflight's store on its own port, behind the Service that
+    resolves before the pod is ready (init containers run while it is not)."""
+    bodies = objs("cluster.eks.rendezvous=c10d")
+    run = names.run_id(RUN_DIR)
+    init = {c["name"]: c for c in worker(bodies)["template"]["spec"]["initContainers"]}["preflight"]
+    env = {e["name"]: e.get("value") for e in init["env"]}
+    assert env["MTK_PREFLIGHT_RDZV"] == f"{manifests.rdzv_service_name(run)}:{manifests.PREFLIGHT_C10D_PORT}"
+    assert env["MTK_PREFLIGHT_RDZV_BACKEND"] == "c10d" and env["MTK_PREFLIGHT_NODES"] == "2"
+    svc = next(b for b in bodies if b["kind"] == "Service")
+    kubernetes_validate.validate(svc, "1.32", strict=True)
+    assert svc["spec"]["publishNotReadyAddresses"] is True and svc["spec"]["clusterIP"] == "None"
+    assert {p["port"] for p in svc["spec"]["ports"]} == {manifests.C10D_PORT, manifests.PREFLIGHT_C10D_PORT}
+    assert not [b for b in bodies if b["kind"] in ("Deployment", "NetworkPolicy")]
+
+
+def test_data_jobs_request_cpu_only_on_a_gpu_efa_job():
+    """getdata and preprocess pods never ask for a GPU, EFA or huge pages (issue 46 item 3): a CPU request each
+    (preprocess: its workers' CPUs, else manifests.DATA_CPUS; getdata: 1), so they never hold what training
+    needs — while the p5 workers ask for all of it."""
+    bodies = objs()
+    jobs = {b["metadata"]["labels"][names.LABEL_COMPONENT]: b for b in bodies if b["kind"] == "Job"}
+    assert set(jobs) == {"getdata", "preprocess"}
+    workers = p5().data.corpus.workers
+    want = {"getdata": "1", "preprocess": str(workers or manifests.DATA_CPUS)}
+    for step, body in jobs.items():
+        (container,) = body["spec"]["template"]["spec"]["containers"]
+        assert container["resources"] == {"requests": {"cpu": want[step]}}, step
+        kubernetes_validate.validate(body, "1.32", strict=True)
+    no_workers = next(b for b in objs("data.corpus.workers=null") if b["kind"] == "Job"
+                      and b["metadata"]["labels"][names.LABEL_COMPONENT] == "preprocess")
+    assert no_workers["spec"]["template"]["spec"]["containers"][0]["resources"] == {
+        "requests": {"cpu": str(manifests.DATA_CPUS)}}
+    assert {"nvidia.com/gpu", "vpc.amazonaws.com/efa"} <= set(worker(bodies)["template"]["spec"]["containers"][0]
+                                                              ["resources"]["limits"])

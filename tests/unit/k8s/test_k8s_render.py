@@ -48,8 +48,10 @@ def test_render_is_deterministic_and_pure(tiny_eks):
     assert other.files[ALL_FILE] != a.files[ALL_FILE]
 
 
-def test_files_objects_and_order(tiny_eks):
-    job = tiny_eks(data={"fetch": [{"url": "https://example.com/c.jsonl", "path": "c.jsonl"},
+@pytest.mark.parametrize("rendezvous", ["c10d", "etcd"])
+def test_files_objects_and_order(tiny_eks, rendezvous):
+    job = tiny_eks(cluster={"eks": {"rendezvous": rendezvous}},
+                   data={"fetch": [{"url": "https://example.com/c.jsonl", "path": "c.jsonl"},
                                    {"url": "https://example.com/v.json", "path": "v.json"},
                                    {"url": "https://example.com/m.txt", "path": "m.txt"}],
                          "corpus": {"input": "c.jsonl", "output_prefix": "gpt2/c"},
@@ -57,24 +59,26 @@ def test_files_objects_and_order(tiny_eks):
                          "blend": [{"prefix": "gpt2/c_text_document"}]})
     art = _render(job)
     objs = _objs(art)
+    etcd = [("NetworkPolicy", "etcd"), ("Service", "etcd"), ("Deployment", "etcd")] if rendezvous == "etcd" else []
+    rdzv = [("Service", "train")] if rendezvous == "c10d" else []  # worker 0's store, named before it exists
     assert [(o["kind"], o["metadata"]["labels"][names.LABEL_COMPONENT]) for o in objs] == [
-        ("ConfigMap", "spec"), ("NetworkPolicy", "etcd"), ("Service", "etcd"), ("Deployment", "etcd"),
-        ("Job", "getdata"), ("Job", "preprocess"), ("PyTorchJob", "train")]
+        ("ConfigMap", "spec"), *etcd, ("Job", "getdata"), ("Job", "preprocess"), *rdzv, ("PyTorchJob", "train")]
     # The per-step files hold exactly the same objects as all.yaml.
-    per_step = [o for s in ("spec", "etcd", "getdata", "preprocess", "train")
-                for o in yamlio.load_all(art.files[f"manifests/{s}.yaml"])]
+    steps = ("spec", "etcd", "getdata", "preprocess", "train") if etcd else ("spec", "getdata", "preprocess", "train")
+    assert "manifests/etcd.yaml" in art.files if etcd else "manifests/etcd.yaml" not in art.files
+    per_step = [o for s in steps for o in yamlio.load_all(art.files[f"manifests/{s}.yaml"])]
     assert per_step == objs
     assert art.files["job.json"] == job.to_json()
     assert json.loads(objs[0]["data"][names.SPEC_KEY]) == json.loads(job.to_json())
     # The kubectl plan waits where submit waits.
     flat = [" ".join(c) for c in art.commands]
-    assert any("rollout status deployment/" in c for c in flat)
+    assert any("rollout status deployment/" in c for c in flat) == bool(etcd)
     assert sum("wait --for=condition=complete job/" in c for c in flat) == 2
     assert flat[-1].endswith("manifests/train.yaml")
 
 
 def test_every_object_and_pod_carries_the_run_label(tiny_eks):
-    objs = _objs(_render(tiny_eks()))
+    objs = _objs(_render(tiny_eks(cluster={"eks": {"rendezvous": "etcd"}})))
     run = names.run_id(RUN_DIR)
     for o in objs:
         assert o["metadata"]["labels"][names.LABEL_RUN] == run
@@ -87,12 +91,25 @@ def test_every_object_and_pod_carries_the_run_label(tiny_eks):
     svc, dep = _by_kind(objs, "Service")[0], _by_kind(objs, "Deployment")[0]
     assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
     assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    # c10d: the rendezvous Service selects worker 0's pod of this run's PyTorchJob (the operator's labels).
+    objs = _objs(_render(tiny_eks(cluster={"eks": {"rendezvous": "c10d"}})))
+    for o in objs:
+        assert o["metadata"]["labels"][names.LABEL_RUN] == run
+    (svc,) = _by_kind(objs, "Service")
+    ptj = _by_kind(objs, "PyTorchJob")[0]
+    assert svc["spec"]["selector"] == {names.LABEL_RUN: run, "training.kubeflow.org/job-name": ptj["metadata"]["name"],
+                                       "training.kubeflow.org/replica-type": "worker",
+                                       "training.kubeflow.org/replica-index": "0"}
+    pod_labels = ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["labels"]
+    assert pod_labels[names.LABEL_RUN] == run  # the operator adds its own three to every worker pod
 
 
-def test_builtin_kinds_pass_kubernetes_validate_strict(example_7b, tmp_path):
+@pytest.mark.parametrize("rendezvous", ["c10d", "etcd"])
+def test_builtin_kinds_pass_kubernetes_validate_strict(example_7b, tmp_path, rendezvous):
+    example_7b.cluster.eks.rendezvous = rendezvous
     art = _render(example_7b)
     objs = _objs(art)
-    assert {o["kind"] for o in objs} >= BUILTIN
+    assert {o["kind"] for o in objs} >= (BUILTIN if rendezvous == "etcd" else BUILTIN - {"Deployment", "NetworkPolicy"})
     for o in objs:
         if o["kind"] in BUILTIN:
             kubernetes_validate.validate(o, "1.32", strict=True)
@@ -103,13 +120,15 @@ def test_builtin_kinds_pass_kubernetes_validate_strict(example_7b, tmp_path):
                                   "metadata": {"name": "worker"}, "template": template}, "1.32", strict=True)
     # And the CLI the issue names, on the file kubectl takes.
     for step in ("spec", "etcd", "getdata", "preprocess"):
-        (tmp_path / f"{step}.yaml").write_text(art.files[f"manifests/{step}.yaml"])
+        if f"manifests/{step}.yaml" in art.files:
+            (tmp_path / f"{step}.yaml").write_text(art.files[f"manifests/{step}.yaml"])
     out = subprocess.run([os.path.join(os.path.dirname(sys.executable), "kubernetes-validate"), "--strict", "--quiet",
                           *[str(p) for p in sorted(tmp_path.glob("*.yaml"))]], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_validator_is_not_vacuous(example_7b):
+    example_7b.cluster.eks.rendezvous = "etcd"
     objs = _objs(_render(example_7b))
     dep = copy.deepcopy(_by_kind(objs, "Deployment")[0])
     dep["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
@@ -121,9 +140,11 @@ def test_validator_is_not_vacuous(example_7b):
         k8s_schema.pytorchjob_validator().validate(ptj)
 
 
+@pytest.mark.parametrize("rendezvous", ["c10d", "etcd"])
 @pytest.mark.parametrize("which", ["tiny", "7b"])
-def test_pytorchjob_validates_against_operator_crd(which, tiny_eks, example_7b):
+def test_pytorchjob_validates_against_operator_crd(which, rendezvous, tiny_eks, example_7b):
     job = tiny_eks() if which == "tiny" else example_7b
+    job.cluster.eks.rendezvous = rendezvous
     ptj = _by_kind(_objs(_render(job)), "PyTorchJob")[0]
     k8s_schema.pytorchjob_validator().validate(ptj)
     # What the v1.9.0 webhook also checks: DNS-1035 name, a Worker spec, no nProcPerNode clash.
@@ -140,7 +161,7 @@ def test_worker_pod_contract_7b(example_7b):
     spec = ptj["spec"]
     run = names.run_id(run_dir)
     policy = spec["elasticPolicy"]
-    assert policy == {"rdzvBackend": "etcd-v2", "rdzvHost": f"{run}-etcd", "rdzvPort": 2379, "rdzvId": run,
+    assert policy == {"rdzvBackend": "c10d", "rdzvHost": f"{run}-rdzv", "rdzvPort": 29400, "rdzvId": run,
                       "minReplicas": 2, "maxReplicas": 2, "maxRestarts": job.cluster.eks.max_restarts}
     assert policy["rdzvHost"] == _by_kind(objs, "Service")[0]["metadata"]["name"]
     assert _by_kind(objs, "Service")[0]["spec"]["ports"][0]["port"] == policy["rdzvPort"]
@@ -235,25 +256,28 @@ def test_wait_for_data_takes_paths_as_argv_never_as_script(tiny_eks, tmp_path):
     assert not (tmp_path / "PWNED").exists() and not (tmp_path / "PWNED2").exists()
 
 
-def test_operator_env_drives_the_train_step_to_etcd(tiny_eks):
+@pytest.mark.parametrize("rendezvous", ["c10d", "etcd"])
+def test_operator_env_drives_the_train_step_to_its_rendezvous(tiny_eks, rendezvous):
     """The lead's train step, given what operator v1.9.0 injects into a rendered pod, runs torchrun against the
-    run's etcd Service with elastic restarts — the same argv for a replacement pod (resume path)."""
+    run's rendezvous (worker 0's c10d store behind the rdzv Service, or the run's etcd Service) with elastic
+    restarts — the same argv for a replacement pod (resume path)."""
     from mtk.launcher.train_step import torchrun_argv
 
-    job = tiny_eks()
+    job = tiny_eks(cluster={"eks": {"rendezvous": rendezvous}})
     ptj = _by_kind(_objs(_render(job)), "PyTorchJob")[0]
     run = names.run_id(RUN_DIR)
     injected = operator_env.injected_env(ptj)
-    assert injected == {"PYTHONUNBUFFERED": "0", "PET_RDZV_ENDPOINT": f"{run}-etcd:2379",
-                        "PET_RDZV_BACKEND": "etcd-v2", "PET_NNODES": "2:2", "PET_MAX_RESTARTS": "3",
+    endpoint, backend = (f"{run}-etcd:2379", "etcd-v2") if rendezvous == "etcd" else (f"{run}-rdzv:29400", "c10d")
+    assert injected == {"PYTHONUNBUFFERED": "0", "PET_RDZV_ENDPOINT": endpoint,
+                        "PET_RDZV_BACKEND": backend, "PET_NNODES": "2:2", "PET_MAX_RESTARTS": "3",
                         "PET_RDZV_ID": run}
     env0 = operator_env.worker_pod_env(ptj, 0)
     cmd = operator_env.worker_command(ptj)
     assert cmd[:2] == ["mtk-entrypoint", "train"]
     argv, node = torchrun_argv(job, RUN_DIR, names.SPEC_PATH, env=env0, program=["torchrun"])
     joined = " ".join(argv)
-    for part in ("--nnodes 2:2", "--nproc-per-node 1", "--rdzv-backend etcd-v2",
-                 f"--rdzv-endpoint {run}-etcd:2379", f"--rdzv-id {run}", "--max-restarts 3"):
+    for part in ("--nnodes 2:2", "--nproc-per-node 1", f"--rdzv-backend {backend}",
+                 f"--rdzv-endpoint {endpoint}", f"--rdzv-id {run}", "--max-restarts 3"):
         assert part in joined
     assert node == f"{run}-worker-0"
     argv1, _ = torchrun_argv(job, RUN_DIR, names.SPEC_PATH, env=operator_env.worker_pod_env(ptj, 1),
@@ -264,7 +288,7 @@ def test_operator_env_drives_the_train_step_to_etcd(tiny_eks):
 def test_resume_path_is_wired(tiny_eks):
     """Issue 8 item 6 at unit level: a failed worker restarts in place (OnFailure) or is re-created by the
     operator, rejoins the same etcd rendezvous, and finds the checkpoint on shared storage."""
-    job = tiny_eks()
+    job = tiny_eks(cluster={"eks": {"rendezvous": "etcd"}})
     objs = _objs(_render(job))
     ptj = _by_kind(objs, "PyTorchJob")[0]
     worker = ptj["spec"]["pytorchReplicaSpecs"]["Worker"]

@@ -50,14 +50,20 @@ def test_unthrottled_array_and_unsharded_step():
     assert "array" not in directives(_script([]))
 
 
-def test_preprocess_without_a_worker_count_gets_the_whole_node():
-    """Workers default to the CPUs the task may use: without a count it must not be confined to one."""
+def test_preprocess_without_a_worker_count_gets_a_share_or_the_whole_node_if_asked():
+    """Workers default to the CPUs the task may use: without a count the step asks for DATA_CPUS of a shared
+    node (never a whole node by default), or the whole node with cluster.slurm.data.exclusive."""
+    from mtk.slurm.options import DATA_CPUS
+
     d = directives(_script(["data.corpus.workers=null", "cluster.slurm.cpus_per_task=null"]))
+    assert "exclusive" not in d and d["cpus-per-task"] == [str(DATA_CPUS)]
+    d = directives(_script(["data.corpus.workers=null", "cluster.slurm.data.exclusive=true"]))
     assert "exclusive" in d and "cpus-per-task" not in d
 
 
 @pytest.mark.parametrize("sets", [["data.corpus.shards=4", "data.corpus.max_parallel=2"],
-                                  ["data.corpus.workers=null", "cluster.slurm.cpus_per_task=null"]])
+                                  ["data.corpus.workers=null", "cluster.slurm.cpus_per_task=null"],
+                                  ["data.corpus.workers=null", "cluster.slurm.data.exclusive=true"]])
 def test_array_script_passes_shellcheck(tmp_path, sets):
     path = tmp_path / "preprocess.sbatch"
     path.write_text(_script(sets))
