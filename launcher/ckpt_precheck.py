@@ -34,6 +34,10 @@ class CheckpointDamaged(BadInput, ValueError):
     """The checkpoint to resume from cannot be loaded; the message names the file."""
 
 
+class CheckpointUnsafe(CheckpointDamaged):
+    """A pickle in the checkpoint names a global no checkpoint holds (mtk.checkpoint_unpickle); nothing ran."""
+
+
 def reporting_node(env) -> bool:
     """Whether this node names an input error: node 0 of a multi-node job, or any node whose rank is unknown
     before the rendezvous (local; elastic Kubeflow, where each pod has its own log anyway)."""
@@ -124,7 +128,7 @@ def read_metadata(path: Path) -> Any:
         with metadata.open("rb") as fh:
             return checkpoint_unpickle.load_metadata(fh, str(metadata))
     except CheckpointRefused as exc:
-        raise CheckpointDamaged(str(exc)) from None
+        raise CheckpointUnsafe(str(exc)) from None
     except Exception as exc:  # pickle/torch errors on a damaged file: name the file, not the internals
         raise CheckpointDamaged(f"{metadata} cannot be read ({type(exc).__name__}: {exc}); the checkpoint is "
                                 "damaged — point the tracker at another iter_* dir or delete it") from None
@@ -162,7 +166,7 @@ def _check_objects(path: Path, meta: Any) -> None:
             try:
                 checkpoint_unpickle.scan_torch(raw, str(path if key == COMMON_KEY else shard), what)
             except CheckpointRefused as exc:
-                raise CheckpointDamaged(str(exc)) from None
+                raise CheckpointUnsafe(str(exc)) from None
             except Exception:
                 continue  # damaged, not hostile: each rank's load (restricted too) names it
 
@@ -224,7 +228,7 @@ def read_common_state(path: Path) -> dict[str, Any] | None:
     try:
         common = checkpoint_unpickle.load_torch(raw, where, "common state")
     except CheckpointRefused as exc:
-        raise CheckpointDamaged(str(exc)) from None
+        raise CheckpointUnsafe(str(exc)) from None
     except Exception:
         return None
     if isinstance(common, list) and common:  # saved as a one-element list by megatron-core
@@ -257,7 +261,7 @@ def _check_shards(path: Path) -> None:
             with legacy.open("rb") as fh:
                 checkpoint_unpickle.scan_torch(fh, str(legacy), "common state")
         except CheckpointRefused as exc:
-            raise CheckpointDamaged(str(exc)) from None
+            raise CheckpointUnsafe(str(exc)) from None
         except Exception:
             pass  # unreadable: read_common_state returns None and the ranks name it
     _check_objects(path, meta)

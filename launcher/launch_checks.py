@@ -97,11 +97,13 @@ def resume_lr_change(job: Job, run_dir: str) -> list[Problem]:
         return []
     from mtk.training.reshard import ReshardRefused, check_lr_groups
 
-    from .ckpt_precheck import read_common_state
+    from .ckpt_precheck import CheckpointUnsafe, read_common_state
 
     path = Path(root) / f"iter_{int(text):07d}"
     try:
         common = read_common_state(path) if (path / ".metadata").is_file() else None
+    except CheckpointUnsafe as exc:  # a pickle naming os.system (say): refused before anything is submitted
+        return [Problem("train.checkpoint.dir", str(exc))]
     except Exception:  # unreadable here: the node's precheck and every rank check again
         return []
     if common is None:
