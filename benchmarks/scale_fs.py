@@ -50,6 +50,9 @@ ITERATION_S = 1.0  # assumed step time at scale: metrics and the trigger check r
 SAVE_EVERY_MIN = 30.0  # assumed checkpoint period for the publish figure
 TARGET_OPS_S = 2000.0  # issue 45: the whole run at 1,024 nodes
 MARK = ".scale-mark-"
+THREADS_INTERVAL_S = 0.5  # the real-threads cross-check's scaled interval (the spec's default is 5 s)
+THREADS_WINDOW_INTERVALS = 8
+THREADS_UPTO = 16  # 8N publisher threads + N monitors on 2 cores: beyond this the threads miss their interval
 # BEFORE's straggler gather at 64 nodes is 512 x 512 file reads per turn: ~1 GB of strace log per run. Its
 # quadratic law is plain by 16 nodes.
 BEFORE_UPTO = 32
@@ -203,6 +206,45 @@ def part_watchdog(audit, root, nodes, turns, old=None) -> Counter:
         cluster.close()
 
 
+def part_watchdog_threads(audit, root, nodes, turns) -> Counter:
+    """The watchdog as it runs: every rank's real publisher thread (``Heartbeat.start``) and every node's
+    ``HangMonitor.watch`` in its own thread, at a scaled interval, counted over a wall-clock window and normalised
+    to ``turns`` intervals: the cross-check of the turn-by-turn figure (timing jitter included)."""
+    import threading
+
+    from mtk.training.hang_monitor import HangMonitor
+    from mtk.training.watchdog import Heartbeat
+
+    from mtk.spec.resilience import WatchdogSpec
+
+    spec = WatchdogSpec(interval=THREADS_INTERVAL_S)
+    hosts = [f"simnode{i:04d}" for i in range(nodes)]
+    beats = [Heartbeat(root / "run", i * RANKS_PER_NODE + j, spec, host=h)
+             for i, h in enumerate(hosts) for j in range(RANKS_PER_NODE)]
+    monitors = [HangMonitor(root / "run", spec, host=h) for h in hosts]
+    for b in beats:
+        b.start()
+    watchers = [threading.Thread(target=m.watch, daemon=True) for m in monitors]
+    for t in watchers:
+        t.start()
+    try:
+        time.sleep(3 * THREADS_INTERVAL_S)  # every publisher and monitor has had its first turns
+        with audit.window(root, "watchdog-threads") as w:
+            t0 = time.monotonic()
+            time.sleep(THREADS_WINDOW_INTERVALS * THREADS_INTERVAL_S)
+            elapsed = time.monotonic() - t0
+        assert all(t.is_alive() for t in watchers), "a monitor returned a verdict on a healthy simulated run"
+    finally:
+        for b in beats:
+            b.stop()
+        for m in monitors:
+            m.stop()
+    scale = turns * THREADS_INTERVAL_S / elapsed
+    counts = Counter({k: v * scale for k, v in w.counts.items()})
+    counts.scale = scale  # type: ignore[attr-defined]  # the parent scales strace's count of the window alike
+    return counts
+
+
 def part_stragglers(audit, root, nodes, turns, old=None) -> Counter:
     """Every rank's ``receive`` of one gather (the loop calls it on every rank every ``interval`` iterations)."""
     from mtk.training import stragglers
@@ -296,14 +338,17 @@ def part_attempt(audit, root, nodes, turns) -> Counter:
     return w.counts
 
 
-# (name, what one turn is, turns per minute at the real periods, driver, has a BEFORE)
+# (name, what one turn is, turns per minute at the real periods, driver, variants): "after" is today's code,
+# "before" commit BEFORE's, "threads" today's watchdog in real threads (a cross-check, not in the sum).
 PARTS = (
-    ("watchdog", "one 5 s interval", 60 / 5.0, part_watchdog, True),
-    ("stragglers", "one gather (every 50 iterations)", 60 / (50 * ITERATION_S), part_stragglers, True),
-    ("metrics+control", "one iteration", 60 / ITERATION_S, part_metrics_control, False),
+    ("watchdog", "one 5 s interval", 60 / 5.0, part_watchdog, ("after", "before")),
+    ("watchdog", f"one interval, real threads at {THREADS_INTERVAL_S} s", 60 / 5.0, part_watchdog_threads,
+     ("threads",)),
+    ("stragglers", "one gather (every 50 iterations)", 60 / (50 * ITERATION_S), part_stragglers, ("after", "before")),
+    ("metrics+control", "one iteration", 60 / ITERATION_S, part_metrics_control, ("after",)),
     ("checkpoint publish", f"one save (every {SAVE_EVERY_MIN:.0f} min)", 1 / SAVE_EVERY_MIN, part_checkpoint_publish,
-     False),
-    ("preflight+lease", "one attempt", 0.0, part_attempt, False),
+     ("after",)),
+    ("preflight+lease", "one attempt", 0.0, part_attempt, ("after",)),
 )
 
 
@@ -316,14 +361,17 @@ def child(nodes: int, turns: int, before: bool, out: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="mtk-scale-fs-") as tmp:
         if before:
             old = _old_modules(Path(tmp))
-        for name, _, _, fn, has_before in PARTS:
-            for variant in (("after", "before") if before and has_before else ("after",)):
+        for name, _, _, fn, variants in PARTS:
+            for variant in variants:
+                if (variant == "before" and not before) or (variant == "threads" and nodes > THREADS_UPTO):
+                    continue
                 root = Path(tmp) / f"{name.replace(' ', '_').replace('+', '_')}-{variant}"
                 root.mkdir()
                 args = (audit, root, nodes, turns)
-                before_code = None if variant == "after" else old if name == "stragglers" else old[0]  # type: ignore[index]
+                before_code = None if variant != "before" else old if name == "stragglers" else old[0]  # type: ignore[index]
                 counts = fn(*args) if before_code is None else fn(*args, old=before_code)
-                result[f"{name}|{variant}"] = {"root": str(root), "audit": dict(counts)}
+                result[f"{name}|{variant}"] = {"root": str(root), "audit": dict(counts),
+                                               "scale": getattr(counts, "scale", 1.0)}
                 shutil.rmtree(root, ignore_errors=True)
     out.write_text(json.dumps(result))
 
@@ -365,7 +413,7 @@ def run_child(nodes: int, turns: int, before: bool, use_strace: bool) -> dict[st
         if use_strace:
             traced = strace_counts(log, {k: v["root"] for k, v in result.items()})
             for k, v in result.items():
-                v["strace"] = dict(traced[k])
+                v["strace"] = {kind: n * v["scale"] for kind, n in traced[k].items()}
         return result
 
 
@@ -389,14 +437,16 @@ def to_series(points: dict[int, dict], turns: int, counter: str) -> list[Series]
     series: list[Series] = []
     ns = sorted(points)
     total_at = 0.0
-    for name, what, rate, _, has_before in PARTS:
-        for variant in ("after", "before") if has_before else ("after",):
+    for name, what, rate, _, variants in PARTS:
+        for variant in variants:
             key = f"{name}|{variant}"
             have = [n for n in ns if key in points[n]]
+            if not have:
+                continue
             vals = [per_minute(points[n][key][counter], turns, rate) / 60 if rate else
                     sum(points[n][key][counter].values()) / turns for n in have]
             unit = "ops/s" if rate else "ops/attempt"
-            label = name + (" BEFORE" if variant == "before" else "")
+            label = name + {"before": " BEFORE", "threads": " (real threads)"}.get(variant, "")
             kinds: Counter[str] = Counter()
             for n in have:
                 kinds.update(points[n][key][counter])
