@@ -352,7 +352,7 @@ PARTS = (
 )
 
 
-def child(nodes: int, turns: int, before: bool, out: Path) -> None:
+def child(nodes: int, turns: int, before: bool, out: Path, threads: bool = True) -> None:
     """Measure every part at ``nodes`` (one process, so strace sees it all); JSON of audit counts to ``out``."""
     audit = AuditCount()
     audit.install()
@@ -363,7 +363,8 @@ def child(nodes: int, turns: int, before: bool, out: Path) -> None:
             old = _old_modules(Path(tmp))
         for name, _, _, fn, variants in PARTS:
             for variant in variants:
-                if (variant == "before" and not before) or (variant == "threads" and nodes > THREADS_UPTO):
+                if (variant == "before" and not before) or (
+                        variant == "threads" and (not threads or nodes > THREADS_UPTO)):
                     continue
                 root = Path(tmp) / f"{name.replace(' ', '_').replace('+', '_')}-{variant}"
                 root.mkdir()
@@ -401,11 +402,11 @@ def strace_counts(log: Path, roots: dict[str, str]) -> dict[str, Counter]:
     return out
 
 
-def run_child(nodes: int, turns: int, before: bool, use_strace: bool) -> dict[str, dict]:
+def run_child(nodes: int, turns: int, before: bool, use_strace: bool, threads: bool = True) -> dict[str, dict]:
     with tempfile.TemporaryDirectory(prefix="mtk-scale-fs-parent-") as tmp:
         out, log = Path(tmp) / "out.json", Path(tmp) / "strace.log"
         cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(nodes), "--turns", str(turns),
-               "--out", str(out)] + (["--before"] if before else [])
+               "--out", str(out)] + (["--before"] if before else []) + ([] if threads else ["--no-threads"])
         if use_strace:
             cmd = ["strace", "-f", "-qq", "-y", "-e", f"trace={SYSCALLS}", "-o", str(log), *cmd]
         subprocess.run(cmd, check=True, cwd=ROOT)
@@ -422,11 +423,11 @@ def per_minute(counts: dict, turns: int, rate: float) -> float:
 
 
 def measure_points(node_counts: list[int], turns: int, before_upto: int, use_strace: bool,
-                   log=print) -> dict[int, dict]:
+                   log=print, threads: bool = True) -> dict[int, dict]:
     points = {}
     for n in node_counts:
         t0 = time.monotonic()
-        points[n] = run_child(n, turns, n <= before_upto, use_strace)
+        points[n] = run_child(n, turns, n <= before_upto, use_strace, threads)
         log(f"  [fs] N={n}: measured in {time.monotonic() - t0:.0f} s", flush=True)
     return points
 
@@ -479,6 +480,7 @@ def main() -> int:
     ap.add_argument("--turns", type=int, default=None, help="turns counted per part (default 2 quick, 4 full)")
     ap.add_argument("--before-upto", type=int, default=None, help=f"BEFORE up to this N (default {BEFORE_UPTO})")
     ap.add_argument("--no-strace", action="store_true", help="count with the audit hook only")
+    ap.add_argument("--no-threads", action="store_true", help="skip the real-threads cross-check (wall-clock bound)")
     ap.add_argument("--json", action="store_true", help="print the measured points as JSON (audit and strace)")
     ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--before", action="store_true", help=argparse.SUPPRESS)
@@ -486,13 +488,13 @@ def main() -> int:
     args = ap.parse_args()
     turns = args.turns or (2 if args.quick else 4)
     if args.child is not None:
-        child(args.child, turns, args.before, args.out)
+        child(args.child, turns, args.before, args.out, threads=not args.no_threads)
         return 0
     nodes = [int(x) for x in args.nodes.split(",")] if args.nodes else (
         [2, 4, 8, 16] if args.quick else [2, 4, 8, 16, 32, 64])
     use_strace = not args.no_strace and shutil.which("strace") is not None
     points = measure_points(nodes, turns, args.before_upto or min(max(nodes), BEFORE_UPTO), use_strace,
-                            log=lambda *a, **k: print(*a, file=sys.stderr, **k))
+                            log=lambda *a, **k: print(*a, file=sys.stderr, **k), threads=not args.no_threads)
     if args.json:
         print(json.dumps({str(n): p for n, p in points.items()}))
         return 0

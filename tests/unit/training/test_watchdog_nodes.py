@@ -112,7 +112,7 @@ def test_shared_filesystem_operations_per_node_do_not_grow_with_the_node_count()
     removed). Each part's operations per node at 4 nodes must not exceed those at 2. The watchdog of the commit
     before issue 45 is measured too and must be caught: it proves the guard sees a quadratic part."""
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scale_fs.py"), "--nodes", "2,4", "--turns",
-                           "2", "--no-strace", "--json"], capture_output=True, text=True, cwd=ROOT)
+                           "2", "--no-strace", "--no-threads", "--json"], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     points = json.loads(proc.stdout)
 
