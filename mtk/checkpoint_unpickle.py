@@ -6,8 +6,9 @@ one door through which a pickle reaches a global, so each unpickler here admits 
 any other with one line naming the file and the global, before anything is called.
 
 The pairs are the ones real checkpoints hold (recorded with ``pickletools`` from mtk's own checkpoints of every
-layout the tests write and from Megatron-LM's, ``tests/unit/test_checkpoint_unpickle.py`` keeps the census
-inside them), plus the classes megatron-core registers as safe for its own ``weights_only`` loads. Families
+layout the tests write and from Megatron-LM's; ``tests/unit/launcher/test_ckpt_refuses_code.py`` and
+``tests/integration/launcher/test_checkpoint_refuses_code.py`` keep each census inside them), plus the classes
+megatron-core registers as safe for its own ``weights_only`` loads (``megatron/core/safe_globals.py``). Families
 that vary with the run (a dtype, a storage type) are admitted by name pattern. Megatron's classes are never
 imported here: the launch-side readers give inert stand-ins; the ranks, which have imported megatron, get the
 real class (an enum or a config dataclass).

@@ -54,3 +54,18 @@ def test_with_the_engines_setup_the_ranks_refuse_it_and_run_nothing(tmp_path):
 def test_with_the_engines_setup_megatron_lms_checkpoint_still_loads(tmp_path):
     out = _load(PLAIN, "install")
     assert out.returncode == 0 and "loaded iteration 4" in out.stdout, out.stderr[-3000:]
+
+
+def test_every_global_megatron_core_admits_is_admitted():
+    """megatron-core registers these for its own weights_only loads: a checkpoint may hold each (and a new one in a
+    megatron-core upgrade shows here)."""
+    from mtk.training import compat
+
+    compat.install_import_stubs()
+    from megatron.core.safe_globals import SAFE_GLOBALS
+
+    from mtk import checkpoint_unpickle
+
+    allowed = checkpoint_unpickle.CHECKPOINT_GLOBALS
+    for obj in SAFE_GLOBALS:
+        assert checkpoint_unpickle.admitted(obj.__module__, obj.__qualname__, allowed), obj
