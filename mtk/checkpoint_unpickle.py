@@ -9,9 +9,11 @@ The pairs are the ones real checkpoints hold (recorded with ``pickletools`` from
 layout the tests write and from Megatron-LM's; ``tests/unit/launcher/test_ckpt_refuses_code.py`` and
 ``tests/integration/launcher/test_checkpoint_refuses_code.py`` keep each census inside them), plus the classes
 megatron-core registers as safe for its own ``weights_only`` loads (``megatron/core/safe_globals.py``). Families
-that vary with the run (a dtype, a storage type) are admitted by name pattern. Megatron's classes are never
-imported here: the launch-side readers give inert stand-ins; the ranks, which have imported megatron, get the
-real class (an enum or a config dataclass).
+that vary with the run (a dtype, a storage type) are admitted by name pattern. Not admitted although
+megatron-core's FP8 extra-state unpickler is: ``torch.storage._load_from_bytes``, a nested ``torch.load`` without
+``weights_only`` until megatron's import replaces it (the launch side never imports megatron). Megatron's
+classes are never imported here: the launch-side readers give inert stand-ins; the ranks, which have imported
+megatron, get the real class (an enum or a config dataclass).
 """
 
 from __future__ import annotations
@@ -33,8 +35,6 @@ CHECKPOINT_GLOBALS = frozenset({
     ("signal", "Signals"),  # Megatron-LM's args.exit_signal
     ("torch", "Size"),
     ("torch._utils", "_rebuild_tensor_v2"),
-    ("torch._tensor", "_rebuild_from_type_v2"),
-    ("torch.storage", "_load_from_bytes"),
     ("numpy", "dtype"),
     ("numpy", "ndarray"),
     ("numpy._core.multiarray", "_reconstruct"),
@@ -62,6 +62,10 @@ METADATA_GLOBALS = frozenset({
     ("torch.serialization", "_get_layout"),
     ("pathlib", "PosixPath"),  # StorageMeta.checkpoint_id as torch's own FileSystemWriter records it
     ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    # each rank's file prefix, in the local plans megatron-core keeps in .metadata once it reuses a save's plans
+    # (train.checkpoint.assume_constant_structure / Megatron-LM's --ckpt-assume-constant-structure), from the
+    # second save on
+    ("torch.distributed.checkpoint.filesystem", "_StoragePrefix"),
     ("torch.distributed.checkpoint.metadata", "BytesStorageMetadata"),
     ("torch.distributed.checkpoint.metadata", "ChunkStorageMetadata"),
     ("torch.distributed.checkpoint.metadata", "Metadata"),

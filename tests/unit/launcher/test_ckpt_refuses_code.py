@@ -144,6 +144,29 @@ def test_the_node_step_refuses_it_in_one_line_exit_2_before_torchrun(tmp_path):
 def test_the_allowlist_refuses_what_checkpoints_never_hold():
     for module, name in [("os", "system"), ("posix", "system"), ("builtins", "eval"), ("builtins", "getattr"),
                          ("subprocess", "Popen"), ("torch", "load"), ("megatron.core.utils", "get_model_config"),
-                         ("torch", "Storage.__init__")]:
+                         ("torch", "Storage.__init__"), ("torch.storage", "_load_from_bytes")]:
         assert not checkpoint_unpickle.admitted(module, name, checkpoint_unpickle.CHECKPOINT_GLOBALS), (module, name)
         assert not checkpoint_unpickle.admitted(module, name, checkpoint_unpickle.METADATA_GLOBALS), (module, name)
+
+
+class _Nested:
+    """Reduces to ``torch.storage._load_from_bytes(bytes)``: a nested torch.load without weights_only."""
+
+    def __init__(self, inner: bytes) -> None:
+        self.inner = inner
+
+    def __reduce__(self):
+        import torch
+
+        return (torch.storage._load_from_bytes, (self.inner,))
+
+
+def test_a_nested_torch_load_is_refused_and_runs_nothing(tmp_path):
+    job, run_dir, iter_dir = _copy(tmp_path)
+    marker = tmp_path / "ran"
+    plant(iter_dir, "common_state/shard_0_1", [{"iteration": 4, "args": _Nested(torch_bytes(touching(marker)))}])
+    with pytest.raises(CheckpointDamaged, match=r"the common state holds torch\.storage\._load_from_bytes, "):
+        check_resume_checkpoint(job, run_dir)
+    with pytest.raises(CheckpointDamaged, match="_load_from_bytes"):
+        ckpt_precheck.read_common_state(iter_dir)
+    assert not marker.exists()
