@@ -209,9 +209,9 @@ def part_watchdog(audit, root, nodes, turns, old=None) -> Counter:
 def part_watchdog_threads(audit, root, nodes, turns) -> Counter:
     """The watchdog as it runs: every rank's real publisher thread (``Heartbeat.start``) and every node's
     ``HangMonitor.watch`` in its own thread, at a scaled interval, counted over a wall-clock window and normalised
-    to ``turns`` monitor turns per node: the cross-check of the turn-by-turn figure. Normalised by the monitors'
-    own turns, not by the clock: under strace (or a loaded machine) 8N + N threads miss their 0.5 s interval,
-    which would read as less traffic."""
+    to ``turns`` monitor turns: the cross-check of the turn-by-turn figure. The window spans whole turns of the
+    judge (half the traffic) and is normalised by them, not by the clock: under strace (or a loaded machine)
+    8N + N threads miss their 0.5 s interval, which would read as less traffic."""
     import threading
 
     from mtk.training.hang_monitor import HangMonitor
@@ -223,12 +223,24 @@ def part_watchdog_threads(audit, root, nodes, turns) -> Counter:
     hosts = [f"simnode{i:04d}" for i in range(nodes)]
     beats = [Heartbeat(root / "run", i * RANKS_PER_NODE + j, spec, host=h)
              for i, h in enumerate(hosts) for j in range(RANKS_PER_NODE)]
+    judged = threading.Condition()
+
     class Counted(HangMonitor):
-        turns = 0
+        turns = 0  # the judge's finished turns
 
         def poll(self):
-            Counted.turns += 1
-            return super().poll()
+            verdict = super().poll()
+            if self.judging:
+                with judged:
+                    Counted.turns += 1
+                    judged.notify_all()
+            return verdict
+
+        @staticmethod
+        def after(turn: int) -> int:
+            with judged:
+                judged.wait_for(lambda: Counted.turns > turn, timeout=600)
+                return Counted.turns
 
     monitors = [Counted(root / "run", spec, host=h) for h in hosts]
     for b in beats:
@@ -238,17 +250,19 @@ def part_watchdog_threads(audit, root, nodes, turns) -> Counter:
         t.start()
     try:
         time.sleep(3 * THREADS_INTERVAL_S)  # every publisher and monitor has had its first turns
+        first = Counted.after(Counted.turns)  # right after a judge's turn
         with audit.window(root, "watchdog-threads") as w:
-            first = Counted.turns
-            time.sleep(THREADS_WINDOW_INTERVALS * THREADS_INTERVAL_S)
-            polls = Counted.turns - first
+            last = first
+            while last < first + THREADS_WINDOW_INTERVALS:
+                last = Counted.after(last)
+        polls = last - first
         assert all(t.is_alive() for t in watchers), "a monitor returned a verdict on a healthy simulated run"
     finally:
         for b in beats:
             b.stop()
         for m in monitors:
             m.stop()
-    scale = turns * nodes / max(1, polls)
+    scale = turns / max(1, polls)
     counts = Counter({k: v * scale for k, v in w.counts.items()})
     counts.scale = scale  # type: ignore[attr-defined]  # the parent scales strace's count of the window alike
     return counts
