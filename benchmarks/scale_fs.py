@@ -15,6 +15,9 @@ for them. Counted two ways, never read off the code:
 * ``strace -f -y`` of the same process (when strace is installed): every system call on a shared path (opens,
   reads, writes, renames, stats, directory reads, unlinks), the figures the table uses.
 
+The watchdog also runs as in a job, in real threads (every rank's publisher, every node's monitor) at a 0.5 s
+interval up to 16 nodes, counted over whole turns of its judge: the cross-check of the turn-by-turn figure.
+
 "before" is the watchdog and stragglers of commit BEFORE (the last one before the fix), loaded from git.
 Quick mode stops at N = 16; the full run goes to 64 (BEFORE to 32: its straggler gather alone is 8N x 8N file
 reads per turn, and strace's log of it at 64 nodes is about a gigabyte). Beyond 64 this machine runs out of
