@@ -221,8 +221,8 @@ def gloo_saves(world: int, tensors: int = 64) -> dict[bool, list[dict]]:
 
 def measure(quick: bool) -> list[Series]:
     _quiet_megatron()
-    plan_nodes = [1, 4, 16, 64, 256] if quick else [1, 4, 16, 64, 256, 1024]
     check_nodes = [1, 4, 16, 32] if quick else [1, 4, 16, 64, 128]
+    plan_nodes = check_nodes + ([256] if quick else [256, 1024])
     plan_s, meta_s = [], []
     for n in plan_nodes:
         p, m = global_plan_seconds(n * RANKS_PER_NODE, repeats=3)
@@ -250,6 +250,19 @@ def measure(quick: bool) -> list[Series]:
         Series("checkpoint", "sharding check: rank 0 validation", "s", check_nodes, validate,
                note="megatron's validate_sharding_integrity on the gathered metadata"),
     ]
+    k = len(check_nodes)
+    out += [
+        Series("checkpoint", "blocking coordination per save, mtk before (re-check, re-plan)", "s", check_nodes,
+               [unpickle[i] + validate[i] + plan_s[i] + meta_s[i] for i in range(k)], target=TARGET_S,
+               note="a new strategy and the sharding check every save: unpickle + rank 0 check + global plan + "
+                    ".metadata (the all-gather's transfer not counted)"),
+        Series("checkpoint", "blocking coordination, second save (mtk now)", "s", plan_nodes,
+               [p + m for p, m in zip(plan_s, meta_s, strict=True)], target=TARGET_S,
+               note="assume_constant_structure: no sharding check; the plans are gathered once more to validate "
+                    "the cache"),
+        Series("checkpoint", "blocking coordination, third save on (mtk now)", "s", plan_nodes, meta_s,
+               target=TARGET_S, note="cached central plan: only the coordinator's .metadata"),
+    ]
     out += _gloo_series(quick)
     return out
 
@@ -270,7 +283,7 @@ def _gloo_series(quick: bool) -> list[Series]:
         tag = "assume_constant_structure=" + ("true (mtk's default)" if cached else "false (mtk before)")
         for idx, which in ((0, "first save"), (2, "third save")):
             recs = [per[w][cached][idx] for w in done]
-            series.append(Series("checkpoint", f"gloo {which} plan, {tag} (n = ranks)", "s", done,
+            series.append(Series("checkpoint", f"gloo {which} plan, {tag} (n = ranks, 2 cores: no law)", "s", done,
                                  [r["plan_s"] for r in recs],
                                  note=f"real gloo processes on 2 cores, CheckpointManager.save_sharded; write "
                                       f"{[round(r['write_s'], 3) for r in recs]} s, publish "

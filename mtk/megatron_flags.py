@@ -273,6 +273,7 @@ SPEC_ONLY: dict[str, str] = {
     "train.checkpoint.keep_last": "mtk prunes old checkpoints itself",
     "train.checkpoint.async_save": "mtk's checkpoint writer",
     "train.checkpoint.assume_constant_structure": "Megatron-LM's --ckpt-assume-constant-structure (mtk: on by default)",
+    "train.checkpoint.fully_parallel_save": "Megatron-LM's --ckpt-fully-parallel-save",
     "train.checkpoint.load": "mtk resumes from train.checkpoint.dir's tracker",
     "train.checkpoint.save_on_exit": "mtk saves on SIGTERM/SIGUSR2 and at the end",
     "train.init_from": "a new run from other weights (Megatron-LM: --load with --finetune)",

@@ -137,7 +137,8 @@ class CheckpointManager:
     """Save/load for one run. All ranks call every method (they contain collectives)."""
 
     def __init__(self, root: str | Path, keep_last: int | None = None, log=print, async_save: bool = False,
-                 owner: str | Path | None = None, assume_constant_structure: bool = True):
+                 owner: str | Path | None = None, assume_constant_structure: bool = True,
+                 fully_parallel: bool = False):
         self.root = Path(root)
         self.owner = str(owner or root)  # the run dir that writes here, named to a second writer (lease)
         self.run_dir = Path(owner) if owner is not None else None  # where the save times are recorded
@@ -145,6 +146,7 @@ class CheckpointManager:
         self.log = log
         self.async_save = async_save
         self.assume_constant_structure = assume_constant_structure
+        self.fully_parallel = fully_parallel
         self._queue: Any = None  # megatron AsyncCallsQueue, created on the first async save
         self.in_flight: int | None = None
         self._side_files: dict[int, dict[str, str]] = {}
@@ -217,6 +219,16 @@ class CheckpointManager:
 
             self._strategy = TorchDistSaveShardedStrategy("torch_dist", 1,
                                                           cached_metadata=self.assume_constant_structure)
+            if self.fully_parallel:  # replicated shards written by every data-parallel rank, not only the first
+                from megatron.core import parallel_state
+                from megatron.core.dist_checkpointing.strategies.fully_parallel import (
+                    FullyParallelSaveStrategyWrapper,
+                )
+
+                group = (parallel_state.get_data_parallel_group(with_context_parallel=True)
+                         if parallel_state.model_parallel_is_initialized() else None)  # None: every rank
+                self._strategy = FullyParallelSaveStrategyWrapper(
+                    self._strategy, group, do_cache_distribution=self.assume_constant_structure)
         return self._strategy
 
     def save_sharded(self, iteration: int, sd: dict[str, Any], metadata: dict[str, Any] | None,

@@ -183,7 +183,8 @@ class Trainer:
         root = checkpoint_paths.checkpoint_dir(ckpt.dir, self.run_dir)
         self.ckpt = checkpoint.CheckpointManager(root, ckpt.keep_last, log=lambda m: _log(self.rank, m),
                                                  async_save=ckpt.async_save, owner=self.run_dir,
-                                                 assume_constant_structure=ckpt.assume_constant_structure)
+                                                 assume_constant_structure=ckpt.assume_constant_structure,
+                                                 fully_parallel=ckpt.fully_parallel_save)
         self.ckpt.prepare()
         state = None
         if ckpt.load:

@@ -30,6 +30,12 @@ class CheckpointSpec(Section):
         "save only (Megatron-LM's --ckpt-assume-constant-structure; a run's model and layout never change between "
         "its saves). false re-plans and re-checks every save: an all-gather of every rank's shard metadata to every "
         "rank, minutes per save at thousands of ranks (benchmarks/scale_checkpoint.py).")
+    fully_parallel_save: bool = Field(
+        False, description="Spread the writing of replicated shards (the model's weights, the same on every "
+        "data-parallel rank) over all data-parallel ranks (Megatron-LM's --ckpt-fully-parallel-save). Without it "
+        "the first data-parallel rank's node writes every weight: at hundreds of nodes that one node's write bounds "
+        "the save. Its first save exchanges shard metadata within each data-parallel group (cached after that with "
+        "assume_constant_structure).")
     load: bool = Field(True, description="Auto-resume from the latest checkpoint in dir.")
     save_on_exit: bool = Field(True, description="Save when the run ends or is signalled (SIGTERM/SIGUSR2).")
     fully_reshardable: bool = Field(
