@@ -1,7 +1,9 @@
 """The EKS backend: a Kubeflow PyTorchJob with etcd rendezvous, data Jobs, and the job spec as a ConfigMap.
 
 ``render`` is pure (manifests as dicts → YAML; the same job and run dir give the same bytes) and writes the
-multi-document ``manifests/all.yaml`` that ``kubectl apply -f`` takes unchanged, plus one file per step.
+multi-document ``manifests/all.yaml``, every object once in apply order, alone in its folder so that ``kubectl apply
+-f manifests/`` (or ``-R``) creates each object once; the same objects, one file per step, go under ``steps/`` for
+the step-by-step ``kubectl`` plan.
 ``submit`` applies the same objects with the Kubernetes Python client in order — spec → etcd (wait until
 ready) → getdata/preprocess Jobs (wait; on failure raise with the pods' logs) → PyTorchJob (wait until
 running) — using server-side apply, so launching again is idempotent; the waiting and its progress lines
@@ -46,7 +48,9 @@ class UnknownNode(NoPods):
 
 
 def _step_file(step: str) -> str:
-    return f"manifests/{step}.yaml"
+    """A step's objects, outside ``manifests/``: kubectl applies every file of a folder, so a second copy there
+    would apply each object twice."""
+    return f"steps/{step}.yaml"
 
 
 class EksBackend(Backend):
@@ -126,6 +130,12 @@ class EksBackend(Backend):
         return Artifacts(backend=self.name, run_dir=run_dir, files=files,
                          commands=self._kubectl_plan(job, run_dir, objs, steps), notes=self._notes(job, run_dir))
 
+    def check_render(self, artifacts: Artifacts) -> list[str]:
+        """Every manifest against the bundled PyTorchJob CRD schema and Kubernetes' own schemas, offline."""
+        from .manifest_check import check
+
+        return [check([(ALL_FILE, body) for body in yamlio.load_all(artifacts.files[ALL_FILE])])]
+
     @staticmethod
     def _kubectl_plan(job, run_dir: str, objs: list[manifests.Obj], steps: list[str]) -> list[list[str]]:
         """The kubectl equivalent of what submit does with the Python client, step by step."""
@@ -174,6 +184,7 @@ class EksBackend(Backend):
         timeout = float(limit) if isinstance(limit, (int, float)) else None
         run_dir = artifacts.run_dir
         run_name = names.run_id(run_dir)
+        self.check_render(artifacts)  # a manifest the API would refuse or prune fails here, before anything is applied
         objs = yamlio.load_all(artifacts.files[ALL_FILE])
         kube = self._kube(job.cluster.eks.namespace)
         run = Run(backend=self.name, run_dir=run_dir, name=job.name, record_dir=artifacts.record_dir or "",

@@ -38,3 +38,14 @@ def resolve_paths(job: Job, backend: str, cwd: str | None = None) -> Job:
     elif not remote:
         ckpt.dir = _absolute(ckpt.dir, cwd or os.getcwd())
     return job
+
+
+def launch_run_dir(job: Job, run_dir: str | None = None) -> str:
+    """The run dir ``mtk launch`` would pick for ``job`` now (``job`` as :func:`resolve_paths` returns it):
+    ``run_dir`` as given, else ``<runs_dir>/<name>-<UTC time>`` (a name free at this moment). ``mtk render`` and
+    ``mtk validate`` render with it, so their files name the paths and objects a launch would submit."""
+    if run_dir is not None:
+        return run_dir
+    from mtk.runs import new_run_dir
+
+    return str(new_run_dir(job.cluster.runs_dir, job.name))

@@ -227,6 +227,13 @@ class Backend(abc.ABC):
         """The job with its image pinned the way this backend's nodes pull it, and a line saying so ("": as is)."""
         return job, ""
 
+    def check_render(self, artifacts: Artifacts) -> list[str]:
+        """Check the rendered files offline as strictly as the scheduler would (e.g. Kubernetes' schemas for the
+        manifests): raise a ``BadInput`` naming the first problem, else return lines saying what was checked.
+        ``mtk render`` and ``mtk validate`` call it; a backend whose ``submit`` can be refused this way calls it
+        there too, before anything is submitted."""
+        return []
+
     def submitted_note(self, run: Run, options: Mapping[str, object], stopped: SubmitStopped | None) -> str:
         """What to tell the user after ``submit`` returned (or stopped following), on stderr; "" for nothing."""
         return ""

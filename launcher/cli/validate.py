@@ -28,6 +28,20 @@ def _fit_line(job, per_rank: int | None) -> str:
     return f"fits the GPU:            {verdict}: {total} of {gib} GiB ({source})"
 
 
+def _render_checks(job, backend: str) -> list[str]:
+    """Render the files a launch would submit (nothing written) and check them as the backend would (the EKS
+    manifests against the PyTorchJob CRD and Kubernetes' schemas): a refusal is the one error line, exit 2."""
+    from mtk.backends import get_backend
+
+    from ..launch_render import render_as_launched
+
+    impl = get_backend(backend)
+    artifacts, _ = render_as_launched(impl, job)
+    checked = impl.check_render(artifacts)
+    return [f"render:                  {len(artifacts.files)} files for {backend}, run dir "
+            f"{artifacts.run_dir}", *(f"note: {line}" for line in checked)]
+
+
 @click.command("validate")
 @job_argument
 @set_option
@@ -106,6 +120,8 @@ def command(job_file, overrides, backend, check_files, quiet, by_megatron, megat
     for line in advice_lines(job):  # Young/Daly interval and goodput at cluster.nodes (issue 45)
         click.echo(line)
     click.echo(f"steps: {' -> '.join(job.steps())}")
+    for line in _render_checks(job, backend):
+        click.echo(line)
     if note:
         click.echo(f"note: {note}")
     else:

@@ -105,5 +105,5 @@ def test_a_new_pipeline_step_is_one_registry_line_for_every_backend():
     for backend in ("slurm", "eks", "local"):
         assert found[backend]["steps"] == ["getdata", "dedupe", "preprocess", "train"], found[backend]
     assert {"getdata.sbatch", "dedupe.sbatch", "preprocess.sbatch", "train.sbatch"} <= set(found["slurm"]["files"])
-    assert "manifests/dedupe.yaml" in found["eks"]["files"]
+    assert "steps/dedupe.yaml" in found["eks"]["files"]
     assert [s["step"] for s in found["local"]["plan"]] == ["getdata", "dedupe", "preprocess", "train"]

@@ -192,7 +192,7 @@ def test_cancel_with_no_pytorchjob_crd_still_cleans_up(standin, k8s_jobs, tmp_pa
     backend, job, art = _launch(tmp_path, k8s_jobs.tiny_eks())
     run = Run(backend="eks", run_dir=art.run_dir, name=job.name,
               extra={"namespace": "default", "run_id": names.run_id(art.run_dir)})
-    for obj in yamlio.load_all(art.files["manifests/spec.yaml"]):
+    for obj in yamlio.load_all(art.files["steps/spec.yaml"]):
         standin.state.seed(obj)
     standin.state.missing_plurals.add("pytorchjobs")
     backend.cancel(run)
@@ -220,10 +220,13 @@ def test_no_credentials_message(tmp_path, monkeypatch):
         Kube("default").get("ConfigMap", "x")
 
 
+@pytest.mark.parametrize("target", [["-f", "manifests/all.yaml"], ["-f", "manifests"], ["-R", "-f", "manifests"]],
+                         ids=["all.yaml", "folder", "folder-R"])
 @pytest.mark.parametrize("mode", ["client-side", "server-side"])
-def test_kubectl_apply_takes_all_yaml_unchanged(standin, k8s_jobs, tmp_path, mode):
-    """The real `kubectl apply -f manifests/all.yaml` (discovery, then one create or apply per object, in file
-    order) against the stand-in; schemas are checked offline by the unit tests (kubernetes-validate, CRD)."""
+def test_kubectl_apply_takes_all_yaml_unchanged(standin, k8s_jobs, tmp_path, mode, target):
+    """The real `kubectl apply -f manifests/all.yaml`, or `-f manifests/` (`-R`): discovery, then one create or
+    apply per object, each object once, in apply order, against the stand-in; schemas are checked offline by the
+    unit tests (kubernetes-validate, CRD)."""
     import shutil
     import subprocess
 
@@ -231,7 +234,8 @@ def test_kubectl_apply_takes_all_yaml_unchanged(standin, k8s_jobs, tmp_path, mod
     assert kubectl, "kubectl is needed for this test (Debian: apt-get install kubectl, or kubernetes-client)"
     _, _, art = _launch(tmp_path, _job_with_data(k8s_jobs))
     extra = ["--server-side"] if mode == "server-side" else []
-    out = subprocess.run([kubectl, "apply", *extra, "--validate=false", "-f", f"{art.run_dir}/manifests/all.yaml"],
+    where = [f"{art.run_dir}/{a}" if a.startswith("manifests") else a for a in target]
+    out = subprocess.run([kubectl, "apply", *extra, "--validate=false", *where],
                          capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(tmp_path)})
     assert out.returncode == 0, out.stdout + out.stderr
     rendered = yamlio.load_all(art.files["manifests/all.yaml"])

@@ -41,6 +41,7 @@ def test_wheel_contains_every_template_and_subpackage(wheel):
     for folder in FOLDERS:
         assert f"mtk/{folder}/__init__.py" in names
     assert not any(n.startswith(("tests/", "mtk/tests/")) for n in names)
+    assert "mtk/k8s/schemas/pytorchjob-v1.json" in names  # the manifests' offline check reads it (#46)
 
 
 def test_wheel_imports_in_fresh_venv(wheel, tmp_path):

@@ -65,8 +65,8 @@ def test_files_objects_and_order(tiny_eks, rendezvous):
         ("ConfigMap", "spec"), *etcd, ("Job", "getdata"), ("Job", "preprocess"), *rdzv, ("PyTorchJob", "train")]
     # The per-step files hold exactly the same objects as all.yaml.
     steps = ("spec", "etcd", "getdata", "preprocess", "train") if etcd else ("spec", "getdata", "preprocess", "train")
-    assert "manifests/etcd.yaml" in art.files if etcd else "manifests/etcd.yaml" not in art.files
-    per_step = [o for s in steps for o in yamlio.load_all(art.files[f"manifests/{s}.yaml"])]
+    assert "steps/etcd.yaml" in art.files if etcd else "steps/etcd.yaml" not in art.files
+    per_step = [o for s in steps for o in yamlio.load_all(art.files[f"steps/{s}.yaml"])]
     assert per_step == objs
     assert art.files["job.json"] == job.to_json()
     assert json.loads(objs[0]["data"][names.SPEC_KEY]) == json.loads(job.to_json())
@@ -74,7 +74,7 @@ def test_files_objects_and_order(tiny_eks, rendezvous):
     flat = [" ".join(c) for c in art.commands]
     assert any("rollout status deployment/" in c for c in flat) == bool(etcd)
     assert sum("wait --for=condition=complete job/" in c for c in flat) == 2
-    assert flat[-1].endswith("manifests/train.yaml")
+    assert flat[-1].endswith("steps/train.yaml")
 
 
 def test_every_object_and_pod_carries_the_run_label(tiny_eks):
@@ -120,8 +120,8 @@ def test_builtin_kinds_pass_kubernetes_validate_strict(example_7b, tmp_path, ren
                                   "metadata": {"name": "worker"}, "template": template}, "1.32", strict=True)
     # And the CLI the issue names, on the file kubectl takes.
     for step in ("spec", "etcd", "getdata", "preprocess"):
-        if f"manifests/{step}.yaml" in art.files:
-            (tmp_path / f"{step}.yaml").write_text(art.files[f"manifests/{step}.yaml"])
+        if f"steps/{step}.yaml" in art.files:
+            (tmp_path / f"{step}.yaml").write_text(art.files[f"steps/{step}.yaml"])
     out = subprocess.run([os.path.join(os.path.dirname(sys.executable), "kubernetes-validate"), "--strict", "--quiet",
                           *[str(p) for p in sorted(tmp_path.glob("*.yaml"))]], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -330,7 +330,7 @@ def test_long_run_names_stay_distinct():
 
 
 def test_job_json_is_a_readable_literal_block(tiny_eks):
-    text = _render(tiny_eks()).files["manifests/spec.yaml"]
+    text = _render(tiny_eks()).files["steps/spec.yaml"]
     assert "job.json: |" in text
     assert yaml.safe_load(text.split("---\n", 1)[1])["data"]["job.json"] == tiny_eks().to_json()
 

@@ -87,7 +87,8 @@ def test_render_is_deterministic(tmp_path):
     for i in range(2):
         d = tmp_path / f"o{i}"
         subprocess.run(
-            [sys.executable, "-m", "mtk", "render", str(EXAMPLES / "tiny.yaml"), "--out", str(tmp_path / "same")],
+            [sys.executable, "-m", "mtk", "render", str(EXAMPLES / "tiny.yaml"), "--out", str(tmp_path / "same"),
+             "--run-dir", str(tmp_path / "run")],  # without it, the run dir a launch now would make: time-stamped
             check=True,
             capture_output=True,
             cwd=tmp_path,

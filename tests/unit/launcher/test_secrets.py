@@ -86,7 +86,7 @@ def test_eks_manifests_carry_secret_key_refs_and_pass_strict_validation(tmp_path
     job = load_job(EXAMPLES / "tiny.yaml", sets, backend="eks")
     art = EksBackend().render(job, "/fsx/runs/tiny-1")
     files = {rel: text for rel, text in art.files.items()
-             if rel.startswith("manifests/") and rel.endswith(".yaml") and not rel.endswith("all.yaml")}
+             if rel.startswith("steps/") and rel.endswith(".yaml")}
     objs = [o for text in files.values() for o in yaml.safe_load_all(text) if isinstance(o, dict)]
     pods = []
     for o in objs:
