@@ -84,6 +84,11 @@ def _state(run: Run, backend=None) -> tuple[str, str]:
     return fold_steps(steps), "; ".join(reasons)
 
 
+def run_state(run: Run) -> str:
+    """The run's one state, as ``mtk ls`` shows it (its backend's answer folded)."""
+    return _state(run)[0]
+
+
 def _progress(run_dir: Path) -> dict:
     """Iteration, last loss, tokens/s and restarts from metrics.jsonl; empty when it is not readable here."""
     from .report.records import read_metrics

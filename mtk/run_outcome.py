@@ -94,8 +94,16 @@ def why_no_figures(run_dir: str | Path) -> str:
     return "has not logged a train iteration yet"
 
 
-def ended(run_dir: str | Path) -> str:
-    """How training ended, as ``mtk report`` states it (agreeing with ``mtk status``: a stop is STOPPED)."""
+def saved_for_requeue(run_dir: str | Path) -> bool:
+    """The engine saved on a signal and nothing marked it cancelled: a requeue, or a scheduler's cancel that only
+    the scheduler can tell apart (``scancel`` and a preemption both send SIGTERM)."""
+    record = last_exit(run_dir)
+    return bool(record) and record.get("code") == exitcodes.REQUEUE and not record.get("cancelled")
+
+
+def ended(run_dir: str | Path, cancelled: bool = False) -> str:
+    """How training ended, as ``mtk report`` states it (agreeing with ``mtk status``: a stop is STOPPED).
+    ``cancelled``: the run's backend says the run was cancelled (a Slurm ``scancel``), which its files cannot."""
     record = last_exit(run_dir)
     if record is None:
         return "unknown (no state/last_exit.json: still running, or killed before it could write one)"
@@ -106,7 +114,7 @@ def ended(run_dir: str | Path) -> str:
             else f"COMPLETED at iteration {at}"
     if code == exitcodes.STOPPED:
         return f"STOPPED by mtk stop at iteration {at} (checkpoint {saved}); launching again resumes"
-    if code == exitcodes.REQUEUE and record.get("cancelled"):
+    if code == exitcodes.REQUEUE and (record.get("cancelled") or cancelled):
         return f"CANCELLED at iteration {at} (checkpoint {saved}); launching again resumes"
     if code == exitcodes.REQUEUE:
         return f"saved at iteration {at} on {reason.removeprefix('signal ')} for a requeue (checkpoint {saved})"

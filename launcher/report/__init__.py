@@ -48,6 +48,23 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *, gpu:
                         gpu=gpu, peak_tflops=peak_tflops, plots=plots, wandb=wandb)
 
 
+def _cancelled_by_scheduler(run_dir: Path) -> bool:
+    """Whether the run's backend reads it CANCELLED where its files say "saved for a requeue": ``scancel`` and a
+    preemption both reach the ranks as SIGTERM, and only the scheduler knows which it was (as ``mtk ls`` asks)."""
+    from mtk.run_outcome import saved_for_requeue
+    from mtk.runs import RECORD, Run
+    from mtk.steps import StepState
+
+    if not saved_for_requeue(run_dir) or not (run_dir / RECORD).is_file():
+        return False
+    from ..runtable import run_state
+
+    try:
+        return run_state(Run.load(run_dir / RECORD)) == StepState.CANCELLED
+    except (OSError, ValueError):
+        return False
+
+
 def log_interval(job: dict | None) -> int | None:
     """The spec's ``train.log_interval`` when it is a usable one (else the reader infers it from the records)."""
     interval = ((job or {}).get("train") or {}).get("log_interval")
@@ -62,7 +79,7 @@ def write_report(metrics: Metrics, run_dir: Path, job: dict | None, out: Path, t
     if not metrics.train:
         metrics.notes.append("no train records: nothing to plot")
     summary = summarize(metrics, detect_gpu(run_dir, job, gpu, peak_tflops))
-    summary.ended = ended(run_dir)
+    summary.ended = ended(run_dir, cancelled=_cancelled_by_scheduler(run_dir))
     out.mkdir(parents=True, exist_ok=True)
     if plots and metrics.train:
         try:

@@ -72,6 +72,9 @@ def test_scancel_saves_the_iteration_in_flight_and_a_relaunch_resumes_there(modu
         log[-3000:]
     [row] = [r for r in json.loads(h.mtk("ls", "--json").stdout) if r["run_dir"] == str(run)]
     assert row["state"] == "CANCELLED" and row["iteration"] == saved, row
+    # report reads the same as ls: the engine's files say "saved for a requeue" (SIGTERM), sacct says cancelled
+    report = h.mtk("report", str(run), "--no-plots", "--no-wandb", "--json")
+    assert json.loads(report.stdout)["ended"].startswith(f"CANCELLED at iteration {saved}"), report.stdout
 
     again = h.launch(spec, f"cluster.slurm.venv={mtk_venv}")
     h.wait_state(again, {"COMPLETED"}, timeout=600)
