@@ -40,11 +40,11 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
             wait, timeout):
     """Launch JOB.yaml on a backend."""
     from mtk.backends import SubmitStopped, get_backend
-    from mtk.runs import new_run_dir, reserve_run_dir
+    from mtk.runs import reserve_run_dir
     from mtk.secrets import require
 
     from ..outputs import check_launch_outputs
-    from ..paths import resolve_paths
+    from ..paths import launch_run_dir, resolve_paths
 
     if megatron_recheck and megatron_check is False:
         raise click.UsageError("--megatron-recheck runs the check that --no-megatron-check turns off: pass one")
@@ -72,7 +72,7 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
         if note:
             click.echo(f"note: {note}", err=True)
     job = resolve_paths(job, backend)
-    target = run_dir or str(new_run_dir(job.cluster.runs_dir, job.name))
+    target = launch_run_dir(job, run_dir)  # the one home of this choice: mtk render/validate use it too
     if impl.excludes_nodes:  # a relaunch avoids the nodes earlier attempts of the run excluded
         from mtk.exclusions import with_recorded_exclusions
 
