@@ -104,6 +104,7 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
         if impl.remote_paths:  # e.g. EKS: the run dir is a pod path on FSx
             artifacts = dataclasses.replace(artifacts, record_dir=str(Path("runs").absolute() / Path(target).name))
         if not dry_run:
+            impl.check_render(artifacts)  # e.g. a manifest Kubernetes would refuse: refused before the run dir fills
             artifacts.write()
     except BaseException:  # refused or failed before anything was written: leave no empty run dir, no lease
         if claim is not None:
