@@ -79,11 +79,6 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
         job, note = with_recorded_exclusions(job, target)
         if note:
             click.echo(f"note: {note}", err=True)
-    if impl.excludes_nodes:  # a cluster's job: the checkpoint interval its nodes' failure rate asks for (#45)
-        from mtk.goodput import advice_lines
-
-        for line in advice_lines(job):
-            click.echo(line, err=True)
     check_launch_outputs(job, backend, target, dry_run)
     made: list[Path] = []
     if run_dir is None and out is None:  # made now, exclusively: a launch in the same second gets a dir of its own
@@ -125,6 +120,7 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
         click.echo(f"dry run: nothing submitted; preview written to {artifacts.record_dir}"
                    + ("" if artifacts.record_dir == artifacts.run_dir else f" (the run dir {artifacts.run_dir} "
                                                                            "was not created)"))
+        _interval_advice(impl, job)
         return
     stopped = None
     try:
@@ -149,6 +145,7 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
     for step, ident in run.ids.items():
         click.echo(f"{step}: {ident}")
     click.echo(f"run: {run.record_dir or run.run_dir}")
+    _interval_advice(impl, job)
     note = impl.submitted_note(run, options, stopped)
     if note:
         click.echo(note, err=True)
@@ -169,6 +166,15 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
         code = followed_exit_code(impl.status(run))
         if code:
             raise SystemExit(code)
+
+
+def _interval_advice(impl, job) -> None:
+    """A cluster's job, once rendered or submitted: the checkpoint interval its nodes' failure rate asks for (#45;
+    after the launch's own lines, so a refused launch still says only its error)."""
+    if impl.excludes_nodes:
+        from mtk.goodput import advice_lines
+
+        click.echo("\n".join(advice_lines(job)))
 
 
 def followed_exit_code(states) -> int:
