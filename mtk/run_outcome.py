@@ -98,7 +98,7 @@ def saved_for_requeue(run_dir: str | Path) -> bool:
     """The engine saved on a signal and nothing marked it cancelled: a requeue, or a scheduler's cancel that only
     the scheduler can tell apart (``scancel`` and a preemption both send SIGTERM)."""
     record = last_exit(run_dir)
-    return bool(record) and record.get("code") == exitcodes.REQUEUE and not record.get("cancelled")
+    return record is not None and record.get("code") == exitcodes.REQUEUE and not record.get("cancelled")
 
 
 def ended(run_dir: str | Path, cancelled: bool = False) -> str:
