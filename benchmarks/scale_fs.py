@@ -32,8 +32,6 @@ import atexit
 import contextlib
 import io
 import json
-import os
-import re
 import shutil
 import subprocess
 import sys
@@ -47,91 +45,18 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from scale_core import RANKS_PER_NODE, TARGET_NODES, Series, fit  # noqa: E402
+from scale_fs_count import SYSCALLS, AuditCount, strace_counts  # noqa: E402
 
 BEFORE = "db771a1e3eb463aa98f0dc5e5485050c28dac97f"  # the last commit before the watchdog's per-node layout (issue 45)
 ITERATION_S = 1.0  # assumed step time at scale: metrics and the trigger check run every log_interval iterations
 SAVE_EVERY_MIN = 30.0  # assumed checkpoint period for the publish figure
 TARGET_OPS_S = 2000.0  # issue 45: the whole run at 1,024 nodes
-MARK = ".scale-mark-"
 THREADS_INTERVAL_S = 0.5  # the real-threads cross-check's scaled interval (the spec's default is 5 s)
 THREADS_WINDOW_INTERVALS = 8
 THREADS_UPTO = 16  # 8N publisher threads + N monitors on 2 cores: beyond this the threads miss their interval
 # BEFORE's straggler gather at 64 nodes is 512 x 512 file reads per turn: ~1 GB of strace log per run. Its
 # quadratic law is plain by 16 nodes.
 BEFORE_UPTO = 32
-SYSCALLS = ("openat,open,read,pread64,write,pwrite64,rename,renameat,renameat2,stat,lstat,newfstatat,statx,fstat,"
-            "access,faccessat,faccessat2,getdents64,unlink,unlinkat,rmdir,mkdir,mkdirat,chmod,fchmod,fchmodat,"
-            "fsync,fdatasync")
-KIND = {"openat": "open", "open": "open", "read": "read", "pread64": "read", "write": "write", "pwrite64": "write",
-        "rename": "rename", "renameat": "rename", "renameat2": "rename", "getdents64": "listdir",
-        "unlink": "unlink", "unlinkat": "unlink", "rmdir": "unlink", "mkdir": "mkdir", "mkdirat": "mkdir",
-        "fsync": "fsync", "fdatasync": "fsync"}
-
-
-# ============================================================ counting in-process (audit hook + os.stat wrapper)
-class AuditCount:
-    """Operations on paths under ``root`` while ``on``; installed once per process (audit hooks cannot go)."""
-
-    def __init__(self) -> None:
-        self.root = ""
-        self.on = False
-        self.counts: Counter[str] = Counter()
-
-    def install(self) -> None:
-        sys.addaudithook(self._hook)
-        real_stat = os.stat
-
-        def counted_stat(path, *args, **kwargs):
-            self._add("stat", path)
-            return real_stat(path, *args, **kwargs)
-
-        os.stat = counted_stat  # Path.exists/is_dir/stat and os.path.* look it up at call time
-
-    def _add(self, kind: str, path) -> None:
-        if self.on and isinstance(path, (str, bytes, os.PathLike)) and os.fsdecode(path).startswith(self.root):
-            self.counts[kind] += 1
-
-    def _hook(self, event: str, args: tuple) -> None:
-        if not self.on:
-            return
-        if event == "open":
-            path, mode, flags = args
-            write = (isinstance(mode, str) and any(c in mode for c in "wax+")) or bool(
-                isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR))
-            self._add("open-write" if write else "open-read", path)
-        elif event == "os.rename":
-            self._add("rename", args[0])
-        elif event in ("os.listdir", "os.scandir"):
-            self._add("listdir", args[0] if args else ".")
-        elif event in ("os.remove", "os.rmdir"):
-            self._add("unlink", args[0])
-        elif event == "os.mkdir":
-            self._add("mkdir", args[0])
-
-    def window(self, root: Path, name: str):
-        """Count inside the ``with``; the strace markers bracket the same window."""
-        return _Window(self, root, name)
-
-
-class _Window:
-    def __init__(self, audit: AuditCount, root: Path, name: str):
-        self.audit, self.root, self.name = audit, root, name
-        self.counts: Counter[str] = Counter()
-
-    def __enter__(self):
-        _mark(self.root, f"{self.name}-begin")
-        self.audit.root, self.audit.counts, self.audit.on = str(self.root), Counter(), True
-        return self
-
-    def __exit__(self, *exc):
-        self.audit.on = False
-        self.counts = self.audit.counts
-        _mark(self.root, f"{self.name}-end")
-
-
-def _mark(root: Path, name: str) -> None:
-    with contextlib.suppress(OSError):
-        os.lstat(root / f"{MARK}{name}")  # a failing lstat strace sees: where a window begins and ends
 
 
 # ============================================================ the parts, driven on a scaled clock
@@ -404,30 +329,6 @@ def child(nodes: int, turns: int, before: bool, out: Path, threads: bool = True)
 
 
 # ============================================================ the parent: strace, per-minute figures, series
-_LINE = re.compile(r"^\d+\s+(?:<\.\.\.\s+)?(\w+)\(")
-
-
-def strace_counts(log: Path, roots: dict[str, str]) -> dict[str, Counter]:
-    """System calls on each window's shared root, between its begin and end markers."""
-    out: dict[str, Counter] = {k: Counter() for k in roots}
-    by_root = {v: k for k, v in roots.items()}
-    active: str | None = None
-    with open(log, errors="replace") as fh:
-        for line in fh:
-            if MARK in line:
-                for root, key in by_root.items():
-                    if root in line:
-                        active = key if line.rstrip().split(MARK)[-1].split('"')[0].endswith("-begin") else None
-                continue
-            if active is None or roots[active] not in line or "resumed>" in line:
-                continue
-            m = _LINE.match(line)
-            if m:
-                out[active][KIND.get(m.group(1), "stat" if "stat" in m.group(1) or "access" in m.group(1)
-                                     else m.group(1))] += 1
-    return out
-
-
 def run_child(nodes: int, turns: int, before: bool, use_strace: bool, threads: bool = True) -> dict[str, dict]:
     with tempfile.TemporaryDirectory(prefix="mtk-scale-fs-parent-") as tmp:
         out, log = Path(tmp) / "out.json", Path(tmp) / "strace.log"
