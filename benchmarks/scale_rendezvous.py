@@ -177,7 +177,7 @@ def _count_store_ops() -> None:
 
 
 def _handler_child(backend: str, endpoint: str, run_id: str, n: int, go: int, results: int, done: int,
-                   conf: dict[str, str]) -> None:
+                   conf: dict[str, object]) -> None:
     """One forked agent: wait for the go signal, build torch's handler as torchrun would, join, report."""
     from torch.distributed.elastic.rendezvous import RendezvousParameters
     from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
@@ -199,7 +199,7 @@ def _handler_child(backend: str, endpoint: str, run_id: str, n: int, go: int, re
 
 
 def run_handlers(backend: str, endpoint: str, n: int, run_id: str, timeout: float = 300.0,
-                 conf: dict[str, str] | None = None) -> dict:
+                 conf: dict[str, object] | None = None) -> dict:
     """N forked handlers join one rendezvous; returns the seconds from go to the last join and the counts."""
     import torch.distributed.elastic.rendezvous.registry  # noqa: F401  (imported once, before the fork)
 
@@ -209,7 +209,7 @@ def run_handlers(backend: str, endpoint: str, n: int, run_id: str, timeout: floa
     done_r, done_w = os.pipe()
     pids = []
     try:
-        for _ in range(n):
+        for index in range(n):
             pid = os.fork()
             if pid == 0:  # the child never returns into the caller
                 code = 1
@@ -217,7 +217,8 @@ def run_handlers(backend: str, endpoint: str, n: int, run_id: str, timeout: floa
                     os.close(go_w)
                     os.close(res_r)
                     os.close(done_w)
-                    _handler_child(backend, endpoint, run_id, n, go_r, res_w, done_r, conf or {})
+                    rank = {"rank": index} if backend == "static" else {}  # static: the scheduler's node rank
+                    _handler_child(backend, endpoint, run_id, n, go_r, res_w, done_r, {**(conf or {}), **rank})
                     code = 0
                 except BaseException:
                     import traceback
@@ -289,7 +290,7 @@ if os.environ.get("MTK_BENCH_RDZV_OUT"):
 """
 
 
-def run_agents(backend: str, endpoint: str, n: int, run_id: str, root: Path, timeout: float = 600.0) -> dict:
+def run_agents(backend: str, endpoint: str, n: int, run_id: str, root: Path, timeout: float = 300.0) -> dict:
     """N real torchrun agents (one process each, workers are /bin/true), launched together, as mtk renders them:
     --nnodes N (min = max), the rendezvous backend, endpoint and id, TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1. A
     sitecustomize hook records when each agent entered and left next_rendezvous()."""
@@ -305,21 +306,24 @@ def run_agents(backend: str, endpoint: str, n: int, run_id: str, root: Path, tim
     if backend == "c10d":
         argv += ["--rdzv-conf", "is_host=false"]  # the store stands in its own process for node 0's agent
     argv += ["--no-python", "true"]
+    logs = [root / f"{run_id}-agent{i}.log" for i in range(n)]  # a file each: a full pipe would stall an agent
     t_launch = time.monotonic()
-    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-             for _ in range(n)]
+    procs = []
+    for log in logs:
+        with open(log, "wb") as fh:
+            procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=fh))
     try:
         codes = [p.wait(timeout=max(1.0, t_launch + timeout - time.monotonic())) for p in procs]
+    except subprocess.TimeoutExpired:
+        raise TimeoutError(f"{backend}: {n} torchrun agents did not all finish within {timeout:.0f} s") from None
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
     if any(codes):
-        err = next(p.stderr.read().decode(errors="replace") for p, c in zip(procs, codes, strict=True) if c)
+        err = next(log.read_text(errors="replace") for log, c in zip(logs, codes, strict=True) if c)
         raise RuntimeError(f"{backend}: a torchrun agent failed ({codes}):\n{err[-2000:]}")
-    for p in procs:
-        p.stderr.close()
     reports = [json.loads(f.read_text()) for f in out.glob("*.json")]
     assert len(reports) == n, f"{len(reports)} of {n} agents reported"
     last_in = max(r["t0"] for r in reports)
@@ -334,6 +338,8 @@ def _one(kind: str, backend: str, n: int, root: Path) -> dict:
     """One rendezvous of N agents against a fresh store; adds the store server's CPU seconds (and etcd's own
     operation counters)."""
     run_id = f"{kind}-{backend}-{n}"
+    if backend == "static":  # node 0's agent hosts the store itself: no separate server to read
+        return {**run_handlers(backend, f"127.0.0.1:{free_port()}", n, run_id), "server_cpu_s": 0.0}
     if backend == "c10d":
         with c10d_store() as (endpoint, pid):
             cpu0 = proc_cpu(pid)
@@ -352,10 +358,12 @@ def _one(kind: str, backend: str, n: int, root: Path) -> dict:
 
 
 PLAN = {  # (kind, backend) -> node counts; quick first, then the full run's
-    ("agents", "c10d"): ([2, 4], [2, 4, 8, 16, 32]),
+    ("agents", "c10d"): ([2, 4], [2, 4, 8, 16]),
     ("agents", "etcd-v2"): ([2, 4], [2, 4, 8, 16]),
     ("handlers", "c10d"): ([4, 16, 64], [4, 8, 16, 32, 64, 128, 256]),
     ("handlers", "etcd-v2"): ([4, 16, 32], [4, 8, 16, 32, 64]),
+    # The fix where the scheduler numbers the nodes (Slurm): torch's static TCP rendezvous, rank = SLURM_NODEID.
+    ("handlers", "static"): ([4, 16, 64], [4, 16, 64, 256]),
 }
 
 
@@ -396,6 +404,8 @@ def _series(kind: str, backend: str, rows: list[dict], stop: str) -> list[Series
     else:
         out = [Series("rendezvous", f"{tag}: all joined", "s", ns, [r["joined_s"] for r in rows], note, TARGET_S),
                Series("rendezvous", f"{tag}: median join", "s", ns, [r["median_join_s"] for r in rows])]
+    if backend == "static":  # its store calls are C++ (not counted): one connect per node, node 0 waits for all
+        return out
     out += [Series("rendezvous", f"{tag}: store operations", "ops", ns, [float(r["ops"]) for r in rows]),
             Series("rendezvous", f"{tag}: bytes through the store", "MB", ns, [r["bytes"] / 1e6 for r in rows]),
             Series("rendezvous", f"{tag}: store server CPU", "s", ns, [r["server_cpu_s"] for r in rows])]
