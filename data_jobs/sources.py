@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator
 from functools import lru_cache
 from typing import IO, Any
 
+from mtk.files import ByteWindow
+
 S3 = "s3://"
 
 
@@ -91,41 +93,20 @@ def mtime(path: str) -> float:
     return 0.0 if is_s3(path) else os.path.getmtime(path)
 
 
-class _S3Range(io.RawIOBase):
+class _S3Range(ByteWindow):
     """A seekable, read-only view of one S3 object: each read is a ranged GET of what was asked for."""
 
     def __init__(self, url: str):
+        super().__init__(size(url))
         self.url = url
         self.bucket, self.key = split_s3(url)
-        self.length = size(url)
-        self.pos = 0
 
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.length}[whence]
-        self.pos = max(0, base + offset)
-        return self.pos
-
-    def readinto(self, buf: Any) -> int:
-        want = min(len(buf), self.length - self.pos)
-        if want <= 0:
-            return 0
-        rng = f"bytes={self.pos}-{self.pos + want - 1}"
+    def read_at(self, pos: int, n: int) -> bytes:
         try:
-            data = _client().get_object(Bucket=self.bucket, Key=self.key, Range=rng)["Body"].read()
+            return _client().get_object(Bucket=self.bucket, Key=self.key, Range=f"bytes={pos}-{pos + n - 1}")[
+                "Body"].read()
         except Exception as exc:
-            raise SourceError(f"{self.url}: read failed at byte {self.pos} ({exc})") from None
-        buf[: len(data)] = data
-        self.pos += len(data)
-        return len(data)
+            raise SourceError(f"{self.url}: read failed at byte {pos} ({exc})") from None
 
 
 def open_raw(path: str) -> IO[bytes]:

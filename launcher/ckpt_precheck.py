@@ -26,6 +26,7 @@ from mtk import checkpoint_unpickle
 from mtk.checkpoint_paths import TRACKER, checkpoint_dir
 from mtk.checkpoint_unpickle import CheckpointRefused
 from mtk.exitcodes import BadInput
+from mtk.files import ByteWindow
 
 RELEASE = "release"
 
@@ -174,33 +175,16 @@ def _check_objects(path: Path, meta: Any) -> None:
 _SLICE_READ = 1 << 20  # a larger object (a dp_reshardable optimizer's state) is read in place: its pickle only
 
 
-class _Slice(io.RawIOBase):
+class _Slice(ByteWindow):
     """``length`` bytes of ``fh`` from ``offset``, seekable, so zipfile reads one member without the rest."""
 
     def __init__(self, fh: Any, offset: int, length: int) -> None:
-        self.fh, self.offset, self.length, self.pos = fh, offset, length, 0
+        super().__init__(length)
+        self.fh, self.offset = fh, offset
 
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, pos: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.length}[whence]
-        self.pos = max(0, min(self.length, base + pos))
-        return self.pos
-
-    def readinto(self, buf: Any) -> int:
-        n = max(0, min(len(buf), self.length - self.pos))
-        self.fh.seek(self.offset + self.pos)
-        data = self.fh.read(n)
-        buf[:len(data)] = data
-        self.pos += len(data)
-        return len(data)
+    def read_at(self, pos: int, n: int) -> bytes:
+        self.fh.seek(self.offset + pos)
+        return self.fh.read(n)
 
 
 def read_common_state(path: Path) -> dict[str, Any] | None:

@@ -3,9 +3,11 @@ temp-then-rename so a reader never sees half a file."""
 
 from __future__ import annotations
 
+import io
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 
 def current_umask() -> int:
@@ -38,3 +40,38 @@ def atomic_write(dest: Path, text: str | bytes, mode: int = 0o644) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+class ByteWindow(io.RawIOBase):
+    """A seekable, read-only view of ``length`` bytes that a subclass fetches on demand (``read_at``): a member of
+    a larger file, a ranged GET of an S3 object. Wrap it in ``io.BufferedReader`` for small reads."""
+
+    def __init__(self, length: int) -> None:
+        self.length, self.pos = length, 0
+
+    def read_at(self, pos: int, n: int) -> bytes:
+        raise NotImplementedError
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.length}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def readinto(self, buf: Any) -> int:
+        want = min(len(buf), self.length - self.pos)
+        if want <= 0:
+            return 0
+        data = self.read_at(self.pos, want)
+        buf[: len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
