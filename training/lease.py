@@ -49,13 +49,19 @@ def _holder_here(run_dir: str) -> dict:
 
 
 def _alive_here(pid: int) -> bool:
+    """Whether ``pid`` still runs on this host; a zombie (ended, not yet reaped: a killed run's process whose
+    parent is gone, where the container's init does not reap) holds nothing."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
 
 
 def _job_ended(holder: dict) -> bool:

@@ -133,3 +133,23 @@ def test_a_claim_handed_to_a_queued_job_is_judged_by_its_scheduler_not_the_launc
     # the launching process is gone; Slurm cannot say (no squeue here), so the job counts as queued: refused
     with pytest.raises(lease.LeaseHeld, match="job 4242"):
         lease.claim(root, "/runs/other")
+
+
+def test_a_zombie_holds_nothing():
+    """A killed run's process that nobody reaped (its parent gone, an init that does not reap) is not alive: its
+    lease is taken over, as a dead pid's is."""
+    import time
+    from pathlib import Path
+
+    from mtk.training.lease import _alive_here
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.time() + 60  # only fails a hung test
+        while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.time() < deadline, "the child never exited"
+            time.sleep(0.05)
+        assert not _alive_here(child.pid)
+        assert _alive_here(os.getpid())
+    finally:
+        child.wait()
