@@ -32,15 +32,20 @@ SCHEMA = 2  # bump when an entry's layout or the key's meaning changes
 DISTRIBUTIONS = ("mtk", "megatron-core", "torch", "transformer-engine", "apex")
 
 
-def cache_dir() -> Path:
-    """``$MTK_CACHE_DIR/megatron-check`` when set (a shared cache for a team, or one per CI job), else
-    ``$XDG_CACHE_HOME/mtk/megatron-check`` (``~/.cache`` when unset or relative, as the XDG spec says)."""
+def cache_root() -> Path:
+    """mtk's own cache: ``$MTK_CACHE_DIR`` when set (a shared cache for a team, or one per CI job), else
+    ``$XDG_CACHE_HOME/mtk`` (``~/.cache`` when unset or relative, as the XDG spec says)."""
     own = os.environ.get("MTK_CACHE_DIR", "")
     if os.path.isabs(own):
-        return Path(own) / "megatron-check"
+        return Path(own)
     base = os.environ.get("XDG_CACHE_HOME", "")
     root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
-    return root / "mtk" / "megatron-check"
+    return root / "mtk"
+
+
+def cache_dir() -> Path:
+    """The check's verdicts: ``<cache_root>/megatron-check``."""
+    return cache_root() / "megatron-check"
 
 
 def spec_material(job: Job, vocab_size: int) -> dict[str, Any]:

@@ -90,12 +90,19 @@ def run_state(run: Run) -> str:
 
 
 def _progress(run_dir: Path) -> dict:
-    """Iteration, last loss, tokens/s and restarts from metrics.jsonl; empty when it is not readable here."""
-    from .report.records import read_metrics
+    """Iteration, last loss, tokens/s and restarts from metrics.jsonl (kept until the file changes:
+    :mod:`.progress_cache`); empty when it is not readable here."""
+    from .progress_cache import cached
 
     path = run_dir / run_layout.METRICS_FILE
     if not path.is_file():
         return {}
+    return cached(path, _read_progress)
+
+
+def _read_progress(path: Path) -> dict:
+    from .report.records import read_metrics
+
     metrics = read_metrics(path)
     live, _ = metrics.timeline()
     if not live:
