@@ -9,12 +9,16 @@ without upstream warnings; launched again to train further it resumes, says in o
 and `mtk stop` ends it as STOPPED (launch exit 43, `mtk ls`, `mtk status`); `mtk build-image` and an EKS and a
 Slurm launch with nothing to reach exit 2 with one error line and record no submitted run, after which a bare
 `mtk status`/`mtk logs` still answer; `mtk convert` takes the run by name, and transformers from that environment
-loads the export with its tokenizer and generates."""
+loads the export with its tokenizer and generates; last, Ctrl-C on a followed launch (the default two DataLoader
+workers) saves the iteration in flight, exits 130 with one line, and the run reads CANCELLED in ls, status and
+report (issue 44)."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 from pathlib import Path
 
@@ -68,7 +72,7 @@ def run_dir_of(log: Path) -> Path | None:
     return next((Path(line.removeprefix("run: ")) for line in lines if line.startswith("run: ")), None)
 
 
-def test_newcomer_offline_corpus_preview_quiet_train_extend_stop_unreachable_clusters_status_convert_by_name_load(
+def test_newcomer_offline_corpus_preview_train_extend_stop_unreachable_clusters_status_convert_load_ctrl_c(
         readme_env, tmp_path):
     home, env, mtk = tmp_path / "mtk", offline_shell(readme_env, tmp_path), readme_env.bin("mtk")
     data, runs = home / "data", home / "runs"
@@ -166,3 +170,34 @@ def test_newcomer_offline_corpus_preview_quiet_train_extend_stop_unreachable_clu
                          .stdout.splitlines()[-1])
         assert got["vocab"] == len(vocab) and got["eos"] == got["model_eos"] == vocab["<|endoftext|>"], got
         assert got["total"] > got["prompt"] and got["text"].startswith(PROMPT), got
+
+    with step("Ctrl-C on a followed launch saves, with the default DataLoader workers, and reads CANCELLED"):
+        log = tmp_path / "ctrl-c.log"
+        before_ctrl_c = int(tracked(ckpts))
+        with open(log, "w") as fh:  # its own session: the terminal's Ctrl-C reaches the whole foreground group
+            launch = subprocess.Popen([mtk, "launch", SPEC, "--set", "train.iterations=1000"], cwd=home, env=env,
+                                      stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            wait_for("the run dir", lambda: run_dir_of(log) or launch.poll() is not None, 600)
+            interrupted = run_dir_of(log)
+            assert interrupted is not None, log.read_text()[-3000:]
+            wait_for("an iteration past the checkpoint", lambda: before_ctrl_c + 1 in train_records(
+                interrupted, killed_writer=True) or launch.poll() is not None, 900)
+            assert launch.poll() is None, f"the launch ended before Ctrl-C:\n{log.read_text()[-3000:]}"
+            os.killpg(launch.pid, signal.SIGINT)
+            code = launch.wait(timeout=900)
+        finally:
+            if launch.poll() is None:
+                run("cancel", [mtk, "cancel", str(run_dir_of(log) or "")], home, env, expect=None)
+                launch.wait(timeout=300)
+        text = log.read_text()
+        saved = int(tracked(ckpts))
+        assert code == 130 and saved > before_ctrl_c, f"exit {code}, checkpoint {saved}:\n{text[-3000:]}"
+        assert f"cancelled at iteration {saved}, checkpoint {saved} saved" in text, text[-3000:]
+        assert "Traceback" not in text and "DataLoader worker" not in text, text[-3000:]
+        row = {r["name"]: r for r in json.loads(sh("ls", [mtk, "ls", "--json"], home, env))}[interrupted.name]
+        assert (row["state"], row["iteration"]) == ("CANCELLED", saved), row
+        assert "CANCELLED" in sh("status", [mtk, "status", interrupted.name], home, env)
+        report = json.loads(sh("report", [mtk, "report", interrupted.name, "--no-plots", "--no-wandb", "--json"],
+                               home, env))
+        assert report["ended"].startswith(f"CANCELLED at iteration {saved}"), report["ended"]
