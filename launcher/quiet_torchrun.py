@@ -3,7 +3,8 @@
 Why: Slurm signals every process of a step (``scancel``, preemption) and torchrun's agent answers SIGTERM by telling
 its workers to stop — they save and exit (``mtk.training.control``) — and then raising ``SignalException`` to the
 top, a 20-line traceback per node in the run's log for an ordinary stop. Here it is one line (``MTK_DEBUG=1``: the
-traceback), with torchrun's exit code for it unchanged (1).
+traceback), with torchrun's exit code for it unchanged (1). And the node that hosts the rendezvous store keeps it up
+until the other nodes' agents have left it (``store_keeper.py`` says why).
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ from mtk.failures import debug_enabled
 
 
 def main() -> int:
+    from mtk.launcher.store_keeper import StoreKeeper, store_place
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.run import main as torchrun
 
+    place = store_place(sys.argv[1:])
+    keeper = StoreKeeper(place) if place is not None else None
     try:
         torchrun()
     except SignalException as exc:
@@ -26,6 +30,9 @@ def main() -> int:
         print(f"torchrun: stopped by {exc.sigval.name}; its workers were told to stop too (they save first)",
               file=sys.stderr, flush=True)
         return exitcodes.FAILED
+    finally:
+        if keeper is not None:
+            keeper.leave()
     return exitcodes.OK
 
 
