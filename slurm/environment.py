@@ -82,6 +82,9 @@ def rendezvous(job: Job, env: Mapping[str, str]) -> Rendezvous | None:
         raise RendezvousError(
             f"SLURM_NNODES={nnodes} differs from {wanted}; submit with `mtk launch` so the allocation matches the spec"
         )
+    # Slurm numbers the nodes, so torch's static rendezvous: node 0's agent hosts the store, every other agent
+    # connects once — linear in N, where the dynamic (c10d) join rewrites one shared state per arrival (N^2.3
+    # through the store; benchmarks/scale_rendezvous.py measures both, docs/scale.md).
     endpoint = f"{hosts[0]}:{slurm_port(job, env, job_id)}"
     # A requeued job keeps its id; a fresh rendezvous id per restart keeps stale agents out.
     rdzv_id = f"{job_id}-{env.get('SLURM_RESTART_COUNT', '0')}"
@@ -93,7 +96,7 @@ def rendezvous(job: Job, env: Mapping[str, str]) -> Rendezvous | None:
         "--node-rank",
         str(node_id),
         "--rdzv-backend",
-        "c10d",
+        "static",
         "--rdzv-endpoint",
         endpoint,
         "--rdzv-id",

@@ -78,7 +78,8 @@ class SlurmOptions(Section):
     max_failures: int = Field(
         3, ge=1, description="Guardrail: stop requeueing after N failures without checkpoint progress."
     )
-    rdzv_port: int | None = Field(None, ge=1024, le=65535, description="c10d port (default: derived from the job id).")
+    rdzv_port: int | None = Field(None, ge=1024, le=65535,
+                                  description="The rendezvous store's port (default: from the job id).")
     gpu_request: Literal["auto", "gres", "none"] = Field(
         "auto", description="GPU jobs: how training asks Slurm for GPUs. gres: '#SBATCH --gpus-per-node' (clusters "
         "with GPU GRES, e.g. ParallelCluster); none: never (HyperPod without GRES rejects --gpus; --exclusive whole "

@@ -49,7 +49,7 @@ def test_a_node_failing_preflight_is_dropped_and_the_job_trains_on_the_two_healt
     hook = harness.root / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(SICK_NODE_HOOK)
-    sick = "node1"  # the first node: the c10d store must move to the first healthy one
+    sick = "node1"  # the first node: the rendezvous store must move to the first healthy one
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])),
            "MTK_TEST_SICK_NODE": sick}
     spec = harness.spec("spare", cluster={"nodes": "2:3"}, parallel={"tp": 1},
@@ -74,7 +74,7 @@ def test_a_node_failing_preflight_is_dropped_and_the_job_trains_on_the_two_healt
     assert "training on 2 node(s) node2,node3 (spare nodes, at least 2)" in events, events
 
     log = (run / "logs" / f"train-{job}.out").read_text()
-    assert "rendezvous: c10d on node2:" in log, log
+    assert "rendezvous: static, store on node2:" in log, log
     trained_on = {line.split(": mtk: node ")[1].split()[0] for line in log.splitlines() if ": mtk: node " in line
                   and " restart " in line}
     assert trained_on == {"node2", "node3"}, log

@@ -48,7 +48,7 @@ SLURM = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_NNODE
 def test_slurm_uses_first_host_and_job_id():
     r = from_environment(job(nodes=2, procs=1), SLURM)
     assert r.kind == "slurm"
-    assert opt(r.args, "--rdzv-backend") == "c10d"
+    assert opt(r.args, "--rdzv-backend") == "static" and opt(r.args, "--node-rank") == "1"
     assert opt(r.args, "--rdzv-endpoint") == f"node1:{15000 + 4242 % 20000}"
     assert opt(r.args, "--rdzv-id") == "4242-0" and opt(r.args, "--nnodes") == "2"
 
