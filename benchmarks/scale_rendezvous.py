@@ -272,22 +272,34 @@ import json, os, sys, time
 if os.environ.get("MTK_BENCH_RDZV_OUT"):
     sys.path.insert(0, os.environ["MTK_BENCH_DIR"])
     import scale_rendezvous as _s
-    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as _d
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as _d, static_tcp_rendezvous as _st
 
     _s._count_store_ops()
-    _next = _d.DynamicRendezvousHandler.next_rendezvous
 
-    def _timed(self):
-        t0 = time.monotonic()
-        info = _next(self)
-        t1 = time.monotonic()
-        with open(os.path.join(os.environ["MTK_BENCH_RDZV_OUT"], f"{os.getpid()}.json"), "w") as fh:
-            json.dump({"t0": t0, "t1": t1, "ops": _s._OPS["ops"], "bytes": _s._OPS["bytes"],
-                       "pss": _s.pss_mb(os.getpid())}, fh)
-        return info
+    def _timing(_next):
+        def _timed(self):
+            t0 = time.monotonic()
+            info = _next(self)
+            t1 = time.monotonic()
+            with open(os.path.join(os.environ["MTK_BENCH_RDZV_OUT"], f"{os.getpid()}.json"), "w") as fh:
+                json.dump({"t0": t0, "t1": t1, "ops": _s._OPS["ops"], "bytes": _s._OPS["bytes"],
+                           "pss": _s.pss_mb(os.getpid())}, fh)
+            return info
+        return _timed
 
-    _d.DynamicRendezvousHandler.next_rendezvous = _timed
+    _d.DynamicRendezvousHandler.next_rendezvous = _timing(_d.DynamicRendezvousHandler.next_rendezvous)
+    _st.StaticTCPRendezvous.next_rendezvous = _timing(_st.StaticTCPRendezvous.next_rendezvous)
 """
+
+
+def _wait_listening(endpoint: str, proc: subprocess.Popen) -> None:
+    host, port = endpoint.rsplit(":", 1)
+    while proc.poll() is None:
+        with socket.socket() as sock:
+            if sock.connect_ex((host, int(port))) == 0:
+                return
+        time.sleep(0.02)
+    raise RuntimeError(f"node 0's agent exited ({proc.returncode}) before its store listened")
 
 
 def run_agents(backend: str, endpoint: str, n: int, run_id: str, root: Path, timeout: float = 300.0) -> dict:
@@ -300,18 +312,24 @@ def run_agents(backend: str, endpoint: str, n: int, run_id: str, root: Path, tim
     (hook / "sitecustomize.py").write_text(AGENT_HOOK)
     env = {**os.environ, "PYTHONPATH": str(hook), "MTK_BENCH_RDZV_OUT": str(out), "MTK_BENCH_DIR": str(HERE),
            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "OMP_NUM_THREADS": "1", "LOGLEVEL": "WARNING"}
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(n), "--nproc-per-node", "1",
+    # static is what the Slurm backend renders: mtk's own node-side torchrun (its store keeper included), each
+    # agent told its node rank as SLURM_NODEID tells it, node 0's agent hosting the store.
+    program = "mtk.launcher.quiet_torchrun" if backend == "static" else "torch.distributed.run"
+    argv = [sys.executable, "-m", program, "--nnodes", str(n), "--nproc-per-node", "1",
             "--rdzv-backend", backend, "--rdzv-endpoint", endpoint, "--rdzv-id", run_id, "--max-restarts", "0",
             "--local-addr", LOCAL_ADDR]
     if backend == "c10d":
         argv += ["--rdzv-conf", "is_host=false"]  # the store stands in its own process for node 0's agent
-    argv += ["--no-python", "true"]
     logs = [root / f"{run_id}-agent{i}.log" for i in range(n)]  # a file each: a full pipe would stall an agent
     t_launch = time.monotonic()
     procs = []
-    for log in logs:
+    for rank, log in enumerate(logs):
+        node = ["--node-rank", str(rank)] if backend == "static" else []
         with open(log, "wb") as fh:
-            procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=fh))
+            procs.append(subprocess.Popen([*argv, *node, "--no-python", "true"], env=env,
+                                          stdout=subprocess.DEVNULL, stderr=fh))
+        if backend == "static" and rank == 0:  # as for c10d and etcd, the store is up before the others come:
+            _wait_listening(endpoint, procs[0])  # else their connect back-off, not the join, is what is timed
     try:
         codes = [p.wait(timeout=max(1.0, t_launch + timeout - time.monotonic())) for p in procs]
     except subprocess.TimeoutExpired:
@@ -339,7 +357,10 @@ def _one(kind: str, backend: str, n: int, root: Path) -> dict:
     operation counters)."""
     run_id = f"{kind}-{backend}-{n}"
     if backend == "static":  # node 0's agent hosts the store itself: no separate server to read
-        return {**run_handlers(backend, f"127.0.0.1:{free_port()}", n, run_id), "server_cpu_s": 0.0}
+        endpoint = f"127.0.0.1:{free_port()}"
+        got = (run_handlers(backend, endpoint, n, run_id) if kind == "handlers"
+               else run_agents(backend, endpoint, n, run_id, root))
+        return {**got, "server_cpu_s": 0.0}
     if backend == "c10d":
         with c10d_store() as (endpoint, pid):
             cpu0 = proc_cpu(pid)
@@ -362,7 +383,8 @@ PLAN = {  # (kind, backend) -> node counts; quick first, then the full run's
     ("agents", "etcd-v2"): ([2, 4], [2, 4, 8, 16]),
     ("handlers", "c10d"): ([4, 16, 64], [4, 8, 16, 32, 64, 128, 256]),
     ("handlers", "etcd-v2"): ([4, 16, 32], [4, 8, 16, 32, 64]),
-    # The fix where the scheduler numbers the nodes (Slurm): torch's static TCP rendezvous, rank = SLURM_NODEID.
+    # What the Slurm backend renders (Slurm numbers the nodes): torch's static TCP rendezvous, rank = SLURM_NODEID.
+    ("agents", "static"): ([2, 4], [2, 4, 8, 16]),
     ("handlers", "static"): ([4, 16, 64], [4, 16, 64, 256]),
 }
 
