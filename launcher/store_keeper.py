@@ -75,10 +75,6 @@ class StoreKeeper:
         except (RuntimeError, ValueError, TimeoutError):
             return None  # taken: another process on this machine hosts it (torch's agent falls back the same way)
 
-    @property
-    def hosting(self) -> bool:
-        return self._server is not None
-
     def leave(self) -> None:
         """Count this node out; on the host, then wait (bounded) for the other nodes to have counted out too."""
         store = self._server if self._server is not None else self._connect()
