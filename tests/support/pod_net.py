@@ -111,3 +111,26 @@ class PodNet:
                 proc.wait(timeout=30)
         if self.holder is not None and self.holder.stdout:
             self.holder.stdout.close()
+
+
+def image_env(home: Path) -> dict[str, str]:
+    """What the image gives every container before the manifest's env: this venv's programs, a home, a locale."""
+    return {"PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin", "HOME": str(home),
+            "LANG": "C.UTF-8"}
+
+
+def pod_logs(logs: Path) -> str:
+    """The last 4,000 characters of every pod's log, for an assertion's message."""
+    return "\n".join(f"===== {f.name}\n{f.read_text(errors='replace')[-4000:]}" for f in sorted(logs.glob("*.log")))
+
+
+def wait_pods(pods: list[subprocess.Popen], logs: Path, timeout: float = 400) -> list[int]:
+    """Every pod's exit code, in order; the pods' logs in the failure when they do not all end in time."""
+    deadline = time.monotonic() + timeout
+    codes = []
+    for pod in pods:
+        try:
+            codes.append(pod.wait(timeout=max(1.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            raise AssertionError("pods did not finish in time:\n" + pod_logs(logs)) from None
+    return codes

@@ -13,8 +13,6 @@ address with its own.
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 from pathlib import Path
 
@@ -24,6 +22,7 @@ from mtk.k8s.backend import EksBackend
 from mtk.launcher.paths import resolve_paths
 from support import operator_env
 from support.journey_local import losses as run_losses
+from support.pod_net import image_env, pod_logs, wait_pods
 
 pytestmark = pytest.mark.integration
 
@@ -39,26 +38,6 @@ def _render(k8s_jobs, root: Path, run_dir: str):
         "eks")
     objs = yamlio.load_all(EksBackend().render(job, run_dir).files["manifests/all.yaml"])
     return objs
-
-
-def _image_env(home: Path) -> dict[str, str]:
-    return {"PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin", "HOME": str(home),
-            "LANG": "C.UTF-8"}
-
-
-def _logs(logs: Path) -> str:
-    return "\n".join(f"===== {f.name}\n{f.read_text(errors='replace')[-4000:]}" for f in sorted(logs.glob("*.log")))
-
-
-def _wait(pods, logs: Path, timeout: float = 400) -> list[int]:
-    deadline = time.monotonic() + timeout
-    codes = []
-    for pod in pods:
-        try:
-            codes.append(pod.wait(timeout=max(1.0, deadline - time.monotonic())))
-        except Exception:
-            raise AssertionError("pods did not finish in time:\n" + _logs(logs)) from None
-    return codes
 
 
 def test_c10d_pods_meet_at_worker_0_for_preflight_and_training_and_resume_after_the_store_host_dies(
@@ -83,35 +62,35 @@ def test_c10d_pods_meet_at_worker_0_for_preflight_and_training_and_resume_after_
     init = next(c for c in template["initContainers"] if c["name"] == "preflight")
     init_env = {e["name"]: e["value"] for e in init["env"] if "value" in e}
     assert init_env["MTK_PREFLIGHT_RDZV"] == f"{svc['metadata']['name']}:{manifests.PREFLIGHT_C10D_PORT}"
-    preflights = [net.start_pod(pod, {**_image_env(tmp_path), "HOSTNAME": pod, **init_env, "MTK_NODE_NAME": pod},
+    preflights = [net.start_pod(pod, {**image_env(tmp_path), "HOSTNAME": pod, **init_env, "MTK_NODE_NAME": pod},
                                 [*init["command"], *init.get("args", [])], logs / f"{pod}-preflight.log")
                   for pod in (pod1, pod0)]  # worker 1 first: it waits for the store worker 0 hosts
-    assert _wait(preflights, logs) == [0, 0], _logs(logs)
+    assert wait_pods(preflights, logs) == [0, 0], pod_logs(logs)
     verdict = json.loads((Path(run_dir) / "state" / "preflight.json").read_text())
     assert verdict["ok"] and sorted(n["node_rank"] for n in verdict["nodes"]) == [0, 1], verdict
     assert all(n["allreduce_ok"] for n in verdict["nodes"]), verdict
 
     # 2. Training: the agents meet at worker 0's store (PET_RDZV_ENDPOINT = the Service), then worker 0 dies.
     def start(index: int, pod: str):
-        env = {**_image_env(tmp_path), **operator_env.worker_pod_env(ptj, index), "MTK_NODE_NAME": pod}
+        env = {**image_env(tmp_path), **operator_env.worker_pod_env(ptj, index), "MTK_NODE_NAME": pod}
         assert env["PET_RDZV_BACKEND"] == "c10d" and env["PET_RDZV_ENDPOINT"].startswith(svc["metadata"]["name"])
         return net.start_pod(pod, env, operator_env.worker_command(ptj), logs / f"{pod}.log")
 
     pods = [start(1, pod1), start(0, pod0)]
     deadline = time.monotonic() + 400
     while max(run_losses(Path(run_dir), killed_writer=True), default=0) < KILL_AFTER:
-        assert time.monotonic() < deadline, "training did not reach the kill point:\n" + _logs(logs)
-        assert all(p.poll() is None for p in pods), "a pod ended before the kill:\n" + _logs(logs)
+        assert time.monotonic() < deadline, "training did not reach the kill point:\n" + pod_logs(logs)
+        assert all(p.poll() is None for p in pods), "a pod ended before the kill:\n" + pod_logs(logs)
         time.sleep(0.2)
     net.kill_pod(pods[1])  # worker 0: the store's host
-    code1 = _wait([pods[0]], logs)[0]
-    assert code1 != 0, "worker 1's agent lost the store and must fail (its container restarts):\n" + _logs(logs)
+    code1 = wait_pods([pods[0]], logs)[0]
+    assert code1 != 0, "worker 1's agent lost the store and must fail (its container restarts):\n" + pod_logs(logs)
     losses_before = run_losses(Path(run_dir), killed_writer=True)
     assert KILL_AFTER <= max(losses_before) < ITERATIONS, sorted(losses_before)
 
     # 3. The operator re-creates worker 0 and restarts worker 1's container: same env and command; they resume.
-    assert _wait([start(1, pod1), start(0, pod0)], logs) == [0, 0], _logs(logs)
-    text = _logs(logs)
+    assert wait_pods([start(1, pod1), start(0, pod0)], logs) == [0, 0], pod_logs(logs)
+    text = pod_logs(logs)
     assert "[checkpoint] resumed from" in text, text
     losses = run_losses(Path(run_dir), killed_writer=True)
     assert sorted(losses) == list(range(1, ITERATIONS + 1)), sorted(losses)

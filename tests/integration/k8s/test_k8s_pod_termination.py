@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from mtk.launcher.paths import resolve_paths
 from support import operator_env
 from support.faults import Hold
 from support.journey_local import losses as run_losses
+from support.pod_net import image_env, pod_logs, wait_pods
 
 from mtk import exitcodes
 
@@ -45,10 +45,6 @@ def _render(k8s_jobs, fsx: Path, run_dir: str) -> tuple[list[dict], Path]:
     return objs, Path(job.train.checkpoint.dir)
 
 
-def _logs(logs: Path) -> str:
-    return "\n".join(f"===== {f.name}\n{f.read_text(errors='replace')[-4000:]}" for f in sorted(logs.glob("*.log")))
-
-
 class Pods:
     """The PyTorchJob's two workers, started in the pod network with the operator's env (plus ``extra``)."""
 
@@ -62,25 +58,16 @@ class Pods:
         return operator_env.worker_pod(self.ptj["metadata"]["name"], index)
 
     def start(self, tag: str, extra: dict[str, str] | None = None) -> list:
-        image = {"PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin", "HOME": str(self.home),
-                 "LANG": "C.UTF-8"}
         pods = []
         for index in (1, 0):  # worker 1 first: it waits for the store worker 0 hosts
-            env = {**image, **operator_env.worker_pod_env(self.ptj, index), "MTK_NODE_NAME": self.name(index),
-                   **(extra or {})}
+            env = {**image_env(self.home), **operator_env.worker_pod_env(self.ptj, index),
+                   "MTK_NODE_NAME": self.name(index), **(extra or {})}
             pods.append(self.net.start_pod(self.name(index), env, operator_env.worker_command(self.ptj),
                                            self.logs / f"{tag}-{self.name(index)}.log"))
         return pods[::-1]  # by worker index
 
-    def wait(self, pods: list, timeout: float = 600) -> list[int]:
-        deadline = time.monotonic() + timeout
-        codes = []
-        for pod in pods:
-            try:
-                codes.append(pod.wait(timeout=max(1.0, deadline - time.monotonic())))
-            except Exception:
-                raise AssertionError("pods did not finish in time:\n" + _logs(self.logs)) from None
-        return codes
+    def wait(self, pods: list) -> list[int]:
+        return wait_pods(pods, self.logs, timeout=600)
 
 
 def _pods(k8s_jobs, pod_net_factory, root: Path) -> tuple[Pods, str, Path]:
@@ -105,7 +92,7 @@ def _pid_1(pod) -> int:
 def test_kubelets_sigterm_to_one_pod_saves_every_rank_and_the_recreated_pods_resume_with_equal_losses(
         k8s_jobs, pod_net_factory, tmp_path):
     reference_pods, reference_dir, _ = _pods(k8s_jobs, pod_net_factory, tmp_path / "reference")
-    assert reference_pods.wait(reference_pods.start("straight")) == [0, 0], _logs(reference_pods.logs)
+    assert reference_pods.wait(reference_pods.start("straight")) == [0, 0], pod_logs(reference_pods.logs)
     reference = run_losses(Path(reference_dir))
     assert sorted(reference) == list(range(1, ITERATIONS + 1)), sorted(reference)
 
@@ -114,19 +101,19 @@ def test_kubelets_sigterm_to_one_pod_saves_every_rank_and_the_recreated_pods_res
     first = pods.start("terminated", hold.env())
     deadline = time.monotonic() + 600  # only fails a hung test
     while not hold.held(HELD_AFTER, ranks=2):
-        assert all(p.poll() is None for p in first), "a pod ended before the hold:\n" + _logs(pods.logs)
-        assert time.monotonic() < deadline, "the ranks never reached the hold:\n" + _logs(pods.logs)
+        assert all(p.poll() is None for p in first), "a pod ended before the hold:\n" + pod_logs(pods.logs)
+        assert time.monotonic() < deadline, "the ranks never reached the hold:\n" + pod_logs(pods.logs)
         time.sleep(0.1)
     init = psutil.Process(_pid_1(first[1]))
     assert "mtk-entrypoint" in " ".join(init.cmdline()), init.cmdline()  # what kubelet signals
     os.kill(init.pid, signal.SIGTERM)
     while not hold.signalled(HELD_AFTER):
-        assert time.monotonic() < deadline, "no rank caught the SIGTERM:\n" + _logs(pods.logs)
+        assert time.monotonic() < deadline, "no rank caught the SIGTERM:\n" + pod_logs(pods.logs)
         time.sleep(0.1)
     hold.release(HELD_AFTER)
 
     saved = HELD_AFTER + 1  # the stop is acted on after the iteration in flight
-    assert pods.wait(first) == [exitcodes.REQUEUE, exitcodes.REQUEUE], _logs(pods.logs)
+    assert pods.wait(first) == [exitcodes.REQUEUE, exitcodes.REQUEUE], pod_logs(pods.logs)
     last = json.loads((Path(run_dir) / "state" / "last_exit.json").read_text())
     assert (last["code"], last["iteration"], last["checkpoint_iteration"]) == (exitcodes.REQUEUE, saved, saved), last
     assert f"iter_{saved:07d}" in {p.name for p in ckpt.iterdir()}, sorted(p.name for p in ckpt.iterdir())
@@ -135,7 +122,7 @@ def test_kubelets_sigterm_to_one_pod_saves_every_rank_and_the_recreated_pods_res
     before = run_losses(Path(run_dir), killed_writer=True)
     assert max(before) == saved, sorted(before)
 
-    assert pods.wait(pods.start("recreated")) == [0, 0], _logs(pods.logs)
+    assert pods.wait(pods.start("recreated")) == [0, 0], pod_logs(pods.logs)
     after = run_losses(Path(run_dir), killed_writer=True)
     assert sorted(after) == list(range(1, ITERATIONS + 1)), sorted(after)
     for it in range(1, ITERATIONS + 1):
