@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mtk.files import atomic_write
+from mtk.files import atomic_write, cache_root
 from mtk.spec.train import read_by_check
 
 if TYPE_CHECKING:
@@ -30,17 +30,6 @@ if TYPE_CHECKING:
 SCHEMA = 2  # bump when an entry's layout or the key's meaning changes
 # Distributions whose code the check runs (missing ones count as None).
 DISTRIBUTIONS = ("mtk", "megatron-core", "torch", "transformer-engine", "apex")
-
-
-def cache_root() -> Path:
-    """mtk's own cache: ``$MTK_CACHE_DIR`` when set (a shared cache for a team, or one per CI job), else
-    ``$XDG_CACHE_HOME/mtk`` (``~/.cache`` when unset or relative, as the XDG spec says)."""
-    own = os.environ.get("MTK_CACHE_DIR", "")
-    if os.path.isabs(own):
-        return Path(own)
-    base = os.environ.get("XDG_CACHE_HOME", "")
-    root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
-    return root / "mtk"
 
 
 def cache_dir() -> Path:

@@ -13,9 +13,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from mtk.files import atomic_write
-
-from .megatron_cache import cache_root
+from mtk.files import atomic_write, cache_root
 
 SCHEMA = 1
 

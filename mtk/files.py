@@ -10,6 +10,16 @@ from pathlib import Path
 from typing import Any
 
 
+def cache_root() -> Path:
+    """mtk's own cache on this machine: ``$MTK_CACHE_DIR`` when set (a shared cache for a team, or one per CI job),
+    else ``$XDG_CACHE_HOME/mtk`` (``~/.cache`` when unset or relative, as the XDG spec says)."""
+    own = os.environ.get("MTK_CACHE_DIR", "")
+    if os.path.isabs(own):
+        return Path(own)
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    return (Path(base) if os.path.isabs(base) else Path.home() / ".cache") / "mtk"
+
+
 def current_umask() -> int:
     """The process umask, read without changing it (os.umask can only be read by setting it, which races other
     threads' file creation). Linux's /proc/self/status says it; psutil has no umask, and this runs in the CLI too
@@ -74,4 +84,3 @@ class ByteWindow(io.RawIOBase):
         buf[: len(data)] = data
         self.pos += len(data)
         return len(data)
-
