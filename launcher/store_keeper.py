@@ -51,9 +51,9 @@ def store_place(torchrun_args: list[str]) -> StorePlace | None:
         hosts_here = _matches_machine_hostname(host) if asked is None else asked.lower() in ("1", "true", "yes", "y")
         return StorePlace(host, port, nodes, hosts_here)
     if args.rdzv_backend == "static":
-        endpoint = args.rdzv_endpoint or f"{args.master_addr}:{args.master_port}"
-        if args.master_port is None and not args.rdzv_endpoint:
+        if not args.rdzv_endpoint and args.master_port is None:
             return None
+        endpoint = args.rdzv_endpoint or f"{args.master_addr}:{args.master_port}"
         host, port = parse_rendezvous_endpoint(endpoint, default_port=29500)
         return StorePlace(host, port, nodes, int(args.node_rank) == 0)
     return None
