@@ -20,7 +20,9 @@ Modules: this one plans, dispatches to workers and merges; :mod:`.preprocess_wor
 Sharded (``data.corpus.shards: N``): every task computes the same plan and processes only its contiguous slice
 of it (:mod:`.sharding`; index from ``--task-index``, ``SLURM_ARRAY_TASK_ID`` or ``JOB_COMPLETION_INDEX``),
 writing the same part files and markers. The task that finds every shard done merges (under a lock, so
-exactly one does), which is the single-process merge: byte-identical output. ``--merge`` runs only the merge.
+exactly one does), which is the single-process merge: byte-identical output; it removes the parts only while
+holding every task's lock, so a late task still inside them is never deleted under. ``--merge`` runs only the
+merge.
 
 Documents follow Megatron's ``tools/preprocess_data.py``: one sequence per non-empty document, EOD appended
 with ``--append-eod``; an empty document adds no sequence but still ends a document. Bad lines (malformed
@@ -228,7 +230,10 @@ def _run_task(cfg: PreprocessConfig, tok: Tokenizer, plan: dict, plan_id: str, r
     if not cfg.merge_only:
         index = int(cfg.task_index or 0)
         mine = task_shards(shards, cfg.tasks, index)
-        with _exclusive(f"{cfg.output_prefix}.mtk-lock.task-{index}"):
+        with _task_lock(cfg.output_prefix, index, log):
+            if _done_record(cfg, record_path, plan_id) is not None:  # merged while this task waited or started
+                log(f"preprocess: another task has merged {cfg.output_prefix}; this task is done")
+                return {"task": index, "merged": False, "already_done": True}
             _ensure_manifest(parts_dir, plan, plan_id)
             log(f"preprocess: task {index} of {cfg.tasks}: {len(mine)} of {len(shards)} shards "
                 f"({sum(s.nbytes for s in mine) / 2**20:,.1f} MiB)")
@@ -264,14 +269,46 @@ def _run_task(cfg: PreprocessConfig, tok: Tokenizer, plan: dict, plan_id: str, r
         summary["tasks"] = cfg.tasks
         summary["task_seconds"] = task_seconds(parts_dir)
         atomic_json(record_path, {"plan_id": plan_id, "summary": summary})
-        shutil.rmtree(parts_dir, ignore_errors=True)
-        for i in range(cfg.tasks):
-            with contextlib.suppress(OSError):
-                os.unlink(f"{cfg.output_prefix}.mtk-lock.task-{i}")
+        _remove_parts(cfg, parts_dir, log)
     finally:
         lock.__exit__(None, None, None)
     _print_summary(summary, log)
     return {**summary, "merged": True}
+
+
+def _remove_parts(cfg: PreprocessConfig, parts_dir: str, log: Any) -> None:
+    """Delete the parts once the merged record is written, holding every task's lock while doing so.
+
+    A task that started before the record existed may still be reading or writing in the parts dir (a late
+    array task finding its shards done; a requeued one): it holds its task lock for all of that, so waiting
+    for the locks means nothing is deleted under it, and a task that takes its lock after this finds the
+    record and does nothing.
+    """
+    with contextlib.ExitStack() as held:
+        for i in range(cfg.tasks):
+            held.enter_context(_task_lock(cfg.output_prefix, i, log))
+        shutil.rmtree(parts_dir, ignore_errors=True)
+        for i in range(cfg.tasks):
+            with contextlib.suppress(OSError):
+                os.unlink(f"{cfg.output_prefix}.mtk-lock.task-{i}")
+
+
+@contextlib.contextmanager
+def _task_lock(prefix: str, index: int, log: Any):
+    """Task ``index``'s lock, waited for when another process holds it: a predecessor of this task still
+    running (a requeue), or the merging task removing the parts. Either finishes; then this one goes on."""
+    import fcntl
+
+    with open(f"{prefix}.mtk-lock.task-{index}", "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"preprocess: task {index}'s lock is held (its predecessor still running, or the merge "
+                "removing the parts); waiting for it")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        except OSError:  # a file system without flock (some NFS mounts): carry on unlocked
+            pass
+        yield
 
 
 def task_seconds(parts_dir: str) -> dict[str, float]:

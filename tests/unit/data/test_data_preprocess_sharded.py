@@ -124,6 +124,81 @@ def test_killed_task_redoes_only_its_unfinished_shards_and_merge_waits_for_it(tm
             Path(ref["outputs"]["text"][ext]).read_bytes()
 
 
+def test_a_late_task_inside_the_parts_dir_is_never_deleted_under_and_leaves_nothing_behind(
+        tmp_path, bpe_dir, docs, corpus_formats, monkeypatch):
+    """A Slurm array relaunch: task 0 (its shards already done) starts late and is still inside the parts dir
+    when task 1 finishes the last shard and merges. The merge must not delete the parts under it (CI saw a
+    relaunch's late task fail that way and cancel the training after it), and the late task must neither redo
+    its shards into a recreated parts dir nor leave one behind."""
+    import threading
+
+    from mtk.data_jobs import preprocess as pp
+
+    ref = _reference(tmp_path, bpe_dir, docs, corpus_formats)
+    corpus_formats.write_multiformat(tmp_path / "data" / "corpus", docs)
+    prefix = tmp_path / "data" / "tok" / "c"
+    parts = Path(f"{prefix}.mtk-parts")
+
+    def cfg(index: int) -> PreprocessConfig:
+        return PreprocessConfig(input=str(tmp_path / "data" / "corpus"), output_prefix=str(prefix), tokenizer=GPT2,
+                                data_dir=str(bpe_dir), workers=1, progress=False, shard_mb=0.02,
+                                tasks=2, task_index=index)
+
+    first = preprocess(cfg(0), log=lambda _m: None)
+    assert first["merged"] is False and first["shards"], "task 0 did its shards; task 1's are missing"
+
+    inside, go = threading.Event(), threading.Event()
+    real_manifest = pp._ensure_manifest
+
+    def late_manifest(*args):  # the late task holds here, in its task lock, until the merge goes as far as it can
+        if threading.current_thread().name == "late":
+            inside.set()
+            assert go.wait(timeout=120)
+        return real_manifest(*args)
+
+    monkeypatch.setattr(pp, "_ensure_manifest", late_manifest)
+    late_log: list[str] = []
+    late_result: dict = {}
+
+    def late() -> None:
+        late_result.update(preprocess(cfg(0), log=late_log.append))
+
+    thread = threading.Thread(target=late, name="late")
+    thread.start()
+    assert inside.wait(timeout=120)
+
+    merger_log: list[str] = []
+    merger_done = threading.Event()
+
+    def merge() -> None:
+        try:
+            merger_log.append(repr(preprocess(cfg(1), log=merger_log.append)["merged"]))
+        finally:
+            merger_done.set()
+
+    merger = threading.Thread(target=merge, name="merger")
+    merger.start()
+
+    def merge_went_as_far_as_it_can() -> bool:  # done (nothing waited for the late task) or waiting for its lock
+        return merger_done.is_set() or any("task 0's lock is held" in m for m in merger_log)
+
+    while not merge_went_as_far_as_it_can():
+        merger_done.wait(0.05)
+    go.set()
+    thread.join(timeout=300)
+    merger.join(timeout=300)
+    assert merger_log[-1] == "True", merger_log
+    said = " ".join(late_log)
+    assert late_result.get("merged") is False, late_log
+    assert "another task has merged" in said or "another task is merging" in said, late_log
+    mine = len(first["shards"])
+    assert f"resuming: {mine}/{mine} shards already done" in said, "the late task redid none of its shards"
+    assert not parts.exists(), f"parts left behind: {sorted(p.name for p in parts.iterdir())}"
+    assert not list(prefix.parent.glob("c.mtk-lock.task-*")), "task locks removed with the parts"
+    for ext in ("bin", "idx"):
+        assert Path(f"{prefix}_text_document.{ext}").read_bytes() == Path(ref["outputs"]["text"][ext]).read_bytes()
+
+
 def test_bad_parquet_row_names_file_row_and_shard_and_skip_counts(tmp_path, bpe_dir):
     import pyarrow as pa
     import pyarrow.parquet as pq
