@@ -232,6 +232,8 @@ def _run_task(cfg: PreprocessConfig, tok: Tokenizer, plan: dict, plan_id: str, r
         mine = task_shards(shards, cfg.tasks, index)
         with _task_lock(cfg.output_prefix, index, log):
             if _done_record(cfg, record_path, plan_id) is not None:  # merged while this task waited or started
+                with contextlib.suppress(OSError):  # the merge removed the task locks; this one is new
+                    os.unlink(f"{cfg.output_prefix}.mtk-lock.task-{index}")
                 log(f"preprocess: another task has merged {cfg.output_prefix}; this task is done")
                 return {"task": index, "merged": False, "already_done": True}
             _ensure_manifest(parts_dir, plan, plan_id)

@@ -198,6 +198,15 @@ def test_a_late_task_inside_the_parts_dir_is_never_deleted_under_and_leaves_noth
     for ext in ("bin", "idx"):
         assert Path(f"{prefix}_text_document.{ext}").read_bytes() == Path(ref["outputs"]["text"][ext]).read_bytes()
 
+    # A task that checked for the record just before the merge wrote it, and takes its lock just after.
+    checks = iter([None])
+    real_record = pp._done_record
+    monkeypatch.setattr(pp, "_done_record", lambda *a: next(checks, real_record(*a)))
+    after: list[str] = []
+    assert preprocess(cfg(0), log=after.append).get("already_done") is True
+    assert "another task has merged" in after[-1] and not any("task 0 of 2" in m for m in after), after
+    assert not parts.exists() and not list(prefix.parent.glob("c.mtk-lock.task-*")), "nothing left behind"
+
 
 def test_bad_parquet_row_names_file_row_and_shard_and_skip_counts(tmp_path, bpe_dir):
     import pyarrow as pa
