@@ -16,7 +16,7 @@ It is never trusted blindly:
 2. **Self-test** before use against Hugging Face: every vocabulary token on its own, an edge-case text set,
    and a sweep of every code point of the assigned Unicode planes in letter/digit/space contexts (this is
    where two regex engines' Unicode tables could disagree). A mismatch -> the Hugging Face engine. The
-   verdict is cached per (files, options, library versions) in ``$XDG_CACHE_HOME/mtk``.
+   verdict is cached per (files, options, library versions) in mtk's cache (:func:`mtk.files.cache_root`).
 3. **Shadow check** at run time: every ``check_every``-th document (128th by default) is also encoded by
    Hugging Face; a difference raises :class:`FastPathMismatch`, and preprocess then redoes the whole corpus with
    Hugging Face. Hugging Face's BPE costs ~5x tiktoken's per document, so the rate sets the check's price: 1 in
@@ -29,12 +29,13 @@ rather than silent corruption; ``engine: hf`` turns the fast path off.
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mtk.files import atomic_write, cache_root
 from mtk.tokenizers import EOD_TEXT, HFTokenizer, Tokenizer
 
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -190,8 +191,7 @@ def _cache_file(tok: HFTokenizer) -> Path:
     import tiktoken
     import tokenizers
 
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mtk" / "bpe-verified"
-    return root / f"{tok.fingerprint()}-{tokenizers.__version__}-{tiktoken.__version__}.json"
+    return cache_root() / "bpe-verified" / f"{tok.fingerprint()}-{tokenizers.__version__}-{tiktoken.__version__}.json"
 
 
 def self_test(fast: FastGPT2, ranks: dict[bytes, int]) -> str:
@@ -230,13 +230,8 @@ def fast_gpt2(tok: Tokenizer, check_every: int = 128, log: Any = print, verified
     verdict = json.loads(cache.read_text()) if cache.is_file() else None
     if verdict is None:
         verdict = {"ok": not (why := self_test(fast, ranks)), "why": why}
-        try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(verdict))
-            os.replace(tmp, cache)
-        except OSError:
-            pass  # a read-only home only costs the self-test next time
+        with contextlib.suppress(OSError):  # a read-only home only costs the self-test next time
+            atomic_write(cache, json.dumps(verdict))  # a unique temp name: pods all run as PID 1
     if not verdict["ok"]:
         log(f"preprocess: fast BPE engine failed its self-test ({verdict['why']}); using the Hugging Face engine")
         return tok

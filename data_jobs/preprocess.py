@@ -315,8 +315,12 @@ def _task_lock(prefix: str, index: int, log: Any):
 
 def task_seconds(parts_dir: str) -> dict[str, float]:
     """Seconds each finished task took (its marker), for `mtk status`'s slowest shard."""
-    out = {}
-    for name in sorted(os.listdir(parts_dir)) if os.path.isdir(parts_dir) else []:
+    out: dict[str, float] = {}
+    try:
+        names = sorted(os.listdir(parts_dir))
+    except OSError:  # none yet, or the merge has just removed them (`mtk status` reads while a run goes on)
+        return out
+    for name in names:
         if name.startswith("task-") and name.endswith(".json"):
             try:
                 with open(os.path.join(parts_dir, name)) as fh:

@@ -13,6 +13,7 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .corpus import InputError, Shard, is_parquet
@@ -34,10 +35,13 @@ class PreprocessError(RuntimeError):
 
 
 def atomic_json(path: str, obj: Any) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as fh:
-        json.dump(obj, fh, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    """Write ``obj`` to ``path`` whole or not at all, in a directory that must exist (a vanished parts dir is
+    not recreated). The temp name is unique per writer: every pod of an Indexed Job runs as PID 1."""
+    from mtk.files import atomic_write
+
+    if not os.path.isdir(os.path.dirname(path) or "."):
+        raise FileNotFoundError(f"{os.path.dirname(path)}: no such directory")
+    atomic_write(Path(path), json.dumps(obj, indent=1, sort_keys=True))
 
 
 @dataclass

@@ -36,12 +36,3 @@ def corpus(tmp_path_factory, stdlib_docs) -> Path:
         for text in stdlib_docs:
             fh.write(json.dumps({"text": text}) + "\n")
     return path
-
-
-@pytest.fixture(autouse=True, scope="session")
-def _private_cache(tmp_path_factory):
-    """Keep the fast-engine verdict cache inside the test session (subprocesses inherit it)."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
-    yield
-    mp.undo()

@@ -69,15 +69,6 @@ def bpe_dir_legacy(bpe_dir, tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(autouse=True, scope="session")
-def _private_cache(tmp_path_factory):
-    """Keep the fast-engine verdict cache inside the test session."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
-    yield
-    mp.undo()
-
-
 @pytest.fixture(scope="session")
 def megatron_indexed():
     """megatron.core.datasets.indexed_dataset (with the CPU compat stubs when triton is absent)."""

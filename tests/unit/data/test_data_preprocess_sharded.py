@@ -424,3 +424,42 @@ def test_mock_data_index_goes_to_the_run_dir_not_the_working_directory(tmp_path)
     job = validate({"name": "m", "model": {"preset": "tiny"}, "data": {"dir": "data"}})
     assert train_data.cache_dir(job, run_dir=str(tmp_path / "run")) == str(tmp_path / "run" / "index-cache")
     assert train_data.cache_dir(job) == "data/index-cache"
+
+
+def test_shared_json_files_survive_writers_with_one_pid(tmp_path):
+    """Every pod of an Indexed Job runs as PID 1, so a temp name made from the PID is the same in all of them:
+    writers sharing one PID (threads here) must each write whole files, and none may recreate a removed dir."""
+    import threading
+
+    from mtk.data_jobs.preprocess_worker import atomic_json
+
+    path = tmp_path / "manifest.json"
+    errors: list[BaseException] = []
+    reads: list[dict] = []
+
+    def write(n: int) -> None:
+        try:
+            for i in range(200):
+                atomic_json(str(path), {"writer": n, "i": i, "pad": "x" * 4096})
+        except BaseException as exc:  # every failure is the finding
+            errors.append(exc)
+
+    def read() -> None:
+        while any(t.is_alive() for t in writers):
+            if path.exists():
+                reads.append(json.loads(path.read_text()))
+
+    writers = [threading.Thread(target=write, args=(n,)) for n in range(4)]
+    for t in writers:
+        t.start()
+    reader = threading.Thread(target=read)
+    reader.start()
+    for t in [*writers, reader]:
+        t.join(timeout=120)
+    assert not errors, errors[:3]
+    assert all(len(r["pad"]) == 4096 for r in reads)
+    assert json.loads(path.read_text())["i"] == 199
+    assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"], "no temp file left behind"
+    with pytest.raises(FileNotFoundError):
+        atomic_json(str(tmp_path / "gone" / "task-00000.json"), {})
+    assert not (tmp_path / "gone").exists()
