@@ -265,6 +265,7 @@ def _run_task(cfg: PreprocessConfig, tok: Tokenizer, plan: dict, plan_id: str, r
         return {**task, "merged": False}
     try:
         if _done_record(cfg, record_path, plan_id) is not None:
+            log(f"preprocess: another task has merged {cfg.output_prefix}; this task is done")
             return {**task, "merged": False}
         results = _completed(parts_dir, shards)
         summary = _finish(cfg, tok, shards, results, parts_dir, plan, time.monotonic() - t0)
