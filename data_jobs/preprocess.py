@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import sources
 from .corpus import InputError, Shard, input_files
+from .part_locks import exclusive, forget_task_lock, remove_parts, task_lock
 from .preprocess_worker import (
     MAX_EXAMPLES,
     PreprocessError,
@@ -61,6 +62,8 @@ from .preprocess_worker import (
 from .sharding import plan_shards
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from mtk.spec.data import TokenizerSpec
     from mtk.tokenizers import Tokenizer
 
@@ -184,8 +187,10 @@ def _clock(seconds: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
-def preprocess(cfg: PreprocessConfig, log: Any = print) -> dict:
-    """Run (or resume, or skip when already done) a preprocessing job or one task of it; returns the summary."""
+def preprocess(cfg: PreprocessConfig, log: Any = print, after_merge: Callable[[], None] | None = None) -> dict:
+    """Run (or resume, or skip when already done) a preprocessing job or one task of it; returns the summary.
+    ``after_merge`` runs in the process that merged, still holding the merge lock
+    (:func:`.part_locks.merge_settled`)."""
     t0 = time.monotonic()
     cfg.check()
     tok = load_tokenizer(cfg.tokenizer, cfg.data_dir, cfg.engine, verified=False, log=log)
@@ -202,11 +207,13 @@ def preprocess(cfg: PreprocessConfig, log: Any = print) -> dict:
     parent = os.path.dirname(os.path.abspath(cfg.output_prefix))
     os.makedirs(parent, exist_ok=True)
     if cfg.task_index is None and not cfg.merge_only:
-        with _exclusive(f"{cfg.output_prefix}.mtk-lock"):
+        with exclusive(f"{cfg.output_prefix}.mtk-lock"):
             summary = _run_locked(cfg, tok, plan, plan_id, record_path, log, t0)
-        _print_summary(summary, log)
+            _print_summary(summary, log)
+            if after_merge is not None:
+                after_merge()
         return summary
-    return _run_task(cfg, tok, plan, plan_id, record_path, log, t0)
+    return _run_task(cfg, tok, plan, plan_id, record_path, log, t0, after_merge)
 
 
 def _done_record(cfg: PreprocessConfig, record_path: str, plan_id: str) -> dict | None:
@@ -220,7 +227,7 @@ def _done_record(cfg: PreprocessConfig, record_path: str, plan_id: str) -> dict 
 
 
 def _run_task(cfg: PreprocessConfig, tok: Tokenizer, plan: dict, plan_id: str, record_path: str, log: Any,
-              t0: float) -> dict:
+              t0: float, after_merge: Callable[[], None] | None = None) -> dict:
     """One task of a sharded job: its slice of the plan, a task marker, then the merge if it is the last."""
     from .sharding import owner, task_shards
 
@@ -230,10 +237,9 @@ def _run_task(cfg: PreprocessConfig, tok: Tokenizer, plan: dict, plan_id: str, r
     if not cfg.merge_only:
         index = int(cfg.task_index or 0)
         mine = task_shards(shards, cfg.tasks, index)
-        with _task_lock(cfg.output_prefix, index, log):
+        with task_lock(cfg.output_prefix, index, log):
             if _done_record(cfg, record_path, plan_id) is not None:  # merged while this task waited or started
-                with contextlib.suppress(OSError):  # the merge removed the task locks; this one is new
-                    os.unlink(f"{cfg.output_prefix}.mtk-lock.task-{index}")
+                forget_task_lock(cfg.output_prefix, index)
                 log(f"preprocess: another task has merged {cfg.output_prefix}; this task is done")
                 return {"task": index, "merged": False, "already_done": True}
             _ensure_manifest(parts_dir, plan, plan_id)
@@ -258,7 +264,7 @@ def _run_task(cfg: PreprocessConfig, tok: Tokenizer, plan: dict, plan_id: str, r
         log(f"preprocess: {len(missing)} shards of other tasks still running; the last task to finish merges")
         return {**task, "merged": False}
     try:
-        lock = _exclusive(f"{cfg.output_prefix}.mtk-lock")
+        lock = exclusive(f"{cfg.output_prefix}.mtk-lock")
         lock.__enter__()
     except PreprocessError:
         log("preprocess: another task is merging; this task is done")
@@ -272,46 +278,13 @@ def _run_task(cfg: PreprocessConfig, tok: Tokenizer, plan: dict, plan_id: str, r
         summary["tasks"] = cfg.tasks
         summary["task_seconds"] = task_seconds(parts_dir)
         atomic_json(record_path, {"plan_id": plan_id, "summary": summary})
-        _remove_parts(cfg, parts_dir, log)
+        remove_parts(cfg.output_prefix, cfg.tasks, parts_dir, log)
+        _print_summary(summary, log)
+        if after_merge is not None:
+            after_merge()
     finally:
         lock.__exit__(None, None, None)
-    _print_summary(summary, log)
     return {**summary, "merged": True}
-
-
-def _remove_parts(cfg: PreprocessConfig, parts_dir: str, log: Any) -> None:
-    """Delete the parts once the merged record is written, holding every task's lock while doing so.
-
-    A task that started before the record existed may still be reading or writing in the parts dir (a late
-    array task finding its shards done; a requeued one): it holds its task lock for all of that, so waiting
-    for the locks means nothing is deleted under it, and a task that takes its lock after this finds the
-    record and does nothing.
-    """
-    with contextlib.ExitStack() as held:
-        for i in range(cfg.tasks):
-            held.enter_context(_task_lock(cfg.output_prefix, i, log))
-        shutil.rmtree(parts_dir, ignore_errors=True)
-        for i in range(cfg.tasks):
-            with contextlib.suppress(OSError):
-                os.unlink(f"{cfg.output_prefix}.mtk-lock.task-{i}")
-
-
-@contextlib.contextmanager
-def _task_lock(prefix: str, index: int, log: Any):
-    """Task ``index``'s lock, waited for when another process holds it: a predecessor of this task still
-    running (a requeue), or the merging task removing the parts. Either finishes; then this one goes on."""
-    import fcntl
-
-    with open(f"{prefix}.mtk-lock.task-{index}", "a+") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log(f"preprocess: task {index}'s lock is held (its predecessor still running, or the merge "
-                "removing the parts); waiting for it")
-            fcntl.flock(fh, fcntl.LOCK_EX)
-        except OSError:  # a file system without flock (some NFS mounts): carry on unlocked
-            pass
-        yield
 
 
 def task_seconds(parts_dir: str) -> dict[str, float]:
@@ -382,26 +355,6 @@ def _run_locked(cfg: PreprocessConfig, tok: Tokenizer, plan: dict, plan_id: str,
     atomic_json(record_path, {"plan_id": plan_id, "summary": summary})
     shutil.rmtree(parts_dir, ignore_errors=True)
     return summary
-
-
-@contextlib.contextmanager
-def _exclusive(path: str):
-    """One preprocess per output prefix (a requeued Slurm job racing its predecessor would corrupt parts)."""
-    import errno
-    import fcntl
-
-    fh = open(path, "a+")  # noqa: SIM115 - closed below
-    try:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno in (errno.EAGAIN, errno.EACCES):
-                raise PreprocessError(f"another preprocess is writing {path.removesuffix('.mtk-lock')} "
-                                      "(lock held); wait for it or stop it") from None
-            # a file system without flock (some NFS mounts): carry on unlocked
-        yield
-    finally:
-        fh.close()
 
 
 def _completed(parts_dir: str, shards: list[Shard]) -> dict[int, ShardResult]:

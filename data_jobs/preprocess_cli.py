@@ -34,7 +34,8 @@ def _number(kind: type, low: float, strict: bool = False):
 def _parser() -> argparse.ArgumentParser:
     ap = ArgumentParser(prog="mtk-entrypoint preprocess", description=__doc__.split("\n\n")[0])
     ap.add_argument("--job", help="job.json: take data.corpus and data.tokenizer from the spec")
-    ap.add_argument("--run-dir", help="run directory (accepted for symmetry with other steps)")
+    ap.add_argument("--run-dir", help="run directory: once the dataset is complete and its index cache built, "
+                    "state/data-ready.json there says so (what EKS training pods wait for)")
     meg = ap.add_argument_group("Megatron tools/preprocess_data.py flags")
     meg.add_argument("--input")
     meg.add_argument("--output-prefix")
@@ -72,11 +73,11 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def config_from_args(argv: list[str]) -> PreprocessConfig:
+def config_from_args(argv: list[str] | argparse.Namespace) -> PreprocessConfig:
     """Build the config from ``--job`` and/or Megatron-style flags (flags override the spec)."""
     from mtk.spec.data import TokenizerSpec
 
-    args = _parser().parse_args(argv)
+    args = argv if isinstance(argv, argparse.Namespace) else _parser().parse_args(argv)
     if args.split_sentences:
         raise PreprocessError("--split-sentences is not supported: mtk writes one sequence per document")
     if args.job:
@@ -142,6 +143,44 @@ def config_from_args(argv: list[str]) -> PreprocessConfig:
     return cfg
 
 
+def say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def _after_merge(cfg: PreprocessConfig, run_dir: str | None) -> None:
+    """In the process that merged, still under the merge lock: the training index cache, then the run's marker."""
+    if cfg.job:
+        from .index_cache import build_index_cache
+
+        build_index_cache(cfg.job, log=say)
+    if run_dir:
+        _mark_ready(cfg, run_dir)
+
+
+def _ready_when_merge_settled(cfg: PreprocessConfig, run_dir: str) -> None:
+    """The dataset was complete when this task looked: once no merge runs (a peer of this run may still be
+    building the index cache), mark it ready for this run unless the merging process has."""
+    from mtk.run_layout import RunLayout
+
+    from .part_locks import merge_settled
+
+    with merge_settled(cfg.output_prefix, say):
+        if not RunLayout.of(run_dir).data_ready.is_file():
+            _mark_ready(cfg, run_dir)
+
+
+def _mark_ready(cfg: PreprocessConfig, run_dir: str) -> None:
+    import json
+    import time
+
+    from mtk.files import atomic_write
+    from mtk.run_layout import RunLayout
+
+    outputs = {key: cfg.output_paths(key) for key in cfg.json_keys}
+    atomic_write(RunLayout.of(run_dir).data_ready,
+                 json.dumps({"output_prefix": cfg.output_prefix, "outputs": outputs, "time": time.time()}, indent=1))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Exit codes: 0 done (or already done), 1 a failure named on stderr, 2 a bad flag (argparse), 128 + N
     stopped by signal N (143 SIGTERM, 130 SIGINT; finished shards kept, rerun to resume: :mod:`.stopping`)."""
@@ -150,12 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         with stop_on_signals():
-            cfg = config_from_args(argv)
-            summary = preprocess(cfg, log=lambda msg: print(msg, flush=True))
-            if cfg.job and summary.get("merged", True) and not summary.get("already_done"):
-                from .index_cache import build_index_cache
-
-                build_index_cache(cfg.job, log=lambda msg: print(msg, flush=True))
+            args = _parser().parse_args(argv)
+            cfg, run_dir = config_from_args(args), args.run_dir
+            summary = preprocess(cfg, log=say, after_merge=lambda: _after_merge(cfg, run_dir))
+            if summary.get("already_done") and run_dir:
+                _ready_when_merge_settled(cfg, run_dir)
     except PreprocessError as exc:
         print(f"preprocess: error: {exc}", file=sys.stderr)
         return 1

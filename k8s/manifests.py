@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mtk.netenv import efa_count, network_env
+from mtk.run_layout import RunLayout
 from mtk.steps import DATA_STEPS, Step
 
 from . import names
@@ -316,12 +317,14 @@ def fetched_files(job: Job) -> list[str]:
     return [destination(item, job.data.dir) for item in job.data.fetch]
 
 
-def data_files_to_wait_for(job: Job) -> list[str]:
-    """Files training needs from this run's data Jobs: the preprocess outputs, or (without a preprocess step)
-    what getdata fetches — so training waits under ``--no-wait`` and a plain ``kubectl apply`` too."""
+def data_files_to_wait_for(job: Job, run_dir: str) -> list[str]:
+    """Files training needs from this run's data Jobs — so training waits under ``--no-wait`` and a plain
+    ``kubectl apply`` too: with a preprocess step, this run's data-ready marker (written once the dataset is
+    merged and its index cache built: the ``.bin``/``.idx`` appear before the cache, and an earlier run's would
+    already be there); without one, what getdata fetches."""
     if Step.PREPROCESS not in job.steps():
         return fetched_files(job)
-    return [f"{p}{ext}" for p in job.data.corpus_prefixes() for ext in (".bin", ".idx")]
+    return [str(RunLayout.of(run_dir).data_ready)]
 
 
 def _wait_for_data(job: Job, mounts: list[dict], files: list[str], step: Step) -> dict:
@@ -379,7 +382,7 @@ def pytorchjob(job: Job, run: str, run_dir: str) -> dict:
     if c.exclude_nodes:
         pod["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "NotIn", "values": list(c.exclude_nodes)}]}]}}}
-    waits_for = data_files_to_wait_for(job)
+    waits_for = data_files_to_wait_for(job, run_dir)
     producer = Step.PREPROCESS if Step.PREPROCESS in job.steps() else Step.GETDATA
     init = [_wait_for_data(job, mounts, waits_for, producer)] if waits_for else []
     if job.resilience.preflight.enabled:

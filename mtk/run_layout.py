@@ -32,6 +32,9 @@ LAST_EXIT_FILE = "state/last_exit.json"
 HEALTH_DIR = "state/health"
 PREFLIGHT_FILE = "state/preflight.json"
 PREFLIGHT_HOSTS_FILE = "state/preflight.hosts"
+# The run's dataset is complete and its index cache built (by the preprocess step that merged, or found it done):
+# what an EKS training pod's wait-for-data init container waits for. Per run, so no earlier run's outputs count.
+DATA_READY_FILE = "state/data-ready.json"
 # The local backend's plan (the steps' argv, written at render: it marks a local run dir) and its runner's state.
 STEPS_PLAN_FILE = "steps.json"
 STEPS_STATE_FILE = "state/steps.json"
@@ -105,6 +108,10 @@ class RunLayout:
     def health(self, host: str) -> Path:
         """One node's preflight verdict."""
         return self.run_dir / HEALTH_DIR / f"{host}.json"
+
+    @property
+    def data_ready(self) -> Path:
+        return self.run_dir / DATA_READY_FILE
 
     @property
     def steps_plan(self) -> Path:

@@ -81,7 +81,8 @@ def test_no_wait_submits_every_step_at_once_and_each_waits_in_the_cluster(standi
     pre = objs["Job/preprocess"]["spec"]["template"]["spec"]["initContainers"][0]["command"]
     assert pre[4:] == ["/fsx/data/c.jsonl", "/fsx/data/t.json"] and "getdata Job" in pre[2]
     train = objs["PyTorchJob/train"]["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["initContainers"]
-    assert train[0]["command"][4:] == ["/fsx/data/tok/c_text_document.bin", "/fsx/data/tok/c_text_document.idx"]
+    assert train[0]["command"][4:] == [f"{art.run_dir}/state/data-ready.json"] and "preprocess Job" in train[0][
+        "command"][2], "this run's marker, written after the merge and its index cache, not the .bin/.idx"
 
 
 def test_getdata_only_training_waits_for_the_fetched_files(k8s_jobs, tmp_path):

@@ -208,6 +208,53 @@ def test_a_late_task_inside_the_parts_dir_is_never_deleted_under_and_leaves_noth
     assert not parts.exists() and not list(prefix.parent.glob("c.mtk-lock.task-*")), "nothing left behind"
 
 
+def test_the_run_is_marked_data_ready_only_after_the_merge_and_its_index_cache(tmp_path, bpe_dir, docs,
+                                                                            corpus_formats, monkeypatch, capsys):
+    """EKS training pods start when the run's data-ready marker appears. The .bin/.idx appear before the merging
+    pod has built the index cache, so a task that finds the dataset done meanwhile (a late or retried pod) must
+    wait for the merge to settle, not mark it ready while the cache is half-written."""
+    import threading
+
+    from mtk.data_jobs import index_cache, preprocess_cli
+
+    job = _job(tmp_path, bpe_dir, "corpus", shards=2)
+    corpus_formats.write_multiformat(tmp_path / "data" / "corpus", docs)
+    run_dir = tmp_path / "run"
+    ready = run_dir / "state" / "data-ready.json"
+    building, finish = threading.Event(), threading.Event()
+
+    def slow_cache(job_json: str, log=print) -> None:  # the merging pod, building a large corpus's index cache
+        building.set()
+        assert finish.wait(timeout=120)
+        assert not ready.exists(), "marked ready while the cache was being built"
+
+    monkeypatch.setattr(index_cache, "build_index_cache", slow_cache)
+
+    def argv(i: int) -> list[str]:
+        return ["--job", str(job), "--run-dir", str(run_dir), "--task-index", str(i), "--shard-mb", "0.02",
+                "--no-progress"]
+
+    assert preprocess_cli.main(argv(0)) == 0 and not ready.exists(), "task 0 alone: shards done, nothing merged"
+    codes: dict[str, int] = {}
+    merger = threading.Thread(target=lambda: codes.update(merger=preprocess_cli.main(argv(1))))
+    merger.start()
+    assert building.wait(timeout=120)
+    late = threading.Thread(target=lambda: codes.update(late=preprocess_cli.main(argv(0))))
+    late.start()
+    said = ""
+    while "the merge is still running" not in said and late.is_alive():
+        said += capsys.readouterr().out
+        late.join(timeout=0.05)
+    assert "nothing to do" in said and "the merge is still running" in said, said
+    assert not ready.exists()
+    finish.set()
+    merger.join(timeout=120)
+    late.join(timeout=120)
+    assert codes == {"merger": 0, "late": 0}
+    marker = json.loads(ready.read_text())
+    assert marker["output_prefix"] == str(tmp_path / "data" / "tok" / "c")
+
+
 def test_bad_parquet_row_names_file_row_and_shard_and_skip_counts(tmp_path, bpe_dir):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -324,7 +371,9 @@ def test_rendered_indexed_job_command_with_job_completion_index_builds_the_datas
         "train": {"micro_batch_size": 2, "global_batch_size": 4, "iterations": 4},
     }, backend="eks", check_files=False)
     (tmp_path / "job.json").write_text(job.to_json())
-    [pre] = [o.body for o in manifests.build(job, str(tmp_path / "runs" / "r1")) if o.step == "preprocess"]
+    run_dir = str(tmp_path / "runs" / "r1")
+    objs = {o.step: o.body for o in manifests.build(job, run_dir)}
+    pre = objs["preprocess"]
     spec = pre["spec"]
     [container] = spec["template"]["spec"]["containers"]
     command = [str(tmp_path / "job.json") if a == names.SPEC_PATH else a for a in container["command"]]
@@ -345,8 +394,15 @@ def test_rendered_indexed_job_command_with_job_completion_index_builds_the_datas
     for prefix in job.data.corpus_prefixes():
         for ext in ("bin", "idx"):
             assert Path(f"{prefix}.{ext}").read_bytes() == Path(ref["outputs"]["text"][ext]).read_bytes()
-    assert manifests.data_files_to_wait_for(job) == [f"{p}{e}" for p in job.data.corpus_prefixes()
-                                                      for e in (".bin", ".idx")]
+    # What the training pods' init container waits for is what these pods wrote, after the merge and its cache.
+    init = objs["train"]["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["initContainers"][0]
+    [ready] = init["command"][4:]
+    assert ready == str(Path(run_dir) / "state" / "data-ready.json")
+    marker = json.loads(Path(ready).read_text())
+    assert marker["outputs"]["text"] == [f"{job.data.corpus_prefixes()[0]}.{e}" for e in ("bin", "idx")]
+    assert "index cache:" in outs[merged[0]], "the merging pod built the index cache before the marker"
+    waited = subprocess.run(init["command"], capture_output=True, text=True, timeout=60)
+    assert waited.returncode == 0 and "waiting" not in waited.stdout, "the init container passes at once"
 
 
 @pytest.mark.workers  # several preprocess processes at once

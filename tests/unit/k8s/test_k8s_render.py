@@ -186,9 +186,10 @@ def test_worker_pod_contract_7b(example_7b):
     assert vols["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "64Gi"}
     assert vols["fsx"]["persistentVolumeClaim"] == {"claimName": "fsx-claim"}
     assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "p5.48xlarge"}
-    # Training waits for exactly the files preprocess writes and the blend reads.
+    # Training waits for this run's data-ready marker: preprocess writes it once the dataset is merged and its
+    # index cache built (the .bin/.idx appear before the cache; an earlier run's would count too).
     init = pod["initContainers"][0]
-    assert init["command"][4:] == ["/fsx/data/gpt2/oscar_text_document.bin", "/fsx/data/gpt2/oscar_text_document.idx"]
+    assert init["command"][4:] == [f"{run_dir}/state/data-ready.json"]
     # Data Jobs: FSx, no in-place restarts, bounded retries, same spec file.
     for dj in _by_kind(objs, "Job"):
         t = dj["spec"]["template"]["spec"]
@@ -243,12 +244,14 @@ def test_wait_for_data_takes_paths_as_argv_never_as_script(tiny_eks, tmp_path):
     job = tiny_eks(data={"dir": "/fsx/data",
                          "fetch": [{"url": "https://e.com/c.jsonl", "path": "c.jsonl"},
                                    {"url": "https://e.com/t.json", "path": "t.json"}],
-                         "corpus": {"input": "c.jsonl", "output_prefix": hostile},
+                         "corpus": {"input": "c.jsonl", "output_prefix": "c"},
                          "tokenizer": {"type": "HuggingFaceTokenizer", "model": "t.json"}})
-    pod = _by_kind(_objs(_render(job)), "PyTorchJob")[0]["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    pod = _by_kind(_objs(_render(job, hostile)), "PyTorchJob")[0]["spec"]["pytorchReplicaSpecs"]["Worker"][
+        "template"]["spec"]
     cmd = pod["initContainers"][0]["command"]
     files = cmd[4:]
-    assert files == [f"{hostile}_text_document.bin", f"{hostile}_text_document.idx"]
+    assert files == [f"{hostile}/state/data-ready.json"]
+    Path(hostile, "state").mkdir(parents=True)
     for f in files:
         Path(f).write_text("x")
     out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=30)

@@ -1,0 +1,87 @@
+"""The locks a preprocess takes on its output prefix, as files beside it (flock: released when a process dies).
+
+``PREFIX.mtk-lock``: one merge (or one unsharded run) at a time; tried, never waited for, except by
+:func:`merge_settled`. ``PREFIX.mtk-lock.task-N``: held by task N while it works in the parts dir, waited for
+(its predecessor still running, or the merge removing the parts); the merge removes the parts only while holding
+every task's, so nothing is deleted under a task that is still inside them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from .preprocess_worker import PreprocessError
+
+Log = Callable[[str], Any]
+
+
+@contextlib.contextmanager
+def exclusive(path: str) -> Iterator[None]:
+    """One preprocess per output prefix (a requeued Slurm job racing its predecessor would corrupt parts)."""
+    import errno
+    import fcntl
+
+    with open(path, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EACCES):
+                raise PreprocessError(f"another preprocess is writing {path.removesuffix('.mtk-lock')} "
+                                      "(lock held); wait for it or stop it") from None
+            # a file system without flock (some NFS mounts): carry on unlocked
+        yield
+
+
+def task_lock(prefix: str, index: int, log: Log) -> contextlib.AbstractContextManager[None]:
+    """Task ``index``'s lock, waited for when another process holds it: a predecessor of this task still
+    running (a requeue), or the merging task removing the parts. Either finishes; then this one goes on."""
+    return _waited(f"{prefix}.mtk-lock.task-{index}", log, f"task {index}'s lock is held (its predecessor still "
+                   "running, or the merge removing the parts)")
+
+
+def merge_settled(prefix: str, log: Log) -> contextlib.AbstractContextManager[None]:
+    """The merge lock, waited for: once held, no merge of ``prefix`` is running, and whatever the merging
+    process did after it (``after_merge``: the index cache, the run's data-ready marker) is done."""
+    return _waited(f"{prefix}.mtk-lock", log, "the merge is still running (or building the index cache)")
+
+
+def remove_parts(prefix: str, tasks: int, parts_dir: str, log: Log) -> None:
+    """Delete the parts once the merged record is written, holding every task's lock while doing so.
+
+    A task that started before the record existed may still be reading or writing in the parts dir (a late
+    array task finding its shards done; a requeued one): it holds its task lock for all of that, so waiting
+    for the locks means nothing is deleted under it, and a task that takes its lock after this finds the
+    record and does nothing.
+    """
+    with contextlib.ExitStack() as held:
+        for i in range(tasks):
+            held.enter_context(task_lock(prefix, i, log))
+        shutil.rmtree(parts_dir, ignore_errors=True)
+        for i in range(tasks):
+            with contextlib.suppress(OSError):
+                os.unlink(f"{prefix}.mtk-lock.task-{i}")
+
+
+def forget_task_lock(prefix: str, index: int) -> None:
+    """A task that found the run merged removes the lock file it recreated after the merge removed the others."""
+    with contextlib.suppress(OSError):
+        os.unlink(f"{prefix}.mtk-lock.task-{index}")
+
+
+@contextlib.contextmanager
+def _waited(path: str, log: Log, held_by: str) -> Iterator[None]:
+    import fcntl
+
+    with open(path, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"preprocess: {held_by}; waiting for it")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        except OSError:  # a file system without flock (some NFS mounts): carry on unlocked
+            pass
+        yield
