@@ -48,6 +48,14 @@ def _step_state(rc: int, cancelled: bool) -> StepState:
     return StepState.COMPLETED if rc == 0 else StepState.FAILED
 
 
+def _stop_step(current: dict) -> None:
+    """SIGTERM, once, to the running step: its "save and stop", whichever of the two reached the runner."""
+    proc = current.get("proc")
+    if proc and proc.poll() is None and current.get("stopped") != proc.pid:
+        current["stopped"] = proc.pid
+        proc.send_signal(signal.SIGTERM)
+
+
 def run(run_dir: Path) -> int:
     plan = json.loads(run_layout.RunLayout.of(run_dir).steps_plan.read_text())
     state: dict = {"runner_pid": os.getpid(), "steps": {s["step"]: {"state": StepState.PENDING} for s in plan["steps"]}}
@@ -55,10 +63,8 @@ def run(run_dir: Path) -> int:
     current: dict = {}
 
     def stop(_signum, _frame):
-        proc = current.get("proc")
-        if proc and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)  # a step's "save and stop", whichever of the two reached the runner
         current["cancelled"] = True
+        _stop_step(current)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
@@ -78,6 +84,8 @@ def run(run_dir: Path) -> int:
         with open(log, "ab", buffering=0) as out:
             proc = subprocess.Popen(_resolve(step["argv"]), stdout=out, stderr=subprocess.STDOUT, env=env, cwd=run_dir)
             current["proc"] = proc
+            if current.get("cancelled"):  # the stop came while the step was starting: it still reaches it
+                _stop_step(current)
             entry.update(state=StepState.RUNNING, pid=proc.pid, started=time.time(), log=str(log))
             _save(run_dir, state)
             rc = proc.wait()

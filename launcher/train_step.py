@@ -86,6 +86,23 @@ def _forward(agent: subprocess.Popen, received: list[int]):
     return handler
 
 
+def start_agent(cmd: list[str], received: list[int]) -> subprocess.Popen:
+    """torchrun, with this step's signals forwarded to it. A SIGTERM/SIGINT while it is being started is kept
+    and acted on once it runs: by default it would end this step and leave torchrun and its ranks running with
+    no one to stop them. (SIGUSR2 stays ignored meanwhile: a handled signal is reset to its default in the child,
+    and torchrun must start with it ignored.)"""
+    early: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: early.append(signum))
+    agent = subprocess.Popen(cmd, env={**os.environ, "MTK_UNDER_AGENT": "1"})
+    forward = _forward(agent, received)
+    for sig in FORWARDED:
+        signal.signal(sig, forward)
+    if early:  # a Ctrl-C before torchrun existed never reached it either: stop it as a SIGTERM does
+        forward(signal.SIGTERM, None)
+    return agent
+
+
 ORPHAN_GRACE_SECONDS = 900.0
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -244,9 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     # Workers that stop on purpose (signal, exit trigger) exit 0 under an agent, so that an elastic agent
     # does not restart them; the reason travels in state/last_exit.json.
-    agent = subprocess.Popen(cmd, env={**os.environ, "MTK_UNDER_AGENT": "1"})
-    for sig in FORWARDED:
-        signal.signal(sig, _forward(agent, received))
+    agent = start_agent(cmd, received)
     hang = _start_hang_monitor(job, run_dir, agent)
     rc = agent.wait()  # PEP 475: the wait resumes after a forwarded signal
     hang["monitor"] and hang["monitor"].stop()
