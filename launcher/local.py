@@ -122,9 +122,11 @@ class LocalBackend(Backend):
                 f"this shell so the run outlives it; `mtk cancel {run.run_dir}` ends it")
 
     def status(self, run: Run) -> list[StepStatus]:
-        state = read_state(run.run_dir)
         runner = int(run.ids.get("runner", "0"))
         alive = _alive(runner) and _is_runner_of(runner, run.run_dir)
+        # Read after the liveness check: a runner found gone wrote its last state before it went, so a run that
+        # has just completed never reads as "runner gone" with its steps still RUNNING.
+        state = read_state(run.run_dir)
         out = []
         for step, info in state.get("steps", {}).items():
             recorded = info.get("state")
