@@ -6,11 +6,11 @@ is used only when the cluster has accounting; many clusters have none.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 from mtk.exitcodes import UserFacingError
 from mtk.spec.errors import Problem, SpecError
@@ -26,7 +26,7 @@ class SubmitRejected(SpecError):
     """sbatch refused the job; ``problems`` name the spec field to change and carry Slurm's own words."""
 
 
-@dataclass
+@dataclasses.dataclass
 class JobInfo:
     """What Slurm says about one job, from squeue, scontrol or sacct."""
 
@@ -134,18 +134,43 @@ def _exit_code(text: str) -> tuple[int | None, int | None]:
 
 
 def parse_scontrol(text: str) -> dict[str, JobInfo]:
+    """Records of ``scontrol show job -o``, by JobId; a job array's tasks also as one record under the array's
+    id (:func:`array_state`): Slurm's record of that id is only one of its tasks."""
     jobs = {}
+    arrays: dict[str, list[JobInfo]] = {}
     for line in text.splitlines():
         f = parse_scontrol_record(line)
         if "JobId" not in f:
             continue
         code, sig = _exit_code(f.get("ExitCode", ""))
         reason = f.get("Reason", "")
-        jobs[f["JobId"]] = JobInfo(
+        rec = JobInfo(
             id=f["JobId"], state=f.get("JobState", "UNKNOWN"), reason="" if reason == "None" else reason,
             exit_code=code, signal=sig, nodes=f.get("NodeList", "") if f.get("NodeList") != "(null)" else "",
             restarts=int(f.get("Restarts", "0") or 0), stdout=f.get("StdOut", ""), source="scontrol")
+        jobs[rec.id] = rec
+        if f.get("ArrayJobId") and f.get("ArrayTaskId"):
+            arrays.setdefault(f["ArrayJobId"], []).append(rec)
+    for array_id, tasks in arrays.items():
+        jobs[array_id] = array_state(array_id, tasks)
     return jobs
+
+
+ARRAY_ACTIVE = ("RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED", "PENDING")
+
+
+def array_state(array_id: str, tasks: list[JobInfo]) -> JobInfo:
+    """A job array as one step: active while any task is (running before pending); else the first task that
+    did not complete (what cancels the step after it); else completed."""
+    for state in ARRAY_ACTIVE:
+        active = [t for t in tasks if t.state == state]
+        if active:
+            return dataclasses.replace(active[0], id=array_id, exit_code=None, signal=None,
+                                       nodes=",".join(t.nodes for t in tasks if t.nodes and t.state in ARRAY_ACTIVE))
+    failed = [t for t in tasks if t.state != "COMPLETED"]
+    own = next((t for t in tasks if t.id == array_id), tasks[0])
+    return dataclasses.replace(failed[0] if failed else own, id=array_id,
+                               restarts=sum(t.restarts for t in tasks))
 
 
 def parse_sacct(text: str) -> dict[str, JobInfo]:

@@ -115,6 +115,8 @@ def test_killed_array_task_is_redone_alone_on_relaunch(harness, mtk_venv, datase
     kept = task1_done()
     assert kept == 1 < len(of_1), "killed mid-way through its slice"
     harness.wait_state(run, {"CANCELLED"}, timeout=300)  # train: its dependency can no longer be met
+    # The step is its tasks together: it failed with task 1, whatever task Slurm keeps under the array's id.
+    harness.wait_state(run, {"FAILED", "CANCELLED"}, step="preprocess", timeout=300)
     assert not (data / "killed" / "c_text_document.idx").exists(), "no merge without task 1"
 
     again = harness.launch(spec, f"cluster.slurm.venv={mtk_venv}")

@@ -46,6 +46,26 @@ def test_parse_squeue_and_scontrol():
     assert rec.stdout == "/tmp/a b/ok-4.out" and rec.nodes == "node[1-2]"
 
 
+def _array(*tasks: tuple[str, int, str, str]) -> str:
+    """scontrol records of array 7's tasks (JobId, ArrayTaskId, JobState, ExitCode), as Slurm prints them."""
+    return "".join(f"JobId={jid} ArrayJobId=7 ArrayTaskId={i} JobName=p JobState={st} Reason=None ExitCode={ec} "
+                   f"NodeList=node1 StdOut=/r/logs/preprocess-7_{i}.out\n" for jid, i, st, ec in tasks)
+
+
+def test_a_job_array_is_its_tasks_together_not_the_task_under_its_id():
+    """Slurm keeps one task under the array's own id (here the last one): the step's state is all of them."""
+    failed = parse_scontrol(_array(("8", 0, "COMPLETED", "0:0"), ("9", 1, "FAILED", "1:0"), ("7", 2, "COMPLETED",
+                                                                                              "0:0")))
+    assert failed["7"].state == "FAILED" and failed["7"].exit_code == 1
+    assert failed["7"].stdout == "/r/logs/preprocess-7_1.out", "the failing task's log"
+    assert failed["9"].state == "FAILED" and failed["8"].state == "COMPLETED", "each task kept as itself"
+    running = parse_scontrol(_array(("8", 0, "COMPLETED", "0:0"), ("9", 1, "RUNNING", "0:0"),
+                                    ("7", "2-3", "PENDING", "0:0")))
+    assert running["7"].state == "RUNNING" and running["7"].exit_code is None
+    done = parse_scontrol(_array(("8", 0, "COMPLETED", "0:0"), ("7", 1, "COMPLETED", "0:0")))
+    assert done["7"].state == "COMPLETED" and done["7"].stdout == "/r/logs/preprocess-7_1.out"
+
+
 def test_parse_sacct():
     jobs = parse_sacct("12|CANCELLED by 0|0:15|node1\n13|COMPLETED|0:0|node[1-2]\n13.batch|COMPLETED|0:0|node1\n")
     assert jobs["12"].state == "CANCELLED" and jobs["12"].signal == 15
