@@ -49,21 +49,42 @@ def merge_settled(prefix: str, log: Log) -> contextlib.AbstractContextManager[No
     return _waited(f"{prefix}.mtk-lock", log, "the merge is still running (or building the index cache)")
 
 
-def remove_parts(prefix: str, tasks: int, parts_dir: str, log: Log) -> None:
-    """Delete the parts once the merged record is written, holding every task's lock while doing so.
+def register_run(parts_dir: str, run_dir: str) -> None:
+    """Under a task lock: this task's run waits for these parts' merge (another run on the same output prefix
+    may be the one that merges: it then tells this run too, :func:`remove_parts`)."""
+    import hashlib
+
+    from .preprocess_worker import atomic_json
+
+    name = hashlib.sha256(os.path.abspath(run_dir).encode()).hexdigest()[:16]
+    atomic_json(os.path.join(parts_dir, f"run-{name}.json"), {"run_dir": os.path.abspath(run_dir)})
+
+
+def remove_parts(prefix: str, tasks: int, parts_dir: str, log: Log) -> list[str]:
+    """Delete the parts once the merged record is written, holding every task's lock while doing so; returns
+    the run dirs its tasks registered (:func:`register_run`), read under the same locks.
 
     A task that started before the record existed may still be reading or writing in the parts dir (a late
     array task finding its shards done; a requeued one): it holds its task lock for all of that, so waiting
     for the locks means nothing is deleted under it, and a task that takes its lock after this finds the
     record and does nothing.
     """
+    import json
+
+    runs: list[str] = []
     with contextlib.ExitStack() as held:
         for i in range(tasks):
             held.enter_context(task_lock(prefix, i, log))
+        for name in sorted(os.listdir(parts_dir)) if os.path.isdir(parts_dir) else []:
+            if name.startswith("run-") and name.endswith(".json"):
+                with contextlib.suppress(OSError, ValueError, KeyError, TypeError), \
+                        open(os.path.join(parts_dir, name)) as fh:
+                    runs.append(str(json.load(fh)["run_dir"]))
         shutil.rmtree(parts_dir, ignore_errors=True)
         for i in range(tasks):
             with contextlib.suppress(OSError):
                 os.unlink(f"{prefix}.mtk-lock.task-{i}")
+    return runs
 
 
 def forget_task_lock(prefix: str, index: int) -> None:
@@ -76,7 +97,16 @@ def forget_task_lock(prefix: str, index: int) -> None:
 def _waited(path: str, log: Log, held_by: str) -> Iterator[None]:
     import fcntl
 
-    with open(path, "a+") as fh:
+    try:
+        fh = open(path, "a+")  # noqa: SIM115 - closed below
+    except OSError:  # a dataset this user may only read: its lock file (flock needs no write access), or none
+        try:
+            fh = open(path)  # noqa: SIM115 - closed below
+        except OSError:
+            log(f"preprocess: cannot open {path}; going on without it")
+            yield
+            return
+    with fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import sources
 from .corpus import InputError, Shard, input_files
-from .part_locks import exclusive, forget_task_lock, remove_parts, task_lock
+from .part_locks import exclusive, forget_task_lock, register_run, remove_parts, task_lock
 from .preprocess_worker import (
     MAX_EXAMPLES,
     PreprocessError,
@@ -95,6 +95,7 @@ class PreprocessConfig:
     merge_only: bool = False  # only merge the parts the tasks wrote (fails naming the shards still missing)
     allow_empty: bool = False  # an input with no documents is an error unless this is set
     job: str | None = None  # job.json this run came from: the merge then builds the training index cache
+    run_dir: str | None = None  # the run this task belongs to: the merge, whoever's, tells it the data is ready
 
     def check(self) -> None:
         """Refuse settings that cannot be honoured, before any work."""
@@ -187,10 +188,10 @@ def _clock(seconds: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
-def preprocess(cfg: PreprocessConfig, log: Any = print, after_merge: Callable[[], None] | None = None) -> dict:
+def preprocess(cfg: PreprocessConfig, log: Any = print, after_merge: Callable[[list[str]], None] | None = None) -> dict:
     """Run (or resume, or skip when already done) a preprocessing job or one task of it; returns the summary.
     ``after_merge`` runs in the process that merged, still holding the merge lock
-    (:func:`.part_locks.merge_settled`)."""
+    (:func:`.part_locks.merge_settled`), with the run dirs the tasks registered (``run_dir``)."""
     t0 = time.monotonic()
     cfg.check()
     tok = load_tokenizer(cfg.tokenizer, cfg.data_dir, cfg.engine, verified=False, log=log)
@@ -211,7 +212,7 @@ def preprocess(cfg: PreprocessConfig, log: Any = print, after_merge: Callable[[]
             summary = _run_locked(cfg, tok, plan, plan_id, record_path, log, t0)
             _print_summary(summary, log)
             if after_merge is not None:
-                after_merge()
+                after_merge([])
         return summary
     return _run_task(cfg, tok, plan, plan_id, record_path, log, t0, after_merge)
 
@@ -227,7 +228,7 @@ def _done_record(cfg: PreprocessConfig, record_path: str, plan_id: str) -> dict 
 
 
 def _run_task(cfg: PreprocessConfig, tok: Tokenizer, plan: dict, plan_id: str, record_path: str, log: Any,
-              t0: float, after_merge: Callable[[], None] | None = None) -> dict:
+              t0: float, after_merge: Callable[[list[str]], None] | None = None) -> dict:
     """One task of a sharded job: its slice of the plan, a task marker, then the merge if it is the last."""
     from .sharding import owner, task_shards
 
@@ -243,6 +244,8 @@ def _run_task(cfg: PreprocessConfig, tok: Tokenizer, plan: dict, plan_id: str, r
                 log(f"preprocess: another task has merged {cfg.output_prefix}; this task is done")
                 return {"task": index, "merged": False, "already_done": True}
             _ensure_manifest(parts_dir, plan, plan_id)
+            if cfg.run_dir:
+                register_run(parts_dir, cfg.run_dir)
             log(f"preprocess: task {index} of {cfg.tasks}: {len(mine)} of {len(shards)} shards "
                 f"({sum(s.nbytes for s in mine) / 2**20:,.1f} MiB)")
             results, tok = _run_shards(cfg, tok, mine, parts_dir, log, label=f"preprocess task {index}")
@@ -278,10 +281,10 @@ def _run_task(cfg: PreprocessConfig, tok: Tokenizer, plan: dict, plan_id: str, r
         summary["tasks"] = cfg.tasks
         summary["task_seconds"] = task_seconds(parts_dir)
         atomic_json(record_path, {"plan_id": plan_id, "summary": summary})
-        remove_parts(cfg.output_prefix, cfg.tasks, parts_dir, log)
+        runs = remove_parts(cfg.output_prefix, cfg.tasks, parts_dir, log)
         _print_summary(summary, log)
         if after_merge is not None:
-            after_merge()
+            after_merge(runs)
     finally:
         lock.__exit__(None, None, None)
     return {**summary, "merged": True}

@@ -34,8 +34,9 @@ def _number(kind: type, low: float, strict: bool = False):
 def _parser() -> argparse.ArgumentParser:
     ap = ArgumentParser(prog="mtk-entrypoint preprocess", description=__doc__.split("\n\n")[0])
     ap.add_argument("--job", help="job.json: take data.corpus and data.tokenizer from the spec")
-    ap.add_argument("--run-dir", help="run directory: once the dataset is complete and its index cache built, "
-                    "state/data-ready.json there says so (what EKS training pods wait for)")
+    ap.add_argument("--run-dir", help="run directory: once the dataset is complete and no preprocess is still "
+                    "writing it or its index cache, state/data-ready.json there says so (what EKS training pods "
+                    "wait for)")
     meg = ap.add_argument_group("Megatron tools/preprocess_data.py flags")
     meg.add_argument("--input")
     meg.add_argument("--output-prefix")
@@ -73,11 +74,11 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def config_from_args(argv: list[str] | argparse.Namespace) -> PreprocessConfig:
+def config_from_args(argv: list[str]) -> PreprocessConfig:
     """Build the config from ``--job`` and/or Megatron-style flags (flags override the spec)."""
     from mtk.spec.data import TokenizerSpec
 
-    args = argv if isinstance(argv, argparse.Namespace) else _parser().parse_args(argv)
+    args = _parser().parse_args(argv)
     if args.split_sentences:
         raise PreprocessError("--split-sentences is not supported: mtk writes one sequence per document")
     if args.job:
@@ -123,6 +124,7 @@ def config_from_args(argv: list[str] | argparse.Namespace) -> PreprocessConfig:
         cfg.allow_empty = True
     if args.tasks is not None:
         cfg.tasks = args.tasks
+    cfg.run_dir = args.run_dir
     cfg.merge_only = args.merge
     if args.task_index is not None:
         cfg.task_index = args.task_index
@@ -147,19 +149,24 @@ def say(msg: str) -> None:
     print(msg, flush=True)
 
 
-def _after_merge(cfg: PreprocessConfig, run_dir: str | None) -> None:
-    """In the process that merged, still under the merge lock: the training index cache, then the run's marker."""
+def _after_merge(cfg: PreprocessConfig, registered: list[str]) -> None:
+    """In the process that merged, still under the merge lock: the training index cache, then the data-ready
+    marker of its own run and of every run whose tasks waited for these parts (another run on this prefix)."""
     if cfg.job:
         from .index_cache import build_index_cache
 
         build_index_cache(cfg.job, log=say)
-    if run_dir:
-        _mark_ready(cfg, run_dir)
+    for run_dir in sorted({*registered, *([os.path.abspath(cfg.run_dir)] if cfg.run_dir else [])}):
+        try:
+            _mark_ready(cfg, run_dir)
+        except OSError as exc:  # another run's dir gone or not ours to write: that run's own tasks are told
+            say(f"preprocess: could not mark {run_dir} data-ready ({exc})")
 
 
 def _ready_when_merge_settled(cfg: PreprocessConfig, run_dir: str) -> None:
-    """The dataset was complete when this task looked: once no merge runs (a peer of this run may still be
-    building the index cache), mark it ready for this run unless the merging process has."""
+    """The dataset was complete when this task looked: once no merge runs (a peer may still be writing the
+    index cache), mark it ready for this run unless the merging process has. (The cache of this run's settings
+    may not exist, e.g. a relaunch with another sequence length: training builds it, as no one else writes it.)"""
     from mtk.run_layout import RunLayout
 
     from .part_locks import merge_settled
@@ -189,11 +196,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         with stop_on_signals():
-            args = _parser().parse_args(argv)
-            cfg, run_dir = config_from_args(args), args.run_dir
-            summary = preprocess(cfg, log=say, after_merge=lambda: _after_merge(cfg, run_dir))
-            if summary.get("already_done") and run_dir:
-                _ready_when_merge_settled(cfg, run_dir)
+            cfg = config_from_args(argv)
+            summary = preprocess(cfg, log=say, after_merge=lambda runs: _after_merge(cfg, runs))
+            if summary.get("already_done") and cfg.run_dir:
+                _ready_when_merge_settled(cfg, cfg.run_dir)
     except PreprocessError as exc:
         print(f"preprocess: error: {exc}", file=sys.stderr)
         return 1

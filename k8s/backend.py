@@ -109,6 +109,13 @@ class EksBackend(Backend):
 
         from .client import KubeconfigError, broken_kubeconfig
 
+        e = job.cluster.eks
+        if "preprocess" in job.steps() and e.fsx_claim and not manifests.under_mount(run_dir, e.fsx_mount):
+            from mtk.spec.errors import Problem
+
+            return [Problem("cluster.runs_dir", f"the run dir must be under cluster.eks.fsx_mount ({e.fsx_mount}): "
+                            "the training pods wait there for the preprocess step's data-ready marker; launch "
+                            "without --run-dir, or give one under the mount", run_dir)]
         broken = None if os.environ.get("KUBERNETES_SERVICE_HOST") else broken_kubeconfig()
         if broken:
             raise KubeconfigError(broken)

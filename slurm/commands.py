@@ -156,7 +156,9 @@ def parse_scontrol(text: str) -> dict[str, JobInfo]:
     return jobs
 
 
-ARRAY_ACTIVE = ("RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED", "PENDING")
+# Running before pending: a task running makes the array RUNNING (backend.STATES maps each to RUNNING/PENDING).
+ARRAY_ACTIVE = ("RUNNING", "CONFIGURING", "COMPLETING", "SIGNALING", "STAGE_OUT", "RESIZING", "SUSPENDED",
+                "STOPPED", "PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD")
 
 
 def array_state(array_id: str, tasks: list[JobInfo]) -> JobInfo:

@@ -182,8 +182,11 @@ def test_a_late_task_inside_the_parts_dir_is_never_deleted_under_and_leaves_noth
     def merge_went_as_far_as_it_can() -> bool:  # done (nothing waited for the late task) or waiting for its lock
         return merger_done.is_set() or any("task 0's lock is held" in m for m in merger_log)
 
-    while not merge_went_as_far_as_it_can():
+    for _ in range(6000):  # 5 min of 0.05 s polls: a merger stuck elsewhere fails here, not at pytest's timeout
+        if merge_went_as_far_as_it_can():
+            break
         merger_done.wait(0.05)
+    assert merge_went_as_far_as_it_can(), merger_log
     go.set()
     thread.join(timeout=300)
     merger.join(timeout=300)
@@ -242,8 +245,10 @@ def test_the_run_is_marked_data_ready_only_after_the_merge_and_its_index_cache(t
     late = threading.Thread(target=lambda: codes.update(late=preprocess_cli.main(argv(0))))
     late.start()
     said = ""
-    while "the merge is still running" not in said and late.is_alive():
+    for _ in range(6000):  # 5 min of 0.05 s polls at most
         said += capsys.readouterr().out
+        if "the merge is still running" in said or not late.is_alive():
+            break
         late.join(timeout=0.05)
     assert "nothing to do" in said and "the merge is still running" in said, said
     assert not ready.exists()
@@ -253,6 +258,32 @@ def test_the_run_is_marked_data_ready_only_after_the_merge_and_its_index_cache(t
     assert codes == {"merger": 0, "late": 0}
     marker = json.loads(ready.read_text())
     assert marker["output_prefix"] == str(tmp_path / "data" / "tok" / "c")
+
+
+def test_two_runs_on_one_output_prefix_are_both_told_when_either_merges(tmp_path, bpe_dir, docs, corpus_formats,
+                                                                       monkeypatch):
+    """Two runs launched together on one corpus (a sweep) share its parts: whichever run's task merges, the other
+    run's tasks had already ended ("the last task to finish merges"), and its training waits for its own marker."""
+    from mtk.data_jobs import index_cache, preprocess_cli
+
+    job = _job(tmp_path, bpe_dir, "corpus", shards=2)
+    corpus_formats.write_multiformat(tmp_path / "data" / "corpus", docs)
+    monkeypatch.setattr(index_cache, "build_index_cache", lambda job_json, log=print: None)
+    runs = {name: tmp_path / "runs" / name for name in ("a", "b")}
+    for run_dir in runs.values():
+        run_dir.mkdir(parents=True)
+
+    def task(run: str, i: int) -> int:
+        return preprocess_cli.main(["--job", str(job), "--run-dir", str(runs[run]), "--task-index", str(i),
+                                    "--shard-mb", "0.02", "--no-progress"])
+
+    assert task("b", 0) == 0 and task("a", 0) == 0, "b's task 0 did the shards, a's found them done"
+    assert not any((r / "state" / "data-ready.json").exists() for r in runs.values())
+    assert task("a", 1) == 0  # the last shards: run a merges
+    for name, run_dir in runs.items():
+        marker = json.loads((run_dir / "state" / "data-ready.json").read_text())
+        assert marker["output_prefix"] == str(tmp_path / "data" / "tok" / "c"), name
+    assert task("b", 1) == 0, "b's own last task finds the data done (and its marker there)"
 
 
 def test_bad_parquet_row_names_file_row_and_shard_and_skip_counts(tmp_path, bpe_dir):

@@ -259,6 +259,16 @@ def test_wait_for_data_takes_paths_as_argv_never_as_script(tiny_eks, tmp_path):
     assert not (tmp_path / "PWNED").exists() and not (tmp_path / "PWNED2").exists()
 
 
+def test_a_run_dir_off_the_shared_volume_is_refused_before_anything_is_written(tiny_eks):
+    """Training pods wait on the shared volume for the preprocess step's marker in the run dir: a run dir the
+    pods would each keep on their own disk would make them wait forever."""
+    job = tiny_eks(data={"dir": "/fsx/data", "corpus": {"input": "c.jsonl", "output_prefix": "c"},
+                         "tokenizer": {"type": "HuggingFaceTokenizer", "model": "t.json"}})
+    [problem] = EksBackend().launch_problems(job, "/home/me/runs/r1")
+    assert problem.path == "cluster.runs_dir" and "fsx_mount (/fsx)" in problem.message
+    assert problem.value == "/home/me/runs/r1"
+
+
 @pytest.mark.parametrize("rendezvous", ["c10d", "etcd"])
 def test_operator_env_drives_the_train_step_to_its_rendezvous(tiny_eks, rendezvous):
     """The lead's train step, given what operator v1.9.0 injects into a rendered pod, runs torchrun against the
