@@ -82,13 +82,13 @@ def remove_parts(prefix: str, tasks: int, parts_dir: str, log: Log) -> list[str]
                     runs.append(str(json.load(fh)["run_dir"]))
         shutil.rmtree(parts_dir, ignore_errors=True)
         for i in range(tasks):
-            with contextlib.suppress(OSError):
-                os.unlink(f"{prefix}.mtk-lock.task-{i}")
+            forget_task_lock(prefix, i)
     return runs
 
 
 def forget_task_lock(prefix: str, index: int) -> None:
-    """A task that found the run merged removes the lock file it recreated after the merge removed the others."""
+    """Remove task ``index``'s lock file: the merge, for every task; a task that found the run merged, for the
+    one it recreated after that."""
     with contextlib.suppress(OSError):
         os.unlink(f"{prefix}.mtk-lock.task-{index}")
 

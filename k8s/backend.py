@@ -107,10 +107,12 @@ class EksBackend(Backend):
         is used instead), and an API server that does not answer — so no run dir claims a submission."""
         import os
 
+        from mtk.steps import Step
+
         from .client import KubeconfigError, broken_kubeconfig
 
         e = job.cluster.eks
-        if "preprocess" in job.steps() and e.fsx_claim and not manifests.under_mount(run_dir, e.fsx_mount):
+        if Step.PREPROCESS in job.steps() and e.fsx_claim and not manifests.under_mount(run_dir, e.fsx_mount):
             from mtk.spec.errors import Problem
 
             return [Problem("cluster.runs_dir", f"the run dir must be under cluster.eks.fsx_mount ({e.fsx_mount}): "

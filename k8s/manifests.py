@@ -320,8 +320,8 @@ def fetched_files(job: Job) -> list[str]:
 def data_files_to_wait_for(job: Job, run_dir: str) -> list[str]:
     """Files training needs from this run's data Jobs — so training waits under ``--no-wait`` and a plain
     ``kubectl apply`` too: with a preprocess step, this run's data-ready marker (written once the dataset is
-    merged and its index cache built: the ``.bin``/``.idx`` appear before the cache, and an earlier run's would
-    already be there); without one, what getdata fetches."""
+    complete and no preprocess still writes it or its index cache: the ``.bin``/``.idx`` appear before the cache,
+    and an earlier run's would already be there); without one, what getdata fetches."""
     if Step.PREPROCESS not in job.steps():
         return fetched_files(job)
     return [str(RunLayout.of(run_dir).data_ready)]
