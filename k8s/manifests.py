@@ -2,8 +2,11 @@
 
 Order matters and is the order of :func:`build`: the job spec ConfigMap, the etcd Service + Deployment the
 workers rendezvous through (``cluster.eks.rendezvous: etcd``), the data Jobs (getdata, preprocess), then the
-c10d rendezvous Service (``rendezvous: c10d``: worker 0's agent hosts the store) and the ``kubeflow.org/v1``
-PyTorchJob. Every function is pure: same job and run dir, same dicts.
+NetworkPolicy that keeps other pods out of the training pods (their rendezvous stores have no authentication), and
+the training itself, in one of two wrappers around one pod (:func:`train_pod`): the c10d rendezvous Service
+(``rendezvous: c10d``: worker 0's agent hosts the store) and the ``kubeflow.org/v1`` PyTorchJob (Training Operator
+v1), or the run's own TrainingRuntime and the ``trainer.kubeflow.org/v1alpha1`` TrainJob (Kubeflow Trainer v2, on
+JobSet). Every function is pure: same job, run dir and operator, same dicts.
 """
 
 from __future__ import annotations
@@ -23,6 +26,19 @@ if TYPE_CHECKING:
 
 KUBEFLOW_API = "kubeflow.org/v1"
 CONTAINER = "pytorch"  # the training operator only configures the container with this name
+PYTORCHJOB, TRAINJOB = "pytorchjob", "trainjob"  # cluster.eks.operator, once resolved
+# Kubeflow Trainer v2 (read from its v2.3.0 source: pkg/constants, plugins/torch, plugins/jobset, webhooks).
+TRAINER_GROUP = "trainer.kubeflow.org"
+TRAINER_API = f"{TRAINER_GROUP}/v1alpha1"
+# The torch plugin injects PET_* into the container named "node" of the replicated job labelled as the trainer
+# ancestor; the webhook wants that container there and the job's replicas at 1. PET_MASTER_ADDR names the first
+# pod of the replicated job "node": <trainjob>-node-0-0.<trainjob> (JobSet's pod hostname and headless Service).
+TRAINER_CONTAINER = "node"
+TRAINER_JOB = "node"
+ANCESTOR_LABEL = f"{TRAINER_GROUP}/trainjob-ancestor-step"
+TRAINER_ANCESTOR = "trainer"
+TRAINER_MASTER_PORT = 29500  # PET_MASTER_PORT: node 0's torchrun agent hosts the static rendezvous store there
+JOB_INDEX_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"  # the node rank
 OPERATOR_PORT_NAME = "pytorchjob-port"
 OPERATOR_DEFAULT_PORT = 23456
 ETCD_DATA = "/var/lib/etcd"
@@ -359,18 +375,22 @@ def _worker_resources(job: Job) -> dict:
     return {"requests": requests, "limits": dict(amounts)}
 
 
-def pytorchjob(job: Job, run: str, run_dir: str) -> dict:
-    """The elastic PyTorchJob: one worker pod per node, rendezvous through worker 0's c10d store or the run's
-    etcd."""
-    c, e = job.cluster, job.cluster.eks
+def train_pod(job: Job, run: str, run_dir: str, container_name: str, env: dict[str, str], ports: list[dict],
+              preflight_env: list[dict]) -> dict:
+    """The training pod both wrappers run (PyTorchJob, TrainJob): image, GPUs + EFA, FSx, ``/dev/shm``, secrets by
+    reference, NCCL/EFA env, the wait for data and the preflight gate. The wrapper names the container (each
+    operator configures its own name), adds what its rendezvous needs to the env and ports, and says how the
+    preflight init containers meet (the operators give init containers no rank)."""
+    c = job.cluster
     volumes, mounts = _volumes(job, run, shm=True)
     container: dict = {
-        "name": CONTAINER, "image": job.image.reference, "command": step_command(Step.TRAIN, run_dir),
-        "env": _env_list(worker_env(job, run_dir)) + _secret_env(job),
+        "name": container_name, "image": job.image.reference, "command": step_command(Step.TRAIN, run_dir),
+        "env": _env_list(env) + _secret_env(job),
         "securityContext": security_context(job, efa=job.cluster.device == "gpu" and efa_count(job) > 0),
-        "ports": [{"name": OPERATOR_PORT_NAME, "containerPort": OPERATOR_DEFAULT_PORT, "protocol": "TCP"}],
-        "volumeMounts": mounts,
     }
+    if ports:
+        container["ports"] = ports
+    container["volumeMounts"] = mounts
     resources = _worker_resources(job)
     if resources:
         container["resources"] = resources
@@ -388,15 +408,23 @@ def pytorchjob(job: Job, run: str, run_dir: str) -> dict:
     if job.resilience.preflight.enabled:
         # The health gate (doctor, storage, GPU/EFA counts, nccl-tests, DCGM, one all-reduce across the pods)
         # before the trainer starts.
-        # The all-reduce across pods: ranks come from a rendezvous (the operator gives init containers none).
-        rdzv = preflight_rdzv_env(job, run)
         init.append({"name": str(Step.PREFLIGHT), "image": job.image.reference,
-                     "command": step_command(Step.PREFLIGHT, run_dir), "env": container["env"] + rdzv,
+                     "command": step_command(Step.PREFLIGHT, run_dir), "env": container["env"] + preflight_env,
                      "volumeMounts": mounts, **({"resources": resources} if resources else {})})
     for step in init:  # init containers run on the same node with the same image: same restrictions
         step.setdefault("securityContext", container["securityContext"])
     if init:
         pod["initContainers"] = init
+    return pod
+
+
+def pytorchjob(job: Job, run: str, run_dir: str) -> dict:
+    """The elastic PyTorchJob: one worker pod per node, rendezvous through worker 0's c10d store or the run's
+    etcd."""
+    c, e = job.cluster, job.cluster.eks
+    pod = train_pod(job, run, run_dir, CONTAINER, worker_env(job, run_dir),
+                    [{"name": OPERATOR_PORT_NAME, "containerPort": OPERATOR_DEFAULT_PORT, "protocol": "TCP"}],
+                    preflight_rdzv_env(job, run))
     return {
         "apiVersion": KUBEFLOW_API, "kind": "PyTorchJob",
         "metadata": _meta(job, run, names.pytorchjob(run), Step.TRAIN),
@@ -413,14 +441,83 @@ def pytorchjob(job: Job, run: str, run_dir: str) -> dict:
     }
 
 
-def build(job: Job, run_dir: str) -> list[Obj]:
-    """Every object of the run, in apply order."""
+def trainjob_master(run: str) -> str:
+    """PET_MASTER_ADDR of the TrainJob ``run``: its first node's pod, through JobSet's headless Service (which
+    publishes pods before they are ready, so the preflight init containers reach it too)."""
+    return f"{names.trainjob(run)}-{TRAINER_JOB}-0-0.{names.trainjob(run)}"
+
+
+def trainjob_preflight_env(job: Job, run: str) -> list[dict]:
+    """The preflight's meeting across a TrainJob's pods: the node numbering is known before any rendezvous (the
+    completion index of the Indexed Job), so node 0's init container hosts the all-reduce's store at the master's
+    address, on a port of its own (training's store takes the master port once the init containers are done)."""
+    return [{"name": "RANK", "valueFrom": {"fieldRef": {"fieldPath": JOB_INDEX_FIELD}}},
+            {"name": "WORLD_SIZE", "value": str(job.cluster.nodes)},
+            {"name": "MASTER_ADDR", "value": trainjob_master(run)},
+            {"name": "MASTER_PORT", "value": str(PREFLIGHT_C10D_PORT)}]
+
+
+def training_runtime(job: Job, run: str, run_dir: str) -> dict:
+    """The run's own namespaced TrainingRuntime: the JobSet template that carries :func:`train_pod`.
+
+    One replicated job of ``cluster.nodes`` pods (the torch plugin sets parallelism and completions from the
+    TrainJob's numNodes; written here too). A static rendezvous cannot take a pod back alone, so a pod that fails
+    fails its Job (``backoffLimit: 0``, pods never restart in place) and JobSet restarts the whole gang, up to
+    ``cluster.eks.max_restarts`` times; the restarted trainers resume from the latest checkpoint."""
+    c, e = job.cluster, job.cluster.eks
+    pod = train_pod(job, run, run_dir, TRAINER_CONTAINER, network_env(job, run_dir), [],
+                    trainjob_preflight_env(job, run))
+    pod = {"restartPolicy": "Never", **pod}
+    node_job = {"name": TRAINER_JOB, "replicas": 1,
+                "template": {"metadata": {"labels": {ANCESTOR_LABEL: TRAINER_ANCESTOR}},
+                             "spec": {"completionMode": "Indexed", "parallelism": c.nodes, "completions": c.nodes,
+                                      "backoffLimit": 0,
+                                      "template": {"metadata": {"labels": names.labels(run, Step.TRAIN)},
+                                                   "spec": pod}}}}
+    return {"apiVersion": TRAINER_API, "kind": "TrainingRuntime",
+            "metadata": _meta(job, run, names.training_runtime(run), Step.TRAIN),
+            "spec": {"mlPolicy": {"numNodes": c.nodes, "torch": {}},
+                     "template": {"metadata": {"labels": names.labels(run, Step.TRAIN)},
+                                  "spec": {"failurePolicy": {"maxRestarts": e.max_restarts},
+                                           "replicatedJobs": [node_job]}}}}
+
+
+def trainjob(job: Job, run: str) -> dict:
+    """The TrainJob: the run's TrainingRuntime, ``cluster.nodes`` nodes of ``cluster.procs_per_node`` processes
+    (given, so the torch plugin never guesses "auto" from the resources)."""
+    c = job.cluster
+    return {"apiVersion": TRAINER_API, "kind": "TrainJob",
+            "metadata": _meta(job, run, names.trainjob(run), Step.TRAIN),
+            "spec": {"runtimeRef": {"name": names.training_runtime(run), "apiGroup": TRAINER_GROUP,
+                                    "kind": "TrainingRuntime"},
+                     "trainer": {"numNodes": c.nodes, "numProcPerNode": c.procs_per_node}}}
+
+
+def train_network_policy(job: Job, run: str) -> dict:
+    """Only this run's pods reach its training pods. Worker 0's c10d store (29400), the preflight's (29401), a
+    TrainJob's master port (29500), the store torchrun's agent opens for its workers and NCCL/gloo's bootstrap
+    sockets (free ports) all accept whoever connects: a TCPStore has no authentication, so any pod of the cluster
+    could write into the run's rendezvous. Traffic from the run's own pods, on any port, is all they need."""
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": _meta(job, run, names.train_policy(run), Step.TRAIN),
+            "spec": {"podSelector": {"matchLabels": {names.LABEL_RUN: run, names.LABEL_COMPONENT: str(Step.TRAIN)}},
+                     "policyTypes": ["Ingress"],
+                     "ingress": [{"from": [{"podSelector": {"matchLabels": {names.LABEL_RUN: run}}}]}]}}
+
+
+def build(job: Job, run_dir: str, operator: str = PYTORCHJOB) -> list[Obj]:
+    """Every object of the run, in apply order, for ``operator`` (``cluster.eks.operator`` once resolved)."""
     run = names.run_id(run_dir)
+    trainjob_run = operator == TRAINJOB
     objs = [Obj("spec", spec_configmap(job, run))]
-    if job.cluster.eks.rendezvous == "etcd":
+    if not trainjob_run and job.cluster.eks.rendezvous == "etcd":
         objs += [Obj("etcd", etcd_network_policy(job, run)), Obj("etcd", etcd_service(job, run)),
                  Obj("etcd", etcd_deployment(job, run))]
     objs += [Obj(step, data_job(job, run, run_dir, step)) for step in job.steps() if step in DATA_STEPS]
+    objs.append(Obj(Step.TRAIN, train_network_policy(job, run)))  # before any pod it guards exists
+    if trainjob_run:  # the TrainJob webhook reads the runtime it names: the runtime first
+        objs += [Obj(Step.TRAIN, training_runtime(job, run, run_dir)), Obj(Step.TRAIN, trainjob(job, run))]
+        return objs
     if job.cluster.eks.rendezvous == "c10d":
         objs.append(Obj(Step.TRAIN, rdzv_service(job, run)))
     objs.append(Obj(Step.TRAIN, pytorchjob(job, run, run_dir)))
