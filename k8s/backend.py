@@ -137,7 +137,7 @@ class EksBackend(Backend):
         if hasattr(kube, "probe"):
             kube.probe()
         if hasattr(kube, "served_operators"):
-            from .operator_choice import unserved
+            from .operator_choice import choose, unserved
 
             self._served = kube.served_operators()
             why = unserved(job, self._served)
@@ -145,6 +145,9 @@ class EksBackend(Backend):
                 from mtk.spec.errors import Problem
 
                 return [Problem("cluster.eks.operator", why, e.operator)]
+            chose = choose(job, self._served)[1]
+            if chose:
+                self.say(chose)
         return []
 
     def render(self, job, run_dir: str) -> Artifacts:
