@@ -76,12 +76,12 @@ def jobset(trainjob: dict, runtime: dict) -> dict:
                       {"name": "PET_MASTER_PORT", "value": str(MASTER_PORT)}])
         ports = container.setdefault("ports", [])
         if not any(p.get("containerPort") == MASTER_PORT for p in ports):
-            ports.append({"containerPort": MASTER_PORT})
+            ports.append({"containerPort": MASTER_PORT, "protocol": "TCP"})  # TCP: the API server's default
     return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
             "metadata": {"name": name, "namespace": ns, "labels": dict((template.get("metadata") or {}).get("labels")
                                                                         or {}),
                          "ownerReferences": [{"apiVersion": trainjob["apiVersion"], "kind": "TrainJob", "name": name,
-                                              "controller": True}]},
+                                              "uid": f"uid-of-{name}", "controller": True}]},
             "spec": spec}
 
 
