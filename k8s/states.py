@@ -48,14 +48,14 @@ def trainjob_state(obj: dict | None, jobset: dict | None) -> tuple[StepState, st
     else PENDING. The JobSet's restarts (a failed pod restarts the whole gang) are part of the reason."""
     if obj is None:
         return StepState.UNKNOWN, "not found"
-    for cond in reversed(_true_conditions(obj)):
-        if cond.get("type") in TRAINJOB_CONDITIONS:
-            return TRAINJOB_CONDITIONS[cond["type"]], _said(cond)
-    if jobset is None:
-        return StepState.PENDING, "no JobSet yet (is the Kubeflow Trainer controller running?)"
-    status = jobset.get("status") or {}
+    status = (jobset or {}).get("status") or {}
     restarts = int(status.get("restarts") or 0)
     again = f" (restarted {restarts}×)" if restarts else ""
+    for cond in reversed(_true_conditions(obj)):
+        if cond.get("type") in TRAINJOB_CONDITIONS:
+            return TRAINJOB_CONDITIONS[cond["type"]], _said(cond) + again
+    if jobset is None:
+        return StepState.PENDING, "no JobSet yet (is the Kubeflow Trainer controller running?)"
     for cond in reversed(_true_conditions(jobset)):
         if cond.get("type") in JOBSET_CONDITIONS:
             return JOBSET_CONDITIONS[cond["type"]], _said(cond) + again

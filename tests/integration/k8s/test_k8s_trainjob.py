@@ -100,7 +100,8 @@ def test_auto_launches_a_trainjob_and_status_logs_cancel_read_it_through_its_job
     assert _train(backend, run)[1:] == ("RUNNING", "every node's pod is ready (restarted 1×)")
     for pod in _pods(s, 1):
         s.pod_ran(pod, "Succeeded", 0)
-    assert _train(backend, run) == (f"TrainJob/{RUN}", "COMPLETED", "AllJobsCompleted: jobset completed successfully")
+    assert _train(backend, run) == (f"TrainJob/{RUN}", "COMPLETED",
+                                    "AllJobsCompleted: jobset completed successfully (restarted 1×)")
     assert {st.state for st in backend.status(run) if st.id.startswith("pod/")} == {"COMPLETED"}
 
     # cancel: the run's objects and nothing else; the JobSet and its pods go with the TrainJob.
