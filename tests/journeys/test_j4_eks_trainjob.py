@@ -5,8 +5,9 @@ run as processes with exactly their env and command (tests/support/pod_net.py): 
 at node 0 by the completion index, the trainers' torchrun agents meet in a static rendezvous from the torch plugin's
 PET_* variables through mtk's node-side code — no etcd, no c10d endpoint. Node 1 is killed after a checkpoint: its
 Job fails, JobSet restarts the whole gang, the new pods resume from the checkpoint and finish; ``mtk status`` says
-the run completed (after one restart), ``mtk logs`` reads a trainer's real log by its hostname, ``mtk cancel``
-leaves nothing of the run. J4 (test_j4_eks.py) walks the data steps and the PyTorchJob; this one only training."""
+the run completed (after one restart), and so does ``mtk ls``; ``mtk logs`` reads a trainer's real log by its
+hostname, ``mtk cancel`` leaves nothing of the run. J4 (test_j4_eks.py) walks the data steps and the PyTorchJob;
+this one only training."""
 
 from __future__ import annotations
 
@@ -179,13 +180,17 @@ def test_j4_trainjob_auto_static_rendezvous_a_killed_node_restarts_the_gang_whic
         records = train_records(run_dir, killed_writer=True)
         assert sorted(records) == list(range(1, ITERS + 1)), sorted(records)
 
-    with step("mtk status: the TrainJob completed after one restart; mtk logs reads a trainer by its hostname"):
+    with step("mtk status and ls: the TrainJob completed after one restart; mtk logs reads a trainer by hostname"):
         status = mtk("status", RUN, "--json")
         assert status.returncode == 0, status.stderr
         rows = {(s["step"], s["id"]): s for s in json.loads(status.stdout)}
         train = rows[("train", f"TrainJob/{RUN}")]
         assert train["state"] == "COMPLETED" and "(restarted 1×)" in train["reason"], train
         assert {s["state"] for (_, i), s in rows.items() if i.startswith("pod/")} == {"COMPLETED"}
+        listed = mtk("ls")
+        assert listed.returncode == 0, listed.stderr
+        (row,) = [line.split() for line in listed.stdout.splitlines() if line.startswith(RUN)]
+        assert row[1:3] == ["eks", "COMPLETED"], listed.stdout
         node_log = mtk("logs", RUN, "--node", "node-0-1")
         assert node_log.returncode == 0, node_log.stderr
         assert node_log.stdout == (logs / f"{restarted[1]}-node.log").read_text(errors="replace")
