@@ -1,11 +1,12 @@
-"""The EKS backend: a Kubeflow PyTorchJob with etcd rendezvous, data Jobs, and the job spec as a ConfigMap.
+"""The EKS backend: the training as a Kubeflow PyTorchJob or TrainJob (``cluster.eks.operator``), data Jobs, and the
+job spec as a ConfigMap.
 
 ``render`` is pure (manifests as dicts → YAML; the same job and run dir give the same bytes) and writes the
 multi-document ``manifests/all.yaml``, every object once in apply order, alone in its folder so that ``kubectl apply
 -f manifests/`` (or ``-R``) creates each object once; the same objects, one file per step, go under ``steps/`` for
 the step-by-step ``kubectl`` plan.
 ``submit`` applies the same objects with the Kubernetes Python client in order — spec → etcd (wait until
-ready) → getdata/preprocess Jobs (wait; on failure raise with the pods' logs) → PyTorchJob (wait until
+ready) → getdata/preprocess Jobs (wait; on failure raise with the pods' logs) → PyTorchJob or TrainJob (wait until
 running) — using server-side apply, so launching again is idempotent; the waiting and its progress lines
 are ``launch_wait``'s, and without waiting every step still waits for the one before it in the cluster.
 ``status``/``logs``/``cancel`` find objects by the ``mtk/run`` label; cancel deletes only those.
@@ -35,6 +36,13 @@ SubmitError = launch_wait.SubmitError  # callers catch it from here
 # The container each step's pods log from: the training container, etcd, and each data step's own.
 CONTAINERS: dict[str, str] = {Step.TRAIN: manifests.CONTAINER, "etcd": "etcd",
                               **{step: str(step) for step in DATA_STEPS}}
+# A TrainJob's training container: the name Kubeflow Trainer's torch plugin configures.
+TRAINJOB_CONTAINERS: dict[str, str] = {**CONTAINERS, Step.TRAIN: manifests.TRAINER_CONTAINER}
+
+
+def _containers(run: Run) -> dict[str, str]:
+    """The container each step of ``run`` logs from (a run launched before TrainJob support is a PyTorchJob's)."""
+    return TRAINJOB_CONTAINERS if run.backend_notes.get("operator") == manifests.TRAINJOB else CONTAINERS
 
 
 class NoPods(UserFacingError, FileNotFoundError):
@@ -62,7 +70,7 @@ class EksBackend(Backend):
     excludes_nodes = True
     render_marker = "manifests"
     spare_nodes_refused = ("for Slurm only: on EKS a smaller world would crash-loop on the world-size check (the "
-                           "PyTorchJob keeps exactly cluster.nodes pods; a lost pod is replaced)")
+                           "PyTorchJob or TrainJob keeps exactly cluster.nodes pods; a lost pod is replaced)")
 
     @classmethod
     def validate(cls, job) -> list:
@@ -91,12 +99,14 @@ class EksBackend(Backend):
             return ""
         what = f"{stopped}; every step is submitted" if stopped else "not waiting (--no-wait): every step is submitted"
         namespace = run.backend_notes.get("namespace", "default")
-        hint = launch_wait.follow_hint(Path(run.record_dir or run.run_dir).name, namespace)
+        training = "trainjobs" if run.backend_notes.get("operator") == manifests.TRAINJOB else "pytorchjobs"
+        hint = launch_wait.follow_hint(Path(run.record_dir or run.run_dir).name, namespace, training)
         return f"{what} and waits in the cluster for the one before it; {hint}"
 
     def __init__(self, kube_factory: Callable[[str], object] | None = None, poll: float = 5.0,
                  etcd_timeout: float = 600.0, say: Callable[[str], None] | None = None):
         self._kube_factory = kube_factory
+        self._served: frozenset[str] | None = None  # the operators the API server serves, once launch asked
         self.poll = poll
         self.etcd_timeout = etcd_timeout
         self.say = say or (lambda msg: print(f"mtk: {msg}", file=sys.stderr, flush=True))
@@ -104,7 +114,9 @@ class EksBackend(Backend):
     # ----------------------------------------------------------------------------------------------- render
     def launch_problems(self, job, run_dir: str) -> list:
         """Before a real launch writes anything: a damaged kubeconfig, named (in a pod the service account
-        is used instead), and an API server that does not answer — so no run dir claims a submission."""
+        is used instead), an API server that does not answer — so no run dir claims a submission — and a cluster
+        that serves no operator this job can run on. What it serves decides ``cluster.eks.operator: auto`` for
+        the render that follows."""
         import os
 
         from mtk.steps import Step
@@ -124,11 +136,27 @@ class EksBackend(Backend):
         kube = self._kube(job.cluster.eks.namespace)
         if hasattr(kube, "probe"):
             kube.probe()
+        if hasattr(kube, "served_operators"):
+            from .operator_choice import choose, unserved
+
+            self._served = kube.served_operators()
+            why = unserved(job, self._served)
+            if why:
+                from mtk.spec.errors import Problem
+
+                return [Problem("cluster.eks.operator", why, e.operator)]
+            chose = choose(job, self._served)[1]
+            if chose:
+                self.say(chose)
         return []
 
     def render(self, job, run_dir: str) -> Artifacts:
-        """Manifests + job.json for ``run_dir`` (a path as the pods see it, normally under the FSx mount)."""
-        objs = manifests.build(job, run_dir)
+        """Manifests + job.json for ``run_dir`` (a path as the pods see it, normally under the FSx mount), for the
+        operator ``cluster.eks.operator`` names (``auto``: what the API server serves, when launch asked it)."""
+        from .operator_choice import choose
+
+        operator, chose = choose(job, self._served)
+        objs = manifests.build(job, run_dir, operator)
         files = {run_layout.JOB_FILE: job.to_json(), ALL_FILE: yamlio.dump_all([o.body for o in objs], HEADER)}
         steps: list[str] = []
         for o in objs:
@@ -136,11 +164,13 @@ class EksBackend(Backend):
                 steps.append(o.step)
         for step in steps:
             files[_step_file(step)] = yamlio.dump_all([o.body for o in objs if o.step == step])
+        notes = ([chose] if chose else []) + self._notes(job, run_dir)
         return Artifacts(backend=self.name, run_dir=run_dir, files=files,
-                         commands=self._kubectl_plan(job, run_dir, objs, steps), notes=self._notes(job, run_dir))
+                         commands=self._kubectl_plan(job, run_dir, objs, steps), notes=notes)
 
     def check_render(self, artifacts: Artifacts) -> list[str]:
-        """Every manifest against the bundled PyTorchJob CRD schema and Kubernetes' own schemas, offline."""
+        """Every manifest against the bundled PyTorchJob / TrainJob / TrainingRuntime CRD schemas and Kubernetes'
+        own schemas, offline."""
         from .manifest_check import check
 
         return [check([(ALL_FILE, body) for body in yamlio.load_all(artifacts.files[ALL_FILE])])]
@@ -196,8 +226,9 @@ class EksBackend(Backend):
         self.check_render(artifacts)  # a manifest the API would refuse or prune fails here, before anything is applied
         objs = yamlio.load_all(artifacts.files[ALL_FILE])
         kube = self._kube(job.cluster.eks.namespace)
+        operator = manifests.TRAINJOB if any(o["kind"] == "TrainJob" for o in objs) else manifests.PYTORCHJOB
         run = Run(backend=self.name, run_dir=run_dir, name=job.name, record_dir=artifacts.record_dir or "",
-                  backend_notes={"namespace": job.cluster.eks.namespace, "run_id": run_name})
+                  backend_notes={"namespace": job.cluster.eks.namespace, "run_id": run_name, "operator": operator})
         for body in objs:
             run.ids[body["metadata"]["labels"][names.LABEL_COMPONENT]] = f"{body['kind']}/{body['metadata']['name']}"
         run.ids.pop("spec", None)
@@ -210,8 +241,10 @@ class EksBackend(Backend):
                 kube.apply(secret)
                 self.say(f"applied Secret/{secret['metadata']['name']} ({len(secret['stringData'])} keys from "
                          "this environment)")
+        containers = _containers(run)
         follower = launch_wait.Follower(kube, run_name, self.say, self.poll, timeout,
-                                        tail=lambda step, lines: self._pod_tail(kube, run_name, step, lines))
+                                        tail=lambda step, lines: self._pod_tail(kube, run_name, step, containers,
+                                                                                lines))
         pending = list(objs)
         try:
             while pending:
@@ -241,8 +274,11 @@ class EksBackend(Backend):
             follower.job(step, name)
         elif kind == "PyTorchJob":
             follower.pytorchjob(name)
+        elif kind == "TrainJob":
+            follower.trainjob(name)
 
-    def _pod_tail(self, kube, run: str, step: str, lines: int = 15, most: int = 3) -> list[str]:
+    def _pod_tail(self, kube, run: str, step: str, containers: Mapping[str, str], lines: int = 15,
+                  most: int = 3) -> list[str]:
         """The last log lines of the step's failed pods (an Indexed Job has several), else of its newest pod."""
         from .client import KubeError
 
@@ -254,7 +290,7 @@ class EksBackend(Backend):
         out: list[str] = []
         for pod in [p["metadata"]["name"] for p in (failed or pods)[-most:]]:
             try:
-                text = kube.pod_log(pod, CONTAINERS.get(step), tail_lines=lines)
+                text = kube.pod_log(pod, containers.get(step), tail_lines=lines)
             except KubeError as exc:
                 out.append(f"(log of pod/{pod} unavailable: {exc})")
                 continue
@@ -263,7 +299,7 @@ class EksBackend(Backend):
 
     # ----------------------------------------------------------------------------------------------- status
     def status(self, run: Run) -> list[StepStatus]:
-        """One line per step (etcd, data Jobs, PyTorchJob), then one per pod with phase and restarts."""
+        """One line per step (etcd, data Jobs, PyTorchJob or TrainJob), then one per pod with phase and restarts."""
         kube = self._kube(run.backend_notes.get("namespace", "default"))
         run_name = run.backend_notes.get("run_id") or names.run_id(run.run_dir)
         cancelled = bool(run.backend_notes.get("cancelled"))
@@ -288,11 +324,14 @@ class EksBackend(Backend):
                 state, reason = states.job_state(obj)
             elif kind == "PyTorchJob":
                 state, reason = states.stopped_if_asked(*states.pytorchjob_state(obj), run.run_dir)
+            elif kind == "TrainJob":  # its JobSet (same name) says whether the pods run and how often it restarted
+                trained = states.trainjob_state(obj, kube.get("JobSet", name))
+                state, reason = states.stopped_if_asked(*trained, run.run_dir)
             else:
                 state, reason = StepState.UNKNOWN, kind
             status = StepStatus(step, state, ident, reason=reason)
             if state == StepState.FAILED and kind == "Job":
-                status.log_tail = self._pod_tail(kube, run_name, step)
+                status.log_tail = self._pod_tail(kube, run_name, step, _containers(run))
             out.append(status)
         pods = sorted(kube.list("Pod", names.selector(run_name)), key=lambda p: p["metadata"]["name"])
         for pod in pods:
@@ -304,11 +343,12 @@ class EksBackend(Backend):
     def logs(self, run: Run, follow: bool = False, step: str | None = None,
              node: str | None = None) -> Iterator[str]:
         """Lines of the run's pods, prefixed with the pod name when there are several; ``node`` picks one pod
-        (its full name or the ``worker-1`` suffix). Following waits for pods and containers to start."""
+        (its full name, or the end of its name or hostname: ``worker-1`` of a PyTorchJob's, ``node-0-1`` of a
+        TrainJob's). Following waits for pods and containers to start."""
         kube = self._kube(run.backend_notes.get("namespace", "default"))
         run_name = run.backend_notes.get("run_id") or names.run_id(run.run_dir)
         chosen, pods = self._find_pods(kube, run_name, step, node, wait=follow)
-        container = CONTAINERS.get(chosen)
+        container = _containers(run).get(chosen)
         multi = len(pods) > 1
         if not follow:
             for pod, text in _pod_logs(kube, pods, container):
@@ -325,9 +365,10 @@ class EksBackend(Backend):
         deadline = time.monotonic() + (self.etcd_timeout if wait else 0)
         while True:
             for chosen in candidates:
-                pods = sorted(p["metadata"]["name"] for p in kube.list("Pod", names.selector(run, chosen)))
+                listed = kube.list("Pod", names.selector(run, chosen))
+                pods = sorted(p["metadata"]["name"] for p in listed)
                 if node:
-                    every, pods = pods, [p for p in pods if p == node or p.endswith(f"-{node}")]
+                    every, pods = pods, sorted(p["metadata"]["name"] for p in listed if _is_node(p, node))
                     if every and not pods:
                         raise UnknownNode(f"--node {node!r}: no pod of run {run}'s {chosen} step is called that; "
                                           f"give a pod name or its suffix (e.g. worker-0): {', '.join(every)}")
@@ -374,6 +415,13 @@ class EksBackend(Backend):
                     self.say(f"deleted {kind}/{item['metadata']['name']}")
         run.backend_notes["cancelled"] = True
         _save_quietly(run)
+
+
+def _is_node(pod: dict, node: str) -> bool:
+    """``mtk logs --node``: the pod's name, or the end of its name or of its hostname (a JobSet's pod name ends in a
+    random suffix; its hostname, ``<trainjob>-node-0-<rank>``, does not)."""
+    name, hostname = pod["metadata"]["name"], (pod.get("spec") or {}).get("hostname") or ""
+    return node in (name, hostname) or name.endswith(f"-{node}") or hostname.endswith(f"-{node}")
 
 
 LOG_READERS = 32  # pod logs read at once: one at a time, 1,024 pods at ~20 ms per API call took ~20 s (issue 45)

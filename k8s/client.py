@@ -36,8 +36,10 @@ class Kind:
     plural: str = ""  # custom resources only
     group: str = ""
     version: str = ""
+    installs: str = ""  # custom resources: what installs the CRD, for a 404
 
 
+_TRAINER = "Kubeflow Trainer v2"
 KINDS: dict[str, Kind] = {
     "ConfigMap": Kind("CoreV1Api", "namespaced_config_map"),
     "Secret": Kind("CoreV1Api", "namespaced_secret"),
@@ -46,10 +48,20 @@ KINDS: dict[str, Kind] = {
     "NetworkPolicy": Kind("NetworkingV1Api", "namespaced_network_policy"),
     "Job": Kind("BatchV1Api", "namespaced_job"),
     "Pod": Kind("CoreV1Api", "namespaced_pod"),
-    "PyTorchJob": Kind("CustomObjectsApi", "namespaced_custom_object", "pytorchjobs", "kubeflow.org", "v1"),
+    "PyTorchJob": Kind("CustomObjectsApi", "namespaced_custom_object", "pytorchjobs", "kubeflow.org", "v1",
+                       "Kubeflow training operator v1.9"),
+    "TrainJob": Kind("CustomObjectsApi", "namespaced_custom_object", "trainjobs", "trainer.kubeflow.org", "v1alpha1",
+                     _TRAINER),
+    "TrainingRuntime": Kind("CustomObjectsApi", "namespaced_custom_object", "trainingruntimes", "trainer.kubeflow.org",
+                            "v1alpha1", _TRAINER),
+    # Read only: the TrainJob's JobSet (same name), for its restarts and ready pods.
+    "JobSet": Kind("CustomObjectsApi", "namespaced_custom_object", "jobsets", "jobset.x-k8s.io", "v1alpha2",
+                   f"JobSet, which {_TRAINER} needs"),
 }
-# Delete order for cancel: the training job first (stops the pods), the spec last.
-DELETE_ORDER = ("PyTorchJob", "Job", "Deployment", "Service", "NetworkPolicy", "ConfigMap")
+# Delete order for cancel: the training job first (stops the pods; a TrainJob's JobSet, Jobs and pods go with it as
+# its dependents), the spec last.
+DELETE_ORDER = ("TrainJob", "PyTorchJob", "Job", "Deployment", "TrainingRuntime", "Service", "NetworkPolicy",
+                "ConfigMap")
 
 
 def load_api_client():
@@ -173,8 +185,9 @@ class Kube:
             yield
         except ApiException as exc:
             message = _describe(exc, kind, verb)
-            if exc.status == 404 and KINDS.get(kind, Kind("", "")).plural and verb in ("patch", "list"):
-                message += f" — is the {kind} CRD installed? (Kubeflow training operator v1.9)"
+            installs = KINDS.get(kind, Kind("", "")).installs
+            if exc.status == 404 and installs and verb in ("patch", "list"):
+                message += f" — is the {kind} CRD installed? ({installs})"
             raise KubeError(message, exc.status or 0) from None
         except HTTPError as exc:
             reason = getattr(exc, "reason", None) or exc
@@ -207,6 +220,25 @@ class Kube:
                                   f"{reason}. Check the cluster is up and this machine reaches it (VPN, endpoint "
                                   "access), or point KUBECONFIG (or its current-context) at another cluster; "
                                   "--dry-run renders the manifests without a cluster") from None
+
+    def served_operators(self) -> frozenset[str]:
+        """The training operators whose resources the API server serves (API discovery: one GET per group)."""
+        from .operator_choice import SERVES
+
+        found = set()
+        for operator, (group_version, resources) in SERVES.items():
+            group, _, version = group_version.partition("/")
+            try:
+                with self._errors(group_version, "discover"):
+                    resp = self._api("CustomObjectsApi").get_api_resources(group, version, _preload_content=False)
+            except KubeError as exc:
+                if exc.status == 404:  # the group is not installed
+                    continue
+                raise
+            listed = {r.get("name") for r in _decode(resp).get("resources") or [] if isinstance(r, dict)}
+            if resources <= listed:
+                found.add(operator)
+        return frozenset(found)
 
     def apply(self, body: dict) -> dict:
         """Server-side apply: creates or updates, and a repeat with the same body changes nothing."""

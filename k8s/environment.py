@@ -1,5 +1,11 @@
-"""A pod's environment: torchrun's rendezvous from the Kubeflow operator's ``PET_*`` variables, and the pod's
-place in its job (PyTorchJob or Indexed Job)."""
+"""A pod's environment: torchrun's rendezvous from the Kubeflow operators' ``PET_*`` variables, and the pod's
+place in its job (PyTorchJob, TrainJob or Indexed Job).
+
+Two contracts, both torchrun's own flags as ``PET_<FLAG>``: an elastic PyTorchJob (Training Operator v1.9) names a
+rendezvous backend and endpoint (``PET_RDZV_*``), where each pod learns its rank; a TrainJob (Kubeflow Trainer v2's
+torch plugin) numbers the nodes before anything starts (``PET_NODE_RANK``: the Indexed Job's completion index) and
+names node 0 (``PET_MASTER_ADDR``/``PET_MASTER_PORT``), a static rendezvous, as a PyTorchJob without elasticPolicy
+does too."""
 
 from __future__ import annotations
 
@@ -14,8 +20,8 @@ if TYPE_CHECKING:
 
 
 def rendezvous(job: Job, env: Mapping[str, str]) -> Rendezvous | None:
-    """What the Kubeflow training operator (v1.9) injects, elastic (etcd) or static (master address); None
-    outside a PyTorchJob (no ``PET_*`` variable)."""
+    """What the Kubeflow operator injects: elastic (PyTorchJob: etcd or c10d) or static (TrainJob, or a
+    PyTorchJob without elasticPolicy: node rank and master address); None outside both (no ``PET_*`` variable)."""
     if not any(key.startswith("PET_") for key in env):
         return None
     procs = str(job.cluster.procs_per_node)
@@ -52,7 +58,8 @@ def rendezvous(job: Job, env: Mapping[str, str]) -> Rendezvous | None:
     rank = int_var(env, "PET_NODE_RANK", 0)
     addr = env.get("PET_MASTER_ADDR") or env.get("MASTER_ADDR")
     if not addr:
-        raise RendezvousError("PET_MASTER_ADDR is not set (static PyTorchJob without elasticPolicy)")
+        raise RendezvousError("PET_MASTER_ADDR is not set (a TrainJob's, or a static PyTorchJob's, static "
+                              "rendezvous needs it)")
     port = int_var(env, "PET_MASTER_PORT" if env.get("PET_MASTER_PORT") else "MASTER_PORT", 1)
     args = [
         "--nnodes",
@@ -70,9 +77,10 @@ def rendezvous(job: Job, env: Mapping[str, str]) -> Rendezvous | None:
 
 
 def node_place(env: Mapping[str, str]) -> NodePlace | None:
-    """A PyTorchJob pod (``PET_*``) or an Indexed Job's pod (``JOB_COMPLETION_INDEX``); None outside both. The node
-    rank is known only to a static PyTorchJob (an elastic one learns it at the rendezvous); a PyTorchJob restarts
-    a container that exits non-zero."""
+    """A PyTorchJob's or TrainJob's pod (``PET_*``) or an Indexed Job's pod (``JOB_COMPLETION_INDEX``); None outside
+    all. The node rank is known to a static rendezvous (a TrainJob's) only: an elastic PyTorchJob learns it at the
+    rendezvous. Both operators start a container that exits non-zero again (a PyTorchJob in place; a TrainJob's
+    JobSet restarts all its pods)."""
     pytorchjob = any(key.startswith("PET_") for key in env)
     if not pytorchjob and "JOB_COMPLETION_INDEX" not in env:
         return None

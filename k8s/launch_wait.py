@@ -2,7 +2,7 @@
 step's pod logs.
 
 ``EksBackend.submit`` applies a step, then asks :class:`Follower` to wait until it is ready (etcd), complete
-(getdata, preprocess — an Indexed Job counts its completions) or running (the PyTorchJob). A line is printed
+(getdata, preprocess — an Indexed Job counts its completions) or running (the PyTorchJob or TrainJob). A line is printed
 when a step's state or pod counts change (and every ``heartbeat`` seconds otherwise), so a long preprocess
 shows it is alive without flooding the terminal. Passing the deadline raises :class:`StoppedWaiting`: the
 launch stops *waiting*, never the run — every step also waits in the cluster for the one before it (init
@@ -92,7 +92,15 @@ def job_snapshot(step: str, obj: dict | None) -> Snapshot:
 
 def pytorchjob_snapshot(obj: dict | None, pods: list[dict]) -> Snapshot:
     """The PyTorchJob's condition plus its worker pods by phase, and why pending ones wait (ImagePullBackOff)."""
-    state, reason = states.pytorchjob_state(obj)
+    return _training_snapshot("pytorchjob", obj, *states.pytorchjob_state(obj), pods)
+
+
+def trainjob_snapshot(obj: dict | None, jobset: dict | None, pods: list[dict]) -> Snapshot:
+    """The TrainJob's state (through its JobSet) plus its node pods by phase, and why pending ones wait."""
+    return _training_snapshot("trainjob", obj, *states.trainjob_state(obj, jobset), pods)
+
+
+def _training_snapshot(kind: str, obj: dict | None, state: StepState, reason: str, pods: list[dict]) -> Snapshot:
     name = ((obj or {}).get("metadata") or {}).get("name", "?")
     phases: dict[str, int] = {}
     waiting: list[str] = []
@@ -107,7 +115,7 @@ def pytorchjob_snapshot(obj: dict | None, pods: list[dict]) -> Snapshot:
     counts = " ".join(f"{phase.lower()}={n}" for phase, n in sorted(phases.items())) or "no pods yet"
     if waiting:
         reason = f"{reason}; pods waiting: {', '.join(waiting)}" if reason else f"pods waiting: {', '.join(waiting)}"
-    return Snapshot(Step.TRAIN, f"pytorchjob/{name}", state, f"pods {counts}", reason)
+    return Snapshot(Step.TRAIN, f"{kind}/{name}", state, f"pods {counts}", reason)
 
 
 class Follower:
@@ -170,6 +178,20 @@ class Follower:
 
         self._until(probe, failed)
 
+    def trainjob(self, name: str) -> None:
+        """Training running (or already finished); a failed TrainJob → SubmitError with its pods' log tails."""
+
+        def probe() -> tuple[Snapshot, bool]:
+            pods = self.kube.list("Pod", names.selector(self.run, Step.TRAIN))
+            snap = trainjob_snapshot(self.kube.get("TrainJob", name), self.kube.get("JobSet", name), pods)
+            return snap, snap.state in (StepState.RUNNING, StepState.COMPLETED)
+
+        def failed(snap: Snapshot) -> SubmitError:
+            tail = "\n".join(self.tail(Step.TRAIN, 40))
+            return SubmitError(f"training TrainJob {name} failed: {snap.reason}\n{tail}")
+
+        self._until(probe, failed)
+
     # ---------------------------------------------------------------------------------------------- loop
     def _until(self, probe: Callable[[], tuple[Snapshot, bool]],
                failed: Callable[[Snapshot], Exception] | None = None) -> None:
@@ -197,7 +219,8 @@ class Follower:
                               INTERRUPTED)
 
 
-def follow_hint(run_name: str, namespace: str) -> str:
-    """How to keep following a run that `mtk launch` stopped waiting for (or never waited for)."""
+def follow_hint(run_name: str, namespace: str, training: str = "pytorchjobs") -> str:
+    """How to keep following a run that `mtk launch` stopped waiting for (or never waited for); ``training``: the
+    resource its training is (pytorchjobs, trainjobs)."""
     return (f"follow it with `mtk status {run_name}` and `mtk logs -f {run_name}` (or `kubectl -n {namespace} get "
-            f"jobs,pytorchjobs,pods -l {names.LABEL_RUN}={run_name}`); stop it with `mtk cancel {run_name}`")
+            f"jobs,{training},pods -l {names.LABEL_RUN}={run_name}`); stop it with `mtk cancel {run_name}`")

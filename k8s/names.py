@@ -67,3 +67,18 @@ def data_job(run: str, step: str) -> str:
 
 def pytorchjob(run: str) -> str:
     return run
+
+
+def trainjob(run: str) -> str:
+    """The TrainJob, and so its JobSet and the JobSet's headless Service (Kubeflow Trainer names them alike)."""
+    return run
+
+
+def training_runtime(run: str) -> str:
+    """The run's own TrainingRuntime (namespaced, deleted with the run)."""
+    return run
+
+
+def train_policy(run: str) -> str:
+    """The NetworkPolicy that admits only the run's own pods to its training pods."""
+    return f"{run}-train"

@@ -43,8 +43,14 @@ def _label_key(k: str) -> None:
 
 
 class EksOptions(Section):
-    """Kubeflow PyTorchJob placement, storage and rendezvous."""
+    """Which Kubeflow operator runs training, and its pods' placement, storage and rendezvous."""
 
+    operator: Literal["auto", "pytorchjob", "trainjob"] = Field(
+        "auto", description="What runs the training pods: pytorchjob (Kubeflow Training Operator v1, AWS's "
+        "reference: an elastic PyTorchJob, rendezvous c10d or etcd), trainjob (Kubeflow Trainer v2: a TrainJob on "
+        "JobSet, a static rendezvous from the node numbering), or auto: `mtk launch` asks the API server and takes "
+        "TrainJob where it is served, else PyTorchJob (rendezvous: etcd keeps PyTorchJob); render and dry run, "
+        "which ask no cluster, render a PyTorchJob and say so.")
     namespace: str = "default"
     fsx_claim: str | None = Field("fsx-claim", description="PersistentVolumeClaim of the shared filesystem.")
     fsx_mount: str = Field("/fsx", description="Where the claim is mounted in every pod.")
@@ -54,9 +60,10 @@ class EksOptions(Section):
     service_account: str | None = None
     image_pull_secrets: list[str] = Field(default_factory=list, description="Secret names only; never values.")
     rendezvous: Literal["c10d", "etcd"] = Field(
-        "c10d", description="How the worker pods meet: c10d (torch's TCPStore, hosted by worker 0's agent behind "
-        "the run's rendezvous Service; no extra server and no etcd v2 API, which etcd 3.6 removed) or etcd (a "
-        "per-run etcd with the v2 API, torchrun's etcd-v2 backend, as AWS's reference manifests do). "
+        "c10d", description="PyTorchJob only (a TrainJob's rendezvous is static). How the worker pods meet: c10d "
+        "(torch's TCPStore, hosted by worker 0's agent behind the run's rendezvous Service; no extra server and no "
+        "etcd v2 API, which etcd 3.6 removed) or etcd (a per-run etcd with the v2 API, torchrun's etcd-v2 backend, "
+        "as AWS's reference manifests do). "
         "benchmarks/scale_rendezvous.py measures both.")
     # By digest: a tag can be moved under a running fleet. The digest is the one another public deployment pins
     # for this tag (no registry is reachable where mtk is developed to re-check it); override to re-pin.
@@ -66,7 +73,8 @@ class EksOptions(Section):
     hugepages: str | None = Field(
         "5120Mi", description="EFA jobs: hugepages-2Mi each worker requests (libfabric's EFA buffers; AWS's "
         "nccl-tests manifest asks 5120Mi); null leaves them out.")
-    max_restarts: int = Field(3, ge=0, le=2**31 - 1, description="Elastic restarts before the job fails.")
+    max_restarts: int = Field(3, ge=0, le=2**31 - 1, description="Restarts before the job fails: elastic restarts "
+                              "(PyTorchJob), restarts of the whole JobSet (TrainJob).")
     min_nodes: int | None = Field(None, ge=1, description="Must equal nodes (default): elastic ranges are refused "
                                                           "because the engine needs the full world size.")
     cpu: str | None = Field(None, description="CPU request/limit per worker, e.g. '90'.")

@@ -35,4 +35,10 @@ def problems(job: Job) -> list[Problem]:
                            f"cluster.nodes ({c.nodes}) pods, and fewer would crash-loop on the world-size check; "
                            f"remove min_nodes or set it to {c.nodes} (a lost pod is replaced and the run "
                            "resumes from the last checkpoint)", e.min_nodes))
+    if e.operator == "trainjob" and e.rendezvous == "etcd":
+        # Kubeflow Trainer numbers the nodes (PET_NODE_RANK) and names the master (PET_MASTER_ADDR): no etcd is
+        # rendered beside a TrainJob, so this setting would be silently ignored.
+        out.append(Problem("cluster.eks.rendezvous", "a TrainJob's rendezvous is static (Kubeflow Trainer numbers "
+                           "the nodes and names node 0 as the master): etcd is a PyTorchJob rendezvous; remove "
+                           "rendezvous or set cluster.eks.operator: pytorchjob", e.rendezvous))
     return out

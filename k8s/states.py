@@ -12,6 +12,11 @@ PYTORCHJOB_CONDITIONS = {"Created": StepState.PENDING, "Suspended": StepState.PE
                          "Restarting": StepState.RUNNING, "Succeeded": StepState.COMPLETED,
                          "Failed": StepState.FAILED}
 JOB_CONDITIONS = {"Complete": StepState.COMPLETED, "Failed": StepState.FAILED, "Suspended": StepState.PENDING}
+# TrainJob condition types (Kubeflow Trainer v2.3: Complete and Failed copied from its JobSet's, Suspended); a TrainJob
+# has no Running condition: its JobSet's replicated-job counts tell.
+TRAINJOB_CONDITIONS = {"Complete": StepState.COMPLETED, "Failed": StepState.FAILED, "Suspended": StepState.PENDING}
+# JobSet v0.12's terminal conditions, for the moment before the Trainer copies them onto the TrainJob.
+JOBSET_CONDITIONS = {"Completed": StepState.COMPLETED, "Failed": StepState.FAILED, "Suspended": StepState.PENDING}
 
 
 def _true_conditions(obj: dict) -> list[dict]:
@@ -32,8 +37,40 @@ def pytorchjob_state(obj: dict | None) -> tuple[StepState, str]:
     return PYTORCHJOB_CONDITIONS.get(last.get("type", ""), StepState.UNKNOWN), reason
 
 
+def _said(cond: dict) -> str:
+    reason = cond.get("reason") or cond.get("type", "")
+    return f"{reason}: {cond['message']}" if cond.get("message") else reason
+
+
+def trainjob_state(obj: dict | None, jobset: dict | None) -> tuple[StepState, str]:
+    """(state, reason) of a TrainJob read with its JobSet: the TrainJob's terminal or Suspended condition, else the
+    JobSet's, else RUNNING once every node's pod is ready (JobSet counts a child Job ready when all its pods are),
+    else PENDING. The JobSet's restarts (a failed pod restarts the whole gang) are part of the reason."""
+    if obj is None:
+        return StepState.UNKNOWN, "not found"
+    status = (jobset or {}).get("status") or {}
+    restarts = int(status.get("restarts") or 0)
+    again = f" (restarted {restarts}×)" if restarts else ""
+    for cond in reversed(_true_conditions(obj)):
+        if cond.get("type") in TRAINJOB_CONDITIONS:
+            return TRAINJOB_CONDITIONS[cond["type"]], _said(cond) + again
+    if jobset is None:
+        return StepState.PENDING, "no JobSet yet (is the Kubeflow Trainer controller running?)"
+    for cond in reversed(_true_conditions(jobset)):
+        if cond.get("type") in JOBSET_CONDITIONS:
+            return JOBSET_CONDITIONS[cond["type"]], _said(cond) + again
+    jobs = status.get("replicatedJobsStatus") or []
+    want = sum(int(r.get("replicas", 1)) for r in (jobset.get("spec") or {}).get("replicatedJobs") or []) or 1
+    ready = sum(int(j.get("ready") or 0) + int(j.get("succeeded") or 0) for j in jobs)
+    if jobs and ready >= want:
+        return StepState.RUNNING, "every node's pod is ready" + again
+    active = sum(int(j.get("active") or 0) for j in jobs)
+    return StepState.PENDING, ("pods starting" if active else "no pods yet") + again
+
+
 def stopped_if_asked(state: StepState, reason: str, run_dir: str) -> tuple[StepState, str]:
-    """A Succeeded PyTorchJob that ended on ``mtk stop`` is STOPPED, as ``mtk report`` and a local run say.
+    """A Succeeded PyTorchJob (Complete TrainJob) that ended on ``mtk stop`` is STOPPED, as ``mtk report`` and a
+    local run say.
 
     The worker exits 0 after a stop on purpose (``train_step``: a restart policy of OnFailure/ExitCode would
     otherwise start it again), so Kubernetes only knows "Succeeded"; what tells a stop apart is the engine's

@@ -5,7 +5,8 @@ What the API server enforces for a CRD with a structural schema: the types, the 
 patterns (a Quantity's), list-type ``map`` keys unique; and what it would do silently, which is refused here: an
 unknown field is pruned by the server (a typo vanishes), so it is a problem here. CEL rules
 (``x-kubernetes-validations``) are not evaluated: the bundled PyTorchJob schema carries only the pod template's,
-which Kubernetes' own object schemas check (:mod:`k8s.object_schema`).
+which Kubernetes' own object schemas check (:mod:`k8s.object_schema`); the Trainer's rules that matter to a render
+(the TrainJob's name, its runtime's trainer job and container) are checked in :mod:`k8s.manifest_check`.
 """
 
 from __future__ import annotations
@@ -18,15 +19,29 @@ from typing import Any
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
 PYTORCHJOB_SCHEMA = SCHEMAS / "pytorchjob-v1.json"
+# (apiVersion, kind) -> the CRD schema bundled with mtk (scripts/bundle_crd_schemas.py says where each comes from).
+CRD_SCHEMAS: dict[tuple[str, str], Path] = {
+    ("kubeflow.org/v1", "PyTorchJob"): PYTORCHJOB_SCHEMA,
+    ("trainer.kubeflow.org/v1alpha1", "TrainJob"): SCHEMAS / "trainjob-v1alpha1.json",
+    ("trainer.kubeflow.org/v1alpha1", "TrainingRuntime"): SCHEMAS / "trainingruntime-v1alpha1.json",
+}
 _INT32 = (-(2**31), 2**31 - 1)
 
 Problem = tuple[str, str]  # (field path, what is wrong and what to write instead)
 
 
 @functools.cache
+def crd_schema(api_version: str, kind: str) -> dict | None:
+    """The bundled CRD schema of one custom resource kind, None for any other kind."""
+    path = CRD_SCHEMAS.get((api_version, kind))
+    return None if path is None else json.loads(path.read_text())["openAPIV3Schema"]
+
+
 def pytorchjob_schema() -> dict:
-    """The PyTorchJob CRD's v1 schema bundled with mtk (see scripts/bundle_pytorchjob_schema.py)."""
-    return json.loads(PYTORCHJOB_SCHEMA.read_text())["openAPIV3Schema"]
+    """The PyTorchJob CRD's v1 schema bundled with mtk (see scripts/bundle_crd_schemas.py)."""
+    schema = crd_schema("kubeflow.org/v1", "PyTorchJob")
+    assert schema is not None
+    return schema
 
 
 def _type_name(value: Any) -> str:

@@ -2,10 +2,13 @@
 
 It is not Kubernetes. It speaks just enough of the REST API for mtk's client and for ``kubectl apply``:
 discovery, server-side apply (PATCH ``application/apply-patch+yaml``), create (POST), get, list with an
-equality ``labelSelector``, delete, pod logs (plain and ``follow``). It records every request, and plays three
-tiny controllers so the waiting logic has something to wait for: a Deployment becomes ready after a few
-reads, a batch Job creates a pod and completes (or fails, for names in ``fail_jobs``), a PyTorchJob creates
-its worker pods and turns Running.
+equality ``labelSelector``, delete (with its dependents, as the garbage collector would), pod logs (plain and
+``follow``). It records every request, and plays tiny controllers so the waiting logic has something to wait for:
+a Deployment becomes ready after a few reads, a batch Job creates a pod and completes (or fails, for names in
+``fail_jobs``), a PyTorchJob creates its worker pods and turns Running, and a TrainJob becomes the JobSet and pods
+Kubeflow Trainer and JobSet would make of it (tests/support/trainer_env.py), whose state follows what the test
+reports of each pod (:meth:`State.pod_ran`): Running, or ended with an exit code — a failed pod restarts the whole
+JobSet up to its failurePolicy.maxRestarts, all pods Succeeded complete the JobSet and then the TrainJob.
 """
 
 from __future__ import annotations
@@ -19,12 +22,17 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+from support import trainer_env
+
 COLLECTIONS = {
     ("", "v1", "configmaps"): "ConfigMap", ("", "v1", "services"): "Service", ("", "v1", "pods"): "Pod",
     ("", "v1", "secrets"): "Secret",
     ("apps", "v1", "deployments"): "Deployment", ("batch", "v1", "jobs"): "Job",
     ("networking.k8s.io", "v1", "networkpolicies"): "NetworkPolicy",
     ("kubeflow.org", "v1", "pytorchjobs"): "PyTorchJob",
+    ("trainer.kubeflow.org", "v1alpha1", "trainjobs"): "TrainJob",
+    ("trainer.kubeflow.org", "v1alpha1", "trainingruntimes"): "TrainingRuntime",
+    ("jobset.x-k8s.io", "v1alpha2", "jobsets"): "JobSet",
 }
 PATH = re.compile(r"^/(?:api/(?P<cv>v1)|apis/(?P<group>[^/]+)/(?P<gv>[^/]+))/namespaces/(?P<ns>[^/]+)/"
                   r"(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>log))?$")
@@ -60,8 +68,9 @@ class State:
     missing_plurals: set = field(default_factory=set)  # answer 404 as if the CRD were not installed
     log_not_ready: dict = field(default_factory=dict)  # pod -> how many log reads answer 400 (ContainerCreating)
     ready_after: int = 2  # reads before a Deployment reports ready / a Job finishes
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.RLock = field(default_factory=threading.RLock)
     tokens_seen: set = field(default_factory=set)
+    log_files: dict = field(default_factory=dict)  # pod -> a file whose text its log reads serve (a real process's)
 
     def seed(self, obj: dict) -> None:
         """Put an object in place directly (e.g. something that belongs to someone else)."""
@@ -72,6 +81,20 @@ class State:
     def of_kind(self, kind: str) -> list[dict]:
         plural = {v: k[2] for k, v in COLLECTIONS.items()}[kind]
         return [o for (_, p, _), o in sorted(self.objects.items()) if p == plural]
+
+    def pod_ran(self, name: str, phase: str, exit_code: int | None = None, ns: str = "default") -> None:
+        """What the kubelet reports of a pod: ``Running``, or ended (``Succeeded``/``Failed`` with its exit code).
+        The pod's JobSet (and TrainJob) follow at once."""
+        with self.lock:
+            pod = self.objects[(ns, "pods", name)]
+            pod["status"]["phase"] = phase
+            state = {"running": {}} if phase == "Running" else {
+                "terminated": {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error"}}
+            pod["status"]["containerStatuses"] = [{"name": trainer_env.NODE, "restartCount": 0, "state": state}]
+            owner = next((r["name"] for r in pod["metadata"].get("ownerReferences", []) if r.get("kind") == "JobSet"),
+                         None)
+            if owner is not None:
+                _Controllers(self).reconcile_jobset(ns, owner)
 
 
 def pod_log_text(pod: str) -> str:
@@ -127,6 +150,8 @@ class _Controllers:
                 self._pod(ns, f"{name}-worker-{i}", worker["template"]["metadata"]["labels"], name, "Running")
         if plural == "deployments" and "status" not in obj:
             obj["status"] = {"replicas": 1, "readyReplicas": 0}
+        if plural == "trainjobs" and "status" not in obj:
+            self.trainjob_applied(ns, obj)
 
     def read(self, ns: str, plural: str, name: str, obj: dict) -> None:
         key = (ns, plural, name)
@@ -148,17 +173,89 @@ class _Controllers:
                 pod["status"]["containerStatuses"][0]["state"] = {
                     "terminated": {"exitCode": 1 if failed else 0, "reason": "Error" if failed else "Completed"}}
 
-    def deleted(self, ns: str, name: str) -> None:
-        """Garbage collection of owned pods (background propagation)."""
+    def deleted(self, ns: str, kind: str, name: str) -> None:
+        """Garbage collection of the dependents (background propagation), theirs too: a TrainJob's JobSet, its
+        pods. An owner reference without a kind (the stand-in's own pods) matches by name."""
         for key, obj in list(self.s.objects.items()):
-            if key[1] == "pods" and any(r.get("name") == name for r in obj["metadata"].get("ownerReferences", [])):
+            if key[0] != ns or key not in self.s.objects:
+                continue
+            if any(r.get("name") == name and r.get("kind", kind) == kind
+                   for r in obj["metadata"].get("ownerReferences", [])):
                 del self.s.objects[key]
+                self.deleted(ns, obj.get("kind", ""), key[2])
+
+    # -------------------------------------------------- Kubeflow Trainer v2 + JobSet (tests/support/trainer_env.py)
+    def trainjob_applied(self, ns: str, trainjob: dict) -> None:
+        """The Trainer builds the JobSet from the TrainJob's runtime; JobSet's Indexed Job creates the pods."""
+        ref = trainjob["spec"]["runtimeRef"]
+        runtime = self.s.objects.get((ns, "trainingruntimes", ref["name"]))
+        if runtime is None:  # the webhook would refuse the TrainJob; a controller marks it failed
+            trainjob["status"] = {"conditions": [{"type": "Failed", "status": "True", "reason": "RuntimeNotFound",
+                                                  "message": f"TrainingRuntime {ref['name']} not found"}]}
+            return
+        js = trainer_env.jobset(trainjob, runtime)
+        js["status"] = {"restarts": 0, "replicatedJobsStatus": [
+            {"name": trainer_env.NODE, "ready": 0, "succeeded": 0, "failed": 0, "active": 1, "suspended": 0}]}
+        self.s.objects[(ns, "jobsets", js["metadata"]["name"])] = js
+        trainjob["status"] = {"jobsStatus": [dict(js["status"]["replicatedJobsStatus"][0])]}
+        self._create_pods(ns, js)
+
+    def _create_pods(self, ns: str, js: dict) -> None:
+        attempt = js["status"]["restarts"]
+        for pod in trainer_env.pods(js, attempt, suffix=f"a{attempt}x7k"):
+            pod["metadata"]["creationTimestamp"] = f"2026-11-22T00:{attempt:02d}:00Z"
+            pod["status"]["containerStatuses"] = [{"name": trainer_env.NODE, "restartCount": 0,
+                                                   "state": {"waiting": {"reason": "PodInitializing"}}}]
+            self.s.objects[(ns, "pods", pod["metadata"]["name"])] = pod
+
+    def reconcile_jobset(self, ns: str, name: str) -> None:
+        """JobSet's view of its pods: a failed pod fails its Job (backoffLimit 0) and restarts the JobSet (all of
+        its pods, recreated) while restarts < failurePolicy.maxRestarts, else fails it; all pods Succeeded
+        complete it; all Running (or done) make its Job ready. The Trainer copies Complete/Failed to the TrainJob."""
+        js = self.s.objects.get((ns, "jobsets", name))
+        if js is None:
+            return
+        status = js["status"]
+        pods = [o for (n, p, _), o in sorted(self.s.objects.items()) if n == ns and p == "pods"
+                and o["metadata"]["labels"].get(trainer_env.JOBSET_NAME) == name
+                and o["metadata"]["labels"].get(trainer_env.RESTART_ATTEMPT) == str(status["restarts"])]
+        phases = [p["status"]["phase"] for p in pods]
+        jobs = status["replicatedJobsStatus"][0]
+        conditions = status.setdefault("conditions", [])
+        if "Failed" in phases:
+            most = ((js["spec"].get("failurePolicy") or {}).get("maxRestarts")) or 0
+            if status["restarts"] < most:
+                for pod in pods:  # the Jobs of this attempt are deleted, their pods with them
+                    del self.s.objects[(ns, "pods", pod["metadata"]["name"])]
+                status["restarts"] += 1
+                jobs.update(ready=0, active=1)
+                self._create_pods(ns, js)
+            else:
+                jobs.update(failed=1, active=0)
+                conditions.append({"type": "Failed", "status": "True", "reason": "FailedJobs",
+                                   "message": "jobset failed due to reaching max number of restarts"})
+        elif phases and all(ph == "Succeeded" for ph in phases):
+            jobs.update(succeeded=1, active=0, ready=0)
+            conditions.append({"type": "Completed", "status": "True", "reason": "AllJobsCompleted",
+                               "message": "jobset completed successfully"})
+        else:
+            jobs["ready"] = int(bool(phases) and all(ph in ("Running", "Succeeded") for ph in phases))
+        trainjob = self.s.objects.get((ns, "trainjobs", name))
+        if trainjob is not None:
+            trainjob["status"] = {"jobsStatus": [dict(jobs)]}
+            for cond in conditions:
+                kind = {"Completed": "Complete", "Failed": "Failed"}.get(cond["type"])
+                if kind:
+                    trainjob["status"]["conditions"] = [{**cond, "type": kind}]
 
 
-def discovery(path: str) -> dict | None:
-    """Just enough API discovery for ``kubectl`` to map the kinds mtk renders to their endpoints."""
-    groups = {}
+def discovery(path: str, missing: set | frozenset = frozenset()) -> dict | None:
+    """Just enough API discovery for ``kubectl`` (and ``cluster.eks.operator: auto``) to map the kinds mtk renders to
+    their endpoints; a plural in ``missing`` is not served (its CRD is not installed), nor a group left empty."""
+    groups: dict = {}
     for (group, version, plural), kind in COLLECTIONS.items():
+        if plural in missing:
+            continue
         groups.setdefault((group, version), []).append(
             {"name": plural, "singularName": kind.lower(), "namespaced": True, "kind": kind,
              "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]})
@@ -248,7 +345,7 @@ def _handler(state: State):
                 return self._send(201, obj)
 
         def do_GET(self):
-            found = discovery(urlsplit(self.path).path.rstrip("/"))
+            found = discovery(urlsplit(self.path).path.rstrip("/"), state.missing_plurals)
             if found is not None:
                 return self._send(200, found)
             m, query = self._record()
@@ -274,7 +371,8 @@ def _handler(state: State):
                 state.log_not_ready[m["name"]] -= 1
                 return self._send(400, _status(400, f'container "c" in pod "{m["name"]}" is waiting to start: '
                                                     "ContainerCreating"))
-            text = pod_log_text(m["name"])
+            log_file = state.log_files.get(m["name"])
+            text = log_file.read_text(errors="replace") if log_file else pod_log_text(m["name"])
             if query.get("tailLines"):
                 text = "".join(text.splitlines(True)[-int(query["tailLines"]):])
             if query.get("follow") != "true":
@@ -302,7 +400,7 @@ def _handler(state: State):
                 obj = state.objects.pop((m["ns"], m["plural"], m["name"]), None)
                 if obj is None:
                     return self._send(404, _status(404, f'{m["plural"]} "{m["name"]}" not found'))
-                controllers.deleted(m["ns"], m["name"])
+                controllers.deleted(m["ns"], obj.get("kind", ""), m["name"])
                 return self._send(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
 
     return Handler

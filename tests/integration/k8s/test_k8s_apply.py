@@ -44,7 +44,8 @@ def test_submit_applies_in_order_and_waits(standin, k8s_jobs, kube_token, tmp_pa
     assert patches == [("ConfigMap", f"{run_name}-spec"), ("NetworkPolicy", f"{run_name}-etcd"),
                        ("Service", f"{run_name}-etcd"),
                        ("Deployment", f"{run_name}-etcd"), ("Job", f"{run_name}-getdata"),
-                       ("Job", f"{run_name}-preprocess"), ("PyTorchJob", run_name)]
+                       ("Job", f"{run_name}-preprocess"), ("NetworkPolicy", f"{run_name}-train"),
+                       ("PyTorchJob", run_name)]
     # Server-side apply with mtk's field manager, authenticated with the kubeconfig's token.
     for r in s.requests:
         if r.method == "PATCH":
@@ -58,13 +59,14 @@ def test_submit_applies_in_order_and_waits(standin, k8s_jobs, kube_token, tmp_pa
     assert ("GET", "Deployment", f"{run_name}-etcd") in order[:first_job_patch]
     pre_patch = order.index(("PATCH", "Job", f"{run_name}-preprocess"))
     assert order[pre_patch - 1] == ("GET", "Job", f"{run_name}-getdata")
-    ptj_patch = order.index(("PATCH", "PyTorchJob", run_name))
-    assert order[ptj_patch - 1] == ("GET", "Job", f"{run_name}-preprocess")
+    train_patch = order.index(("PATCH", "NetworkPolicy", f"{run_name}-train"))  # training's first object
+    assert order[train_patch - 1] == ("GET", "Job", f"{run_name}-preprocess")
+    assert order[train_patch + 1] == ("PATCH", "PyTorchJob", run_name)
     # Everything applied carries the run label; the stored objects are what was rendered.
     for (_, plural, _), obj in s.objects.items():
         if plural != "pods":
             assert obj["metadata"]["labels"][names.LABEL_RUN] == run_name
-    assert run.backend_notes == {"namespace": "default", "run_id": run_name}
+    assert run.backend_notes == {"namespace": "default", "run_id": run_name, "operator": "pytorchjob"}
     assert run.ids["train"] == f"PyTorchJob/{run_name}"
     # run.json is saved (status/cancel work from another shell) and holds no credential.
     saved = (Path(art.run_dir) / "run.json").read_text()
@@ -170,7 +172,8 @@ def test_cancel_deletes_only_this_runs_objects_and_is_safe_to_repeat(standin, k8
     deleted = [(kind, name) for method, kind, name in _writes(s) if method == "DELETE"]
     assert deleted == [("PyTorchJob", run_name), ("Job", f"{run_name}-getdata"), ("Job", f"{run_name}-preprocess"),
                        ("Deployment", f"{run_name}-etcd"), ("Service", f"{run_name}-etcd"),
-                       ("NetworkPolicy", f"{run_name}-etcd"), ("ConfigMap", f"{run_name}-spec")]
+                       ("NetworkPolicy", f"{run_name}-etcd"), ("NetworkPolicy", f"{run_name}-train"),
+                       ("ConfigMap", f"{run_name}-spec")]
     deletes = [r for r in s.requests if r.method == "DELETE"]
     assert all(r.query.get("propagationPolicy") == "Background" for r in deletes)
     # Every DELETE was preceded by a label-selected list for its kind.

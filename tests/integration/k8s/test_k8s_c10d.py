@@ -46,7 +46,9 @@ def test_c10d_pods_meet_at_worker_0_for_preflight_and_training_and_resume_after_
     objs = _render(k8s_jobs, tmp_path, run_dir)
     ptj = next(o for o in objs if o["kind"] == "PyTorchJob")
     svc = next(o for o in objs if o["kind"] == "Service")
-    assert not [o for o in objs if o["kind"] in ("Deployment", "NetworkPolicy")], "c10d renders no etcd"
+    assert not [o for o in objs if o["kind"] == "Deployment"], "c10d renders no etcd"
+    assert [o["metadata"]["name"] for o in objs if o["kind"] == "NetworkPolicy"] == [
+        names.train_policy(names.run_id(run_dir))]  # the stores' guard: only the run's pods reach them
     policy = ptj["spec"]["elasticPolicy"]
     assert (policy["rdzvBackend"], policy["rdzvHost"]) == ("c10d", svc["metadata"]["name"])
     job_name = ptj["metadata"]["name"]

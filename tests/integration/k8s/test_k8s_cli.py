@@ -24,7 +24,10 @@ def _mtk(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def test_launch_status_logs_cancel_through_the_cli(standin, kube_token, tmp_path):
+    """On a cluster with the Training Operator v1 only (AWS's reference set-up), cluster.eks.operator: auto (the
+    default) launches a PyTorchJob; tests/journeys/test_j5_trainjob.py walks the same verbs on Kubeflow Trainer."""
     standin.state.ready_after = 1  # ready at the first read: the CLI's 5 s poll never sleeps
+    standin.state.missing_plurals |= {"trainjobs", "trainingruntimes", "jobsets"}
     fsx = tmp_path / "fsx"
     sets = [*EKS_SET, "--set", f"cluster.runs_dir={fsx}/runs", "--set", f"data.dir={fsx}/data",
             "--set", f"cluster.eks.fsx_mount={fsx}"]
@@ -40,7 +43,9 @@ def test_launch_status_logs_cancel_through_the_cli(standin, kube_token, tmp_path
     record = json.loads((local / "run.json").read_text())
     assert record["backend"] == "eks" and record["extra"]["run_id"] == "tiny-20261122-020304"
     kinds = [r.kind for r in standin.state.requests if r.method == "PATCH"]
-    assert kinds == ["ConfigMap", "Service", "PyTorchJob"]  # the default c10d rendezvous: no etcd to run
+    # The default c10d rendezvous: no etcd to run; the NetworkPolicy keeps other pods off worker 0's store.
+    assert kinds == ["ConfigMap", "NetworkPolicy", "Service", "PyTorchJob"]
+    assert "cluster.eks.operator auto: the cluster serves Training Operator v1 only, so a PyTorchJob" in out.stderr
 
     status = _mtk("status", run_dir.name, "--json", cwd=tmp_path)  # by run name, from ./runs
     assert status.returncode == 0, status.stderr

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[3]
 FETCH = [{"url": "https://example.com/c.jsonl", "path": "c.jsonl"},
          {"url": "https://example.com/t.json", "path": "t.json"}]
-ORDER = ["ConfigMap", "NetworkPolicy", "Service", "Deployment", "Job", "Job", "PyTorchJob"]
+ORDER = ["ConfigMap", "NetworkPolicy", "Service", "Deployment", "Job", "Job", "NetworkPolicy", "PyTorchJob"]
 
 
 def _data(shards: int = 1) -> dict:

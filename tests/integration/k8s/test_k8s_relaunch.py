@@ -49,7 +49,8 @@ def test_relaunch_renders_recorded_exclusions_as_node_anti_affinity_and_status_l
     runs = fsx / "runs"
     sets = ["--set", "image.registry=123456789012.dkr.ecr.us-west-2.amazonaws.com", "--set", "cluster.nodes=2",
             "--set", "cluster.procs_per_node=1", "--set", f"cluster.runs_dir={runs}", "--set", f"data.dir={fsx}/data",
-            "--set", f"cluster.eks.fsx_mount={fsx}", "--set", f"cluster.exclude_nodes=[{SPEC_NODE}]"]
+            "--set", f"cluster.eks.fsx_mount={fsx}", "--set", f"cluster.exclude_nodes=[{SPEC_NODE}]",
+            "--set", "cluster.eks.operator=pytorchjob"]  # the stand-in serves Trainer too; a TrainJob's pod is the same
     ckpt = f"{runs}/tiny/checkpoints"  # the default: every run of job `tiny` resumes from it
     run_dir = runs / "tiny-20261122-020304"
     _earlier_run(runs, run_dir.name, ckpt, HUNG_NODE)

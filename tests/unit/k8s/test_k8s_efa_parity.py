@@ -118,7 +118,9 @@ def test_preflight_init_containers_meet_at_worker_0_through_the_rdzv_service_wit
     kubernetes_validate.validate(svc, "1.32", strict=True)
     assert svc["spec"]["publishNotReadyAddresses"] is True and svc["spec"]["clusterIP"] == "None"
     assert {p["port"] for p in svc["spec"]["ports"]} == {manifests.C10D_PORT, manifests.PREFLIGHT_C10D_PORT}
-    assert not [b for b in bodies if b["kind"] in ("Deployment", "NetworkPolicy")]
+    assert not [b for b in bodies if b["kind"] == "Deployment"]  # no etcd: the run's own NetworkPolicy only
+    (policy,) = [b for b in bodies if b["kind"] == "NetworkPolicy"]
+    assert policy["metadata"]["name"] == names.train_policy(run)
 
 
 def test_data_jobs_request_cpu_only_on_a_gpu_efa_job():

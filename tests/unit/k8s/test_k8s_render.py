@@ -62,7 +62,8 @@ def test_files_objects_and_order(tiny_eks, rendezvous):
     etcd = [("NetworkPolicy", "etcd"), ("Service", "etcd"), ("Deployment", "etcd")] if rendezvous == "etcd" else []
     rdzv = [("Service", "train")] if rendezvous == "c10d" else []  # worker 0's store, named before it exists
     assert [(o["kind"], o["metadata"]["labels"][names.LABEL_COMPONENT]) for o in objs] == [
-        ("ConfigMap", "spec"), *etcd, ("Job", "getdata"), ("Job", "preprocess"), *rdzv, ("PyTorchJob", "train")]
+        ("ConfigMap", "spec"), *etcd, ("Job", "getdata"), ("Job", "preprocess"), ("NetworkPolicy", "train"), *rdzv,
+        ("PyTorchJob", "train")]  # the policy that keeps other pods off the stores, before any pod it guards
     # The per-step files hold exactly the same objects as all.yaml.
     steps = ("spec", "etcd", "getdata", "preprocess", "train") if etcd else ("spec", "getdata", "preprocess", "train")
     assert "steps/etcd.yaml" in art.files if etcd else "steps/etcd.yaml" not in art.files

@@ -30,7 +30,32 @@ def test_pytorchjob_state(conditions, want):
         assert conditions[-1]["message"] in reason
 
 
+def _jobset(ready=0, active=0, succeeded=0, restarts=0, conditions=()):
+    return {"spec": {"replicatedJobs": [{"name": "node", "replicas": 1}]},
+            "status": {"restarts": restarts, "conditions": list(conditions), "replicatedJobsStatus": [
+                {"name": "node", "ready": ready, "active": active, "succeeded": succeeded, "failed": 0}]}}
+
+
+@pytest.mark.parametrize(("trainjob", "jobset", "want", "reason"), [
+    ({}, None, "PENDING", "no JobSet yet (is the Kubeflow Trainer controller running?)"),
+    ({}, _jobset(), "PENDING", "no pods yet"),
+    ({}, _jobset(active=1), "PENDING", "pods starting"),
+    ({}, _jobset(active=1, ready=1), "RUNNING", "every node's pod is ready"),
+    ({}, _jobset(active=1, restarts=2), "PENDING", "pods starting (restarted 2×)"),
+    ({}, _jobset(conditions=[_cond("Completed", reason="AllJobsCompleted")]), "COMPLETED", "AllJobsCompleted"),
+    ({"conditions": [_cond("Suspended", reason="Suspended")]}, _jobset(active=1, ready=1), "PENDING", "Suspended"),
+    ({"conditions": [_cond("Suspended", "False"), _cond("Failed", reason="FailedJobs", message="max restarts")]},
+     _jobset(restarts=3), "FAILED", "FailedJobs: max restarts (restarted 3×)"),
+    ({"conditions": [_cond("Complete", reason="AllJobsCompleted")]}, None, "COMPLETED", "AllJobsCompleted"),
+])
+def test_trainjob_state_reads_its_jobset(trainjob, jobset, want, reason):
+    """A TrainJob has Complete/Failed/Suspended conditions only: whether its pods run, and how often JobSet
+    restarted them, its JobSet tells."""
+    assert states.trainjob_state({"status": trainjob}, jobset) == (want, reason)
+
+
 def test_missing_objects_are_unknown():
+    assert states.trainjob_state(None, None) == ("UNKNOWN", "not found")
     assert states.pytorchjob_state(None) == ("UNKNOWN", "not found")
     assert states.job_state(None) == ("UNKNOWN", "not found")
     assert states.deployment_ready(None) is False

@@ -43,8 +43,8 @@ def _reference_refuses(body: dict) -> bool:
     return False
 
 
-def test_the_bundled_crd_schema_is_the_vendored_one():
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "bundle_pytorchjob_schema.py"), "--check"],
+def test_the_bundled_crd_schemas_are_the_vendored_ones():
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "bundle_crd_schemas.py"), "--check"],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
 
