@@ -159,7 +159,7 @@ def _flow(kind: str) -> Handler:
     def handler(runner: CommandRunner, node: Simple, words: Words, st: State) -> list[State]:
         values = _values(words)[1:]
         if kind == "exit":
-            runner.script.exits.append(f"line {node.line}: `{' '.join(v.text for v in _values(words))}`"
+            runner.script.exits.append(f"`{' '.join(v.text for v in _values(words))}` at line {node.line} ends it"
                                        + (f" when {'; '.join(st.when)}" if st.when else ""))
         if kind in ("exit", "return"):
             st.status = int(values[0].text) & 255 if values and values[0].known and values[0].text.isdigit() \

@@ -17,19 +17,15 @@ NUMERIC = {"-eq": lambda a, b: a == b, "-ne": lambda a, b: a != b, "-lt": lambda
 
 
 def _and(a: bool | None, b: Callable[[], bool | None]) -> bool | None:
-    if a is False:
-        return False
-    right = b()
-    if right is False:
+    right = b()  # read even when the left side decides: the reader has to get past it
+    if a is False or right is False:
         return False
     return None if a is None or right is None else True
 
 
 def _or(a: bool | None, b: Callable[[], bool | None]) -> bool | None:
-    if a is True:
-        return True
     right = b()
-    if right is True:
+    if a is True or right is True:
         return True
     return None if a is None or right is None else False
 
@@ -115,7 +111,7 @@ class Conditions:
             if isinstance(pat, Value) or not a.known:
                 return None
             same = patterns.matches(pat, a.text)
-            return same if op != "!=" else not same
+            return same if op != "!=" or same is None else not same
         b = self.scalar(right)
         return compare(a, op, b, self.integer if double else None, self.line)
 

@@ -130,7 +130,7 @@ class Expander:
                                  "matching files in its place, were there any)")
                 value = concat([Value((c,)) for c in cur], word.line)
                 fields.append(Value(value.chunks, tuple(dict.fromkeys(notes)), word.line, state["splits"]))
-                self.budget.spend(len(value.text), word.line)
+                self.budget.spend(len(value.text), word.line, words=1)
             cur.clear()
             state.update(exists=False, splits=False, glob=False)
 
@@ -174,6 +174,13 @@ class Expander:
                 p = Param(target.text, p.raw, p.line)
             else:
                 return [self._unknown_seg(p, "an indirect reference mtk import cannot follow", quoted)]
+        elif p.indirect and p.index is not None and p.index.raw in ("@", "*") and not p.op:
+            current = st.vars.get(p.name)  # ${!A[@]}: the array's indices
+            if current is None and st.tainted:
+                return [Seg(self._tainted(p, st).chunks, quoted, True)]
+            keys = [known(str(k)) for k in (sorted(current) if isinstance(current, dict) else
+                                            [0] if current is not None else [])]
+            return self._spread(keys, quoted, p)
         elif p.indirect:
             return [self._unknown_seg(p, "not read by mtk import", quoted)]
         value = self._value_of(p.name, st, p) if p.index is None or p.name in "@*" else self._element(p, st)
@@ -194,6 +201,7 @@ class Expander:
             value = self._unset(p, st)
         if isinstance(value, list):
             if spread:
+                assumed.extend(a for v in value for a in v.assumed)
                 return self._spread(value, quoted, p)
             value = joined(value)
         assumed.extend(value.assumed)
@@ -306,6 +314,8 @@ class Expander:
             return self._spread([d for d in done if isinstance(d, Value)], quoted, p)
         if isinstance(value, list):
             if op == ":" and spread:
+                if p.name in ("@", "*"):  # ${@:1}: counted from $0
+                    value = [unknown("$0", f"$0 (line {p.line}): the path the script is run by"), *value]
                 return self._spread(self._slice_list(p, value, st), quoted, p)
             value = joined(value) if value else None
         if op in (":-", "-", ":=", "=", ":+", "+", ":?", "?"):
@@ -359,13 +369,12 @@ class Expander:
             else:
                 out = patterns.strip(text, pat, op)
             if out is None:
-                return unknown(p.raw, f"{p.raw} (line {p.line}): a pattern on a value over "
-                                      f"{patterns.MAX_SUBJECT} characters")
+                return unknown(p.raw, f"{p.raw} (line {p.line}): a pattern too costly to match")
             return known(out, p.line)
         if op == ":":
             piece = self._slice_text(p, text, st)
             return piece if isinstance(piece, Value) else known(piece, p.line)
-        if op in ("^^", ",,", "^", ",") and p.arg is None:
+        if op in ("^^", ",,", "^", ",") and (p.arg is None or not p.arg.raw):
             changed = {"^^": text.upper(), ",,": text.lower(), "^": text[:1].upper() + text[1:],
                        ",": text[:1].lower() + text[1:]}[op]
             return known(changed, p.line)

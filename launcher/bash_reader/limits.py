@@ -9,7 +9,8 @@ from .errors import LimitError
 MAX_INPUT_BYTES = 256 * 1024  # the largest Megatron-LM example launcher is 7.6 KB
 MAX_NESTING = 50  # blocks, substitutions and quotes inside each other
 MAX_VALUE_CHARS = 1 << 20  # one expanded word or variable
-MAX_EXPANDED_CHARS = 16 << 20  # every expansion of a read together
+MAX_EXPANDED_CHARS = 4 << 20  # every expansion of a read together (a word costs 64 more: its bookkeeping)
+WORD_COST = 64
 MAX_STEPS = 100_000  # commands run, loop turns and function calls of a read
 MAX_CALL_DEPTH = 40  # functions calling functions (and scripts run by `bash -c`)
 
@@ -34,12 +35,13 @@ class Budget:
             raise LimitError(line, f"the script runs more than {MAX_STEPS:,} commands, loop turns or calls "
                                    "(a loop or recursion that does not end?)")
 
-    def spend(self, chars: int, line: int) -> None:
+    def spend(self, chars: int, line: int, words: int = 0) -> None:
         if chars > MAX_VALUE_CHARS:
             raise LimitError(line, f"a value grows past {MAX_VALUE_CHARS // 1024} KiB ({chars:,} characters)")
-        self.chars += chars
+        self.chars += chars + words * WORD_COST
         if self.chars > MAX_EXPANDED_CHARS:
-            raise LimitError(line, f"the script's expansions pass {MAX_EXPANDED_CHARS >> 20} MiB together")
+            raise LimitError(line, f"the script's expansions pass {MAX_EXPANDED_CHARS >> 20} MiB together (a value or "
+                                   "an array that keeps doubling?)")
 
 
 def nesting(depth: int, line: int) -> None:

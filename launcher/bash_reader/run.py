@@ -67,7 +67,7 @@ class Runner(CommandRunner):
         out: list[State] = []
         for st in states:
             out.extend([st] if st.flow else self.run(node, st))
-        return prune(out)
+        return out if len(out) == 1 and out[0].flow != "exit" else prune(out)
 
     def run(self, node: Node | Seq, st: State) -> list[State]:
         if isinstance(node, Seq):
@@ -254,8 +254,11 @@ class Runner(CommandRunner):
                 return True
             if not subject.known:
                 undecided = True
-            elif globs.matches(pat, subject.text):
-                return True
+            else:
+                found = globs.matches(pat, subject.text)
+                if found:
+                    return True
+                undecided = undecided or found is None
         return None if undecided else False
 
     # ---------------------------------------------------------------------------------------------------- loops
@@ -267,7 +270,7 @@ class Runner(CommandRunner):
         while states:
             turns += 1
             if turns > MAX_TURNS:  # a loop the script never leaves: nothing after it runs
-                self.script.exits.append(f"the loop at line {node.line} does not end (the script stays in it)")
+                self.script.exits.append(f"the loop at line {node.line} never ends (the script stays in it)")
                 return prune(done)
             going: list[State] = []
             for s in self.run_all(node.cond, states):

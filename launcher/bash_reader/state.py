@@ -45,7 +45,9 @@ class State:
 
 
 def _frozen(value: Var | None) -> object:
-    return tuple(sorted(value.items())) if isinstance(value, dict) else value
+    """A value to compare states by; an array by identity (arrays are replaced, never changed in place, so equal
+    identity is equal content; two equal copies only stay two ways, which costs precision, never correctness)."""
+    return ("array", id(value)) if isinstance(value, dict) else value
 
 
 def common_prefix(whens: list[tuple[str, ...]]) -> tuple[str, ...]:
@@ -87,7 +89,7 @@ def join(states: list[State]) -> State:
     names = {k for s in states for k in s.vars}
     for name in names:
         values = [s.vars.get(name) for s in states]
-        if all(_frozen(v) == _frozen(values[0]) for v in values):
+        if all(v == values[0] for v in values):
             continue
         base.vars[name] = Value((Chunk(f"${name}", f"${name} is {why}"),))
     if any(s.positional != base.positional for s in states):

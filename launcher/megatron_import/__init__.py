@@ -51,7 +51,8 @@ def import_text(text: str, name: str | None = None, source: str = "script",
     if not any(not g.flag.text and not all(v.known for v in g.values) for g in found):
         required(out, world)  # (an unknown that may hold any flags is refused already: they may be in it)
     _name(sbatch, name, source, out)
-    out.notes += list(dict.fromkeys(a for g in found for v in (g.flag, *g.values) for a in v.assumed))
+    out.notes += list(dict.fromkeys(a for v in (*launcher, *(w for g in found for w in (g.flag, *g.values)))
+                                    for a in v.assumed))
     out.notes += script.notes
     return out
 
@@ -62,7 +63,7 @@ def argument_list(script: Script, source: str) -> list[Group]:
     for command in script.commands:
         if command.words and command.words[0].text.startswith("--"):
             return groups(command.words)
-    if script.runs_commands or script.unread:
+    if script.runs_commands or script.unread or script.exits:
         raise entry.no_training_command(script, source)
     words = [w for values in script.arrays.values() if values and values[0].text.startswith("--") for w in values]
     if not words:
@@ -78,8 +79,10 @@ def _agreed(trainings: list[entry.Training], out: Imported) -> tuple[list[Group]
     first = groups(trainings[0].argv)
     if len(trainings) == 1:
         return first, trainings[0].launcher
-    conditions = sorted({c for t in trainings for c in t.command.when} -
-                        set.intersection(*(set(t.command.when) for t in trainings)))
+    differing = {c for t in trainings for c in t.command.when} - \
+        set.intersection(*(set(t.command.when) for t in trainings))
+    conditions = sorted({re.sub(r" (is true|is false|fails|succeeds|(does not )?match(es)? .*)$", "", c)
+                         for c in differing})
     depends = "depending on " + "; ".join(conditions[:3]) + ("; ..." if len(conditions) > 3 else "")
     names = list(dict.fromkeys(f for p in per for f in p))
     agreed = []

@@ -23,6 +23,7 @@ ENTRIES: tuple[tuple[str, str, bool], ...] = (
     ("pretrain_vlm.py", "a vision-language model", True),
     ("multimodal/train.py", "a multimodal (vision-language) model", True),
     ("mimo/train.py", "a multimodal (MIMO) model", True),
+    ("mimo/pretrain_mimo.py", "a multimodal (MIMO) model", True),
     ("pretrain_retro.py", "RETRO (retrieval-augmented)", True),
     ("pretrain_ict.py", "an ICT retriever", True),
     ("pretrain_vision_classify.py", "a vision transformer", True),
@@ -60,6 +61,16 @@ def _entry_of(word: Value) -> str | None:
     return word.text if word.text.endswith(".py") else None
 
 
+def _module(words: tuple[Value, ...], i: int) -> str | None:
+    """``python -m pkg.mod`` / ``torchrun -m pkg.mod``: the module's file (torch's own launchers aside)."""
+    if i == 0 or words[i - 1].text != "-m" or not words[i].known:
+        return None
+    module = words[i].text
+    if module.startswith("torch.distributed.") or not module.replace(".", "").replace("_", "").isalnum():
+        return None
+    return module.replace(".", "/") + ".py"
+
+
 def _kind(path: str) -> tuple[str, bool] | None:
     """(what it trains, trains) for a known entry point; None for pretrain_gpt.py."""
     base = path.rsplit("/", 1)[-1]
@@ -79,7 +90,7 @@ def find(script: Script, source: str) -> list[Training]:
         if command.delegated:
             continue
         for i, word in enumerate(command.words):
-            entry = _entry_of(word)
+            entry = _entry_of(word) or _module(command.words, i)
             if entry is not None:
                 found.append((command, i, entry))
                 break
@@ -110,7 +121,11 @@ def no_training_command(script: Script, source: str) -> NotGpt:
         if first is not None and not first.known and not command.delegated:
             reasons.append(f"line {command.line} runs {first.text}, which only running can tell "
                            f"({'; '.join(first.unknown)[:160]})")
+    for command in script.commands:
+        files = [w.text for w in command.words[1:] if w.known and w.text.endswith((".sh", ".sbatch", ".slurm"))]
+        if files and not command.delegated:
+            reasons.append(f"line {command.line} runs {files[0]}, another file (import that one)")
     reasons += script.unread[:3]
-    reasons += [f"the script ends at {e}" for e in script.exits[:2]]
+    reasons += script.exits[:2]
     why = "; ".join(reasons[:4]) if reasons else "the script runs no pretrain_gpt.py command"
     return NotGpt(f"{source}: no pretrain_gpt.py command to import: {why}")
