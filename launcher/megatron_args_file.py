@@ -20,8 +20,9 @@ FILE = "megatron_lm_args.txt"
 
 
 def args_file(job: Job) -> str:
-    from mtk.checkpoint_paths import default_dir
     from mtk.training.interop import megatron_lm
+
+    from mtk.checkpoint_paths import default_dir
     from mtk.vocabulary import padded_vocab
 
     p, vocab = job.parallel, job.model.vocab_size

@@ -29,8 +29,9 @@ def _first_problem(problems: str) -> str:
 
 def row(root: Path, path: Path) -> tuple[str, list[str]]:
     """(outcome, the table's cells) for one script."""
-    from mtk.exitcodes import BadInput
     from mtk.launcher.megatron_import.verdict import judge
+
+    from mtk.exitcodes import BadInput
 
     rel = str(path.relative_to(root))
     text = path.read_text(encoding="utf-8", errors="replace")

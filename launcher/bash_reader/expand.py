@@ -30,6 +30,7 @@ class Seg:
     chunks: tuple[Chunk, ...]
     quoted: bool
     expanded: bool  # the result of an expansion: split when unquoted (literal text never is)
+    line: int = 0  # where the text was written, when not where the word is (an array element's line)
 
 
 class Expander:
@@ -118,7 +119,7 @@ class Expander:
     def _split(self, segs: list, word: Word, st: State, assumed: list[str]) -> list[Value]:
         fields: list[Value] = []
         cur: list[Chunk] = []
-        state = {"exists": False, "splits": False, "glob": False}
+        state = {"exists": False, "splits": False, "glob": False, "line": 0}
         ifs = st.vars.get("IFS")
         custom_ifs = ifs is not None and not (isinstance(ifs, Value) and ifs.text == " \t\n")
 
@@ -129,15 +130,18 @@ class Expander:
                     notes.append(f"{word.raw} (line {word.line}): read as written (bash would put the names of "
                                  "matching files in its place, were there any)")
                 value = concat([Value((c,)) for c in cur], word.line)
-                fields.append(Value(value.chunks, tuple(dict.fromkeys(notes)), word.line, state["splits"]))
+                fields.append(Value(value.chunks, tuple(dict.fromkeys(notes)), state["line"] or word.line,
+                                    state["splits"]))
                 self.budget.spend(len(value.text), word.line, words=1)
             cur.clear()
-            state.update(exists=False, splits=False, glob=False)
+            state.update(exists=False, splits=False, glob=False, line=0)
 
         for seg in segs:
             if seg is BREAK:
                 flush()
                 continue
+            if seg.line and not cur:
+                state["line"] = seg.line
             if seg.quoted:
                 cur.extend(seg.chunks)
                 state["exists"] = True
@@ -216,7 +220,7 @@ class Expander:
         for k, v in enumerate(values):
             if k:
                 out.append(BREAK if quoted else Seg((Chunk(" "),), False, True))
-            out.append(Seg(v.chunks, quoted, True))
+            out.append(Seg(v.chunks, quoted, True, v.line))
         return out
 
     def _element(self, p: Param, st: State) -> Value | list[Value] | None:

@@ -351,9 +351,10 @@ def required(out: Imported, world: int | None) -> None:
     """What Megatron-LM has no default for: refused when absent (Megatron-LM would stop); the global batch is
     micro × data parallel there, known only with the world size."""
     spec, train = out.spec, out.spec.setdefault("train", {})
-    if "micro_batch_size" not in train:
+    given = {flag for flag, _ in [*out.refused, *out.ignored]} | set(out.given)  # given, if not honoured
+    if "micro_batch_size" not in train and "--micro-batch-size" not in given:
         out.refused.append(("--micro-batch-size", "not given: Megatron-LM requires it"))
-    if "global_batch_size" not in train:
+    if "global_batch_size" not in train and "--global-batch-size" not in given:
         parallel = spec.get("parallel", {})
         split = parallel.get("tp", 1) * parallel.get("pp", 1) * parallel.get("cp", 1)
         if world is None or world % split:
@@ -363,9 +364,9 @@ def required(out: Imported, world: int | None) -> None:
             train["global_batch_size"] = train.get("micro_batch_size", 1) * (world // split)
             out.notes.append(f"no --global-batch-size: Megatron-LM's micro batch × data parallel "
                              f"({train['global_batch_size']})")
-    if "iterations" not in train:
+    if "iterations" not in train and not given & {"--train-iters", "--train-samples"}:
         out.refused.append(("--train-iters", "not given (nor --train-samples): Megatron-LM needs one to train"))
-    if "lr" not in train:
+    if "lr" not in train and "--lr" not in given:
         out.refused.append(("--lr", "not given: Megatron-LM has no default learning rate"))
 
 

@@ -40,7 +40,11 @@ def judge(text: str, source: str, name: str | None = None, args: list[str] | Non
     imported = import_text(text, name=name, source=source, args=args)
     verdict = Verdict(imported)
     if backend is None:
-        backend, _ = infer_backend(imported.spec.get("cluster"), source)
+        backend, why = infer_backend(imported.spec.get("cluster"), source)
+        if not why and (imported.spec.get("cluster", {}).get("nodes") or 1) > 1:
+            backend = None  # several nodes and no scheduler's block: which backend runs it is the launch's choice
+            imported.notes.append(f"validated for no backend in particular: {imported.spec['cluster']['nodes']} "
+                                  "nodes need `mtk launch --backend slurm` or `--backend eks`")
     try:
         verdict.job = validate(imported.spec, backend=backend)
     except SpecError as exc:
