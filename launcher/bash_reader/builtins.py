@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 Words = list["Value | Assign"]
 Handler = Callable[["CommandRunner", Simple, Words, State], list[State]]
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
+SCOPED = "local"  # bash's builtin for a function's own variables
 
 
 def _values(words: Words) -> list[Value]:
@@ -44,7 +45,7 @@ def _declare(runner: CommandRunner, node: Simple, words: Words, st: State) -> li
     if "f" in opts or "F" in opts or "p" in opts:
         st.status = 0
         return [st]
-    export, local = cmd == "export" or "x" in opts, cmd == "local"
+    export, local = cmd == "export" or "x" in opts, cmd == SCOPED
     for item in rest:
         if isinstance(item, Assign):
             if "A" in opts or "n" in opts:

@@ -22,7 +22,7 @@ SHELL_SET = {"RANDOM": "a random number", "SECONDS": "the seconds since the shel
              "BASHPID": "a process id", "HOSTNAME": "the machine's name", "PWD": "the directory the script runs in",
              "OLDPWD": "the directory the script ran in before", "HOME": "the home directory",
              "USER": "the user", "UID": "the user", "EUID": "the user", "BASH_SOURCE": "the script's path",
-             "BASH_VERSION": "bash's version", "SLURM_JOB_ID": "Slurm's job id"}
+             "BASH_VERSION": "bash's version"}
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ class Expander:
     def _split(self, segs: list, word: Word, st: State, assumed: list[str]) -> list[Value]:
         fields: list[Value] = []
         cur: list[Chunk] = []
-        state = {"exists": False, "splits": False, "glob": False, "line": 0}
+        state: dict[str, bool | int] = {"exists": False, "splits": False, "glob": False, "line": 0}
         ifs = st.vars.get("IFS")
         custom_ifs = ifs is not None and not (isinstance(ifs, Value) and ifs.text == " \t\n")
 
@@ -130,8 +130,8 @@ class Expander:
                     notes.append(f"{word.raw} (line {word.line}): read as written (bash would put the names of "
                                  "matching files in its place, were there any)")
                 value = concat([Value((c,)) for c in cur], word.line)
-                fields.append(Value(value.chunks, tuple(dict.fromkeys(notes)), state["line"] or word.line,
-                                    state["splits"]))
+                fields.append(Value(value.chunks, tuple(dict.fromkeys(notes)), int(state["line"]) or word.line,
+                                    bool(state["splits"])))
                 self.budget.spend(len(value.text), word.line, words=1)
             cur.clear()
             state.update(exists=False, splits=False, glob=False, line=0)

@@ -71,6 +71,18 @@ class Opaque:
 Part = Lit | DQ | Param | CmdSub | Arith | Opaque
 
 
+def merged(parts: list[Part]) -> tuple[Part, ...]:
+    """Adjacent literal parts of the same quoting joined (one part per run, not per character)."""
+    out: list[Part] = []
+    for part in parts:
+        last = out[-1] if out else None
+        if isinstance(part, Lit) and isinstance(last, Lit) and last.quoted == part.quoted:
+            out[-1] = Lit(last.text + part.text, part.quoted)
+        else:
+            out.append(part)
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class Word:
     """One word as written: its parts, its source text and line."""

@@ -293,7 +293,7 @@ class Parser:
             raise self.unexpected(subject)
         self._newlines()
         self._expect("in")
-        clauses = []
+        clauses: list[tuple[tuple[Word, ...], Seq, str]] = []
         while True:
             self._newlines()
             tok = self.lx.peek()

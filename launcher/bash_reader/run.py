@@ -218,7 +218,7 @@ class Runner(CommandRunner):
 
     def _case(self, node: Case, st: State) -> list[State]:
         subject = self.ex.scalar(node.subject, st)
-        pending, done = [st], []
+        pending, done = [st], list[State]()
         falling: list[State] = []
         for patterns, body, end in node.clauses:
             entering: list[State] = list(falling)
@@ -264,7 +264,7 @@ class Runner(CommandRunner):
     # ---------------------------------------------------------------------------------------------------- loops
 
     def _while(self, node: Loop, st: State) -> list[State]:
-        before, states, done = st.copy(), [st], []
+        before, states, done = st.copy(), [st], list[State]()
         undecided = turns = 0
         said = f"`{describe(node.cond)}` (line {node.cond.line})"
         while states:

@@ -79,8 +79,8 @@ def _agreed(trainings: list[entry.Training], out: Imported) -> tuple[list[Group]
     first = groups(trainings[0].argv)
     if len(trainings) == 1:
         return first, trainings[0].launcher
-    differing = {c for t in trainings for c in t.command.when} - \
-        set.intersection(*(set(t.command.when) for t in trainings))
+    shared = set(trainings[0].command.when).intersection(*(t.command.when for t in trainings[1:]))
+    differing = {c for t in trainings for c in t.command.when} - shared
     conditions = sorted({re.sub(r" (is true|is false|fails|succeeds|(does not )?match(es)? .*)$", "", c)
                          for c in differing})
     depends = "depending on " + "; ".join(conditions[:3]) + ("; ..." if len(conditions) > 3 else "")

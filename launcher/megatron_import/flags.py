@@ -112,8 +112,8 @@ def read_flags(found: list[Group], out: Imported) -> None:
         out.flags += bool(flag)
         if not flag:
             words = " ".join(v.text for v in group.values)
-            unknown = "; ".join(dict.fromkeys(u for v in group.values for u in v.unknown))
-            why = f"not known, so it may hold any flags: {unknown}" if unknown else \
+            reasons = "; ".join(dict.fromkeys(u for v in group.values for u in v.unknown))
+            why = f"not known, so it may hold any flags: {reasons}" if reasons else \
                 "an argument with no flag before it (Megatron-LM would stop at it)"
             out.refused.append((words, f"{why}{where(group.values[0])}"))
             continue

@@ -31,8 +31,8 @@ CASES = {
     "functions_loops": 'f() { local x=$1; argv_probe "$x" "$#"; return 3; }\nfor i in 1 2 "3 4"; do f "$i" extra; '
                        'done\nx=outer\nf y\nargv_probe "$x" $?\n',
     "positional": 'set -- a "b c" d\nshift\nargv_probe "$@" "$#" "$*"\n',
-    "continued_strings": 'ARGS="\n  --num-layers 2 \\\n  --hidden-size 64 \\\n"\nB=(--x 1 # a comment\n   --y "2 \\\n3")'
-                         '\nargv_probe $ARGS "${B[@]}" ${B[@]}\n',
+    "continued_strings": 'ARGS="\n  --num-layers 2 \\\n  --hidden-size 64 \\\n"\n'
+                         'B=(--x 1 # a comment\n   --y "2 \\\n3")\nargv_probe $ARGS "${B[@]}" ${B[@]}\n',
     "quotes_in_values": 'X=\'a"b\'\nargv_probe "$X" "${X//\\"/Q}" "\'$X\'" \'$X\' "${X:-\'q\'}"\n',
     "indirect_case": 'V=hello\nR=V\nargv_probe ${!R} ${V^} ${V^^} ${V,,}\n',
     "loops": 'i=0\nwhile [ $i -lt 3 ]; do argv_probe $i; i=$((i+1)); done\nuntil [ $i -eq 0 ]; do i=$((i-1)); '
@@ -129,7 +129,8 @@ def test_what_only_running_could_tell_is_named_with_its_line_never_run(tmp_path)
 
 
 def test_source_eval_and_functions_outputs_make_what_follows_unknown():
-    text = "A=1\nsource conf.sh\nB=2\nrun --a $A --b $B\neval \"C=3\"\nrun --b2 $B\nf() { echo 4; }\nD=$(f)\nrun --d $D\n"
+    text = ("A=1\nsource conf.sh\nB=2\nrun --a $A --b $B\neval \"C=3\"\nrun --b2 $B\nf() { echo 4; }\nD=$(f)\n"
+            "run --d $D\n")
     script = read(text)
     assert "may be set by `source conf.sh` (line 2)" in _word(text, "--a").unknown[0]
     assert _word(text, "--b").text == "2"  # set after the source: known again

@@ -213,7 +213,8 @@ def test_the_verb_reads_an_argument_list_from_stdin(monkeypatch, capsys):
     monkeypatch.setattr("sys.stdin", io.StringIO(args + " --global-batch-size 16\n"))
     assert main(["import", "-", "--name", "From Stdin"]) == 0
     spec = yaml.safe_load(capsys.readouterr().out)
-    assert spec["name"] == "from-stdin" and spec["model"]["num_layers"] == 2 and spec["train"]["global_batch_size"] == 16
+    assert spec["name"] == "from-stdin" and spec["model"]["num_layers"] == 2
+    assert spec["train"]["global_batch_size"] == 16
 
 
 def test_bpe_files_without_a_tokenizer_type_read_as_gpt2_bpe():

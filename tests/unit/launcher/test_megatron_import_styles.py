@@ -36,8 +36,8 @@ def test_positional_arguments_are_asked_for_and_a_schedule_flag_without_a_field_
                                       "script's arguments after it (mtk import SCRIPT ARG...)")
     ignored = dict(result.ignored)  # paths mtk sets itself: their unknown values are not needed
     assert {"--save", "--load", "--tensorboard-dir"} <= set(ignored)
-    given = import_text(_text("positional_args.sh"), source="positional_args.sh",
-                        args=["/ck", "/tb", "/data/gpt2-vocab.json", "/data/gpt2-merges.txt", "/data/web_text_document"])
+    paths = ["/ck", "/tb", "/data/gpt2-vocab.json", "/data/gpt2-merges.txt", "/data/web_text_document"]
+    given = import_text(_text("positional_args.sh"), source="positional_args.sh", args=paths)
     assert [flag for flag, _ in given.refused] == ["--lr-warmup-fraction"]
     spec = given.spec
     assert spec["data"]["blend"] == [{"prefix": "web_text_document"}] and spec["data"]["dir"] == "/data"
