@@ -38,7 +38,7 @@ def row(root: Path, path: Path) -> tuple[str, list[str]]:
     try:
         verdict = judge(text, rel)
     except BadInput as exc:
-        reason = str(exc).removeprefix(f"{rel}: ")
+        reason = str(exc).removeprefix(f"{rel}: ").split("; mtk trains megatron-core's GPTModel")[0]
         return "refused: script", [rel, "—", "2", "—", "—", _cell(reason)]
     imported = verdict.imported
     counts = f"{len(imported.honoured)} / {len(imported.ignored)} / {len(verdict.blocking)}"
