@@ -22,16 +22,6 @@ if TYPE_CHECKING:
     from .lexer import Depth
 
 SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh"})
-WRAPPERS = frozenset({"srun", "mpirun", "exec", "env", "nohup", "time", "timeout", "numactl", "taskset", "nice",
-                      "stdbuf", "command", "builtin", "xargs", "setsid", "uv", "run"})
-BATCH = frozenset({"sbatch", "salloc", *SHELLS})
-QUIET = frozenset({"echo", "printf", "trap", "shopt", "umask", "alias", "unalias", "hash", "type", "wait",
-                   "sleep", "true", ":", "ulimit", "set", "cd", "pushd", "popd", "mkdir", "chmod", "rm", "cp",
-                   "mv", "touch", "ln", "cat", "tee", "date", "hostname", "nvidia-smi", "pwd", "which", "dirname",
-                   "basename", "readlink", "realpath", "ls", "head", "tail", "grep", "sed", "awk", "sort", "wc",
-                   "tr", "cut", "git", "pip", "module", "source", ".", "eval", "export", "declare", "typeset",
-                   "local", "readonly", "unset", "shift", "read", "mapfile", "readarray", "getopts", "let",
-                   "test", "[", "exit", "return", "break", "continue", "false", "conda", "scontrol", "squeue"})
 
 
 class CommandRunner:
@@ -79,8 +69,6 @@ class CommandRunner:
             return handler(self, node, words, st)
         if cmd in st.functions:
             return self.call(cmd, values, st, node.line)
-        if cmd not in QUIET:
-            self.script.runs_commands = True
         self.external(node, values, st, env)
         return [st]
 

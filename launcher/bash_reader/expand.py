@@ -5,9 +5,11 @@ Brace expansion and a home directory are named unknowns too; a glob character is
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import arith, patterns
+from .errors import BashSyntaxError
 from .limits import Budget
 from .nodes import DQ, Arith, CmdSub, Lit, Opaque, Param, Part, Word
 from .state import State, Var
@@ -72,17 +74,13 @@ class Expander:
                 pieces.append((chunk.text, seg.quoted))
         return pieces
 
-    def heredoc(self, body: str, line: int, quoted: bool, st: State, sub_word) -> Value:
+    def heredoc(self, body: str, line: int, quoted: bool, st: State, sub_word: Callable[[str, int], Word]) -> Value:
         """A here-document's text: expanded unless its delimiter was quoted."""
         if quoted:
             return known(body, line)
         try:
             word = sub_word(body, line)
-        except Exception as exc:
-            from .errors import LimitError
-
-            if isinstance(exc, LimitError):
-                raise
+        except BashSyntaxError as exc:  # bash reads a body only when it runs: one it cannot read is unknown
             return unknown(body, f"the here-document at line {line} does not read as bash text ({exc})", line)
         return self.scalar(word, st)
 
