@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 ORDER = ("name", "cluster", "model", "parallel", "train", "data")
+SHOWN = 40  # refused flags listed on stderr (a generated script may hold thousands)
 
 
 def spec_yaml(verdict, source: str) -> str:
@@ -99,12 +100,15 @@ def command(script: str, script_args: tuple[str, ...], out: str | None, name: st
     allow_set = {a.strip() for item in allow for a in item.split(",") if a.strip()}
     verdict = judge(text, source, name=name, args=args, allow=allow_set)
     if verdict.blocking:
-        for flag, why in verdict.blocking:
+        for flag, why in verdict.blocking[:SHOWN]:
             click.echo(f"  {flag}: {why}", err=True)
-        flags = sorted({f.split(" ")[0] for f, _ in verdict.blocking})
+        if len(verdict.blocking) > SHOWN:
+            click.echo(f"  ... and {len(verdict.blocking) - SHOWN} more", err=True)
+        names = sorted({f.split(" ")[0] for f, _ in verdict.blocking})
+        flags = ",".join(names) if len(names) <= SHOWN else f"{','.join(names[:SHOWN])},... (all {len(names)})"
         raise BadInput(f"{source}: {len(verdict.blocking)} of its settings change what it trains and mtk cannot honour "
                        f"them (listed above); nothing written. Change the script, or write the spec without them: "
-                       f"--allow-dropped {','.join(flags)}")
+                       f"--allow-dropped {flags}")
     rendered = spec_yaml(verdict, source)
     if out:
         atomic_write(Path(out), rendered)

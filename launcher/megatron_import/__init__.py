@@ -54,7 +54,13 @@ def import_text(text: str, name: str | None = None, source: str = "script",
     out.notes += list(dict.fromkeys(a for v in (*launcher, *(w for g in found for w in (g.flag, *g.values)))
                                     for a in v.assumed))
     out.notes += script.notes
+    out.refused, out.ignored = _last(out.refused), _last(out.ignored)
     return out
+
+
+def _last(entries: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """One entry per flag, its last (a flag given twice is read by Megatron-LM's argparse from its last)."""
+    return list({flag: (flag, why) for flag, why in entries}.values())
 
 
 def argument_list(script: Script, source: str) -> list[Group]:

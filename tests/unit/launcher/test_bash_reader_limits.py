@@ -66,3 +66,14 @@ def test_a_pattern_built_to_be_slow_is_matched_in_bounded_work():
     assert cheap.known and cheap.text == subject  # no match: bash leaves the value as it is
     costly = read(f"X={subject}\nY=${{X##{'*a' * 300}b}}\nrun --y $Y\n").commands[0].words[2]
     assert not costly.known and "a pattern too costly to match" in costly.unknown[0]
+
+
+def test_thousands_of_flags_mtk_cannot_honour_are_summed_up_not_all_printed(tmp_path, capsys):
+    from mtk.launcher.cli.import_args import SHOWN
+
+    script = tmp_path / "generated.sh"
+    script.write_text("python pretrain_gpt.py " + " ".join(f"--fake-{i} 1" for i in range(5000)) + "\n")
+    assert main(["import", str(script)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == SHOWN + 2 and lines[SHOWN] == "  ... and 4964 more"  # 5,000 + the 4 required flags
+    assert lines[-1].endswith(",... (all 5004)")
