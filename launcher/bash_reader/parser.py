@@ -75,8 +75,8 @@ class Parser:
     def unexpected(self, tok: Token) -> BashSyntaxError:
         if tok.kind == "EOF":
             return BashSyntaxError(tok.line, "syntax error: unexpected end of file")
-        name = "newline" if tok.kind == "NEWLINE" else tok.text
-        return BashSyntaxError(tok.line, f"syntax error near unexpected token `{name}'")
+        name = "newline" if tok.kind == "NEWLINE" else tok.text.replace("\\\n", "").replace("\n", "\\n")
+        return BashSyntaxError(tok.line, f"syntax error near unexpected token `{name}'")  # one line, always
 
     def _reserved(self, tok: Token) -> str | None:
         return tok.word.plain if tok.kind == "WORD" and tok.word is not None else None

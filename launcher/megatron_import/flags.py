@@ -267,8 +267,17 @@ def _other_weights(load: str, save: str, out: Imported) -> None:
 
 def _samples(spec_field: str) -> Any:
     def apply(values: list[str], given: dict, out: Imported) -> None:
+        if not re.fullmatch(r"[0-9]+", values[0]):
+            flag = next(f for f, s in SAMPLE_FLAGS.items() if s == spec_field)
+            out.honoured.remove(flag)
+            out.refused.append((flag, f"{values[0]!r} is not a whole number of samples (Megatron-LM would stop)"))
+            return
         given.setdefault("samples", []).append((spec_field, int(values[0])))
     return apply
+
+
+SAMPLE_FLAGS = {"--train-samples": "train.iterations", "--lr-warmup-samples": "train.lr_warmup_iters",
+                "--lr-decay-samples": "train.lr_decay_iters"}
 
 
 def _keep(values: list[str], given: dict, out: Imported) -> None:
@@ -298,8 +307,7 @@ def _after(given: dict[str, Any], out: Imported) -> None:
             out.ignored.append(("--num-query-groups", "Megatron-LM ignores it without --group-query-attention"))
     gbs = get_field(spec, "train.global_batch_size")
     for field_, samples in given.get("samples", []):
-        flag = {"train.iterations": "--train-samples", "train.lr_warmup_iters": "--lr-warmup-samples"}.get(
-            field_, "--lr-decay-samples")
+        flag = next(f for f, s in SAMPLE_FLAGS.items() if s == field_)
         if not gbs:
             out.refused.append((flag, "needs --global-batch-size to count iterations"))
             continue

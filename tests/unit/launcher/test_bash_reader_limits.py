@@ -4,12 +4,18 @@ No traceback, no killed process (the kernel killed an import at 23.7 GB before t
 
 from __future__ import annotations
 
+import contextlib
 import tracemalloc
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from mtk.launcher.bash_reader import BashReadError, read
 from mtk.launcher.bash_reader.limits import MAX_INPUT_BYTES, MAX_NESTING
 from mtk.launcher.cli import main
+from mtk.launcher.megatron_import import import_text
+
+from mtk.exitcodes import BadInput
 
 HOSTILE = {
     "nested_defaults": ("echo " + "${A:-" * 400 + "x" + "}" * 400 + "\n",
@@ -77,3 +83,23 @@ def test_thousands_of_flags_mtk_cannot_honour_are_summed_up_not_all_printed(tmp_
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == SHOWN + 2 and lines[SHOWN] == "  ... and 4964 more"  # 5,000 + the 4 required flags
     assert lines[-1].endswith(",... (all 5004)")
+
+
+SHELL_PIECES = ["$", "{", "}", "(", ")", "[", "]", '"', "'", "`", "\\", "\n", " ", ";", "&", "|", "<", ">", "#", "=",
+                "-", "*", "?", "!", ":", "%", "/", "^", ",", "~", "0", "7", "a", "X", "$(", "${", "$((", "<<EOF\n",
+                "\nEOF\n", "if ", " then ", " fi", "case ", " in ", ";;", " esac", " do ", " done", "for ", "while ",
+                "\\\n", "--lr ", "pretrain_gpt.py ", "A=(", "${A[@]}", "f() { ", "source x; ", "$'\\x41'"]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(SHELL_PIECES), max_size=60))
+def test_any_text_is_read_or_refused_in_one_line_never_a_crash(pieces):
+    """The reader and the import on text made of bash's special pieces: a Script, or a BadInput — never another
+    exception (a traceback is a bug: the user would see it instead of the line to fix)."""
+    text = "".join(pieces)
+    try:
+        read(text)
+    except BashReadError as exc:
+        assert "\n" not in str(exc)
+    with contextlib.suppress(BadInput):
+        import_text(text, source="fuzz.sh")
