@@ -318,6 +318,13 @@ def _after(given: dict[str, Any], out: Imported) -> None:
         out.notes.append(f"{flag} {samples}: {samples // gbs} iterations of {gbs} samples ({field_})")
     if given.get("no-eval"):
         set_field(spec, "train.eval_interval", None)
+    if "--fp16" in given and "--bf16" in given:
+        out.refused.append(("--fp16", "given with --bf16: Megatron-LM stops at the two together"))
+    if "--mock-data" in given and get_field(spec, "data.blend"):  # Megatron-LM then trains on mock data
+        del spec["data"]["blend"]
+        out.honoured.remove("--data-path")
+        out.refused.append(("--data-path", "given with --mock-data, under which Megatron-LM trains on mock data and "
+                                           "never reads it; keep one of the two"))
     _megatron_defaults(given, out)
     if get_field(spec, "parallel.sequence_parallel") and (get_field(spec, "parallel.tp") or 1) == 1:
         set_field(spec, "parallel.sequence_parallel", False)  # Megatron-LM's validate_args does the same

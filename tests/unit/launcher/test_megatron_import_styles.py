@@ -199,3 +199,14 @@ def test_show_args_prints_what_the_script_passes_in_the_args_files_form(capsys):
     out = capsys.readouterr().out
     assert out.startswith("MEGATRON_LM_ARGS=(\n  --num-layers 8\n  --hidden-size 512\n") and out.endswith(")\n")
     assert "  --ffn-hidden-size 2048\n" in out and "  --data-path /datasets/pile_text_document\n" in out
+
+
+def test_flags_megatron_lm_reads_together_are_judged_together():
+    base = GPT.format(entry="pretrain_gpt.py").strip()
+    mock = dict(import_text(f"{base} --mock-data --data-path /d/web_text_document\n").refused)
+    assert mock == {"--data-path": "given with --mock-data, under which Megatron-LM trains on mock data and never "
+                                   "reads it; keep one of the two"}
+    both = dict(import_text(f"{base} --fp16 --bf16\n").refused)
+    assert both == {"--fp16": "given with --bf16: Megatron-LM stops at the two together"}
+    samples = dict(import_text(f"{base} --train-samples 1.5e9\n").refused)
+    assert samples["--train-samples"] == "'1.5e9' is not a whole number of samples (Megatron-LM would stop)"
