@@ -308,6 +308,12 @@ def _after(given: dict[str, Any], out: Imported) -> None:
     gbs = get_field(spec, "train.global_batch_size")
     for field_, samples in given.get("samples", []):
         flag = next(f for f, s in SAMPLE_FLAGS.items() if s == field_)
+        iters = flag.replace("-samples", "-iters")
+        other = given.get(iters)  # Megatron-LM's validate_args: one unit or the other (a warmup of 0 iterations aside)
+        if other is not None and (flag != "--lr-warmup-samples" or other != "0"):
+            out.refused.append((flag, f"given with {iters}: Megatron-LM counts in iterations or in samples, and stops "
+                                      "at both"))
+            continue
         if not gbs:
             out.refused.append((flag, "needs --global-batch-size to count iterations"))
             continue

@@ -210,3 +210,6 @@ def test_flags_megatron_lm_reads_together_are_judged_together():
     assert both == {"--fp16": "given with --bf16: Megatron-LM stops at the two together"}
     samples = dict(import_text(f"{base} --train-samples 1.5e9\n").refused)
     assert samples["--train-samples"] == "'1.5e9' is not a whole number of samples (Megatron-LM would stop)"
+    units = dict(import_text(f"{base} --train-samples 80\n").refused)
+    assert units["--train-samples"] == "given with --train-iters: Megatron-LM counts in iterations or in samples, " \
+                                       "and stops at both"
