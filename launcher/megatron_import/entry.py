@@ -33,7 +33,7 @@ ENTRIES: tuple[tuple[str, str, bool], ...] = (
     ("finetune_gpt.py", "a GPT fine-tuned from a checkpoint on its own data pipeline", True),
     ("modelopt/finetune.py", "a quantization- or distillation-aware fine-tune", True),
     ("tasks/main.py", "a downstream task", True),
-    ("tools/preprocess_data.py", "prepares data (no training)", False),
+    ("tools/preprocess_data.py", "a data preparation tool, no training", False),
 )
 
 
