@@ -88,14 +88,14 @@ class Expander:
 
     def _segments(self, parts: tuple[Part, ...], st: State, quoted: bool, assumed: list[str],
                   fields: bool) -> list:
+        if fields and not quoted and _BRACES.search("".join(p.text if isinstance(p, Lit) and not p.quoted else "x"
+                                                            for p in parts)):
+            raw = "".join(p.text if isinstance(p, Lit) else "…" for p in parts)  # {a,b}: bash makes several words
+            return [Seg((Chunk(raw, f"{raw}: brace expansion is not read by mtk import"),), False, True)]
         out: list = []
         for part in parts:
             if isinstance(part, Lit):
                 text = part.text
-                if fields and not quoted and not part.quoted and _BRACES.search(text):
-                    out.append(Seg((Chunk(text, f"{text}: brace expansion is not read by mtk import"),), False,
-                                   False))
-                    continue
                 out.append(Seg((Chunk(text),) if text else (), quoted or part.quoted, False))
             elif isinstance(part, DQ):
                 inner = self._segments(part.parts, st, True, assumed, fields)

@@ -82,6 +82,11 @@ class Substitutions:
             return self._command_substitution(start)
         if nxt == "{":
             return self._braced(quoted)
+        if nxt == "[":  # $[expr]: bash's old spelling of $((expr))
+            end = self._closing(start + 1, "[", "]", line)
+            expr = self.sub_word(text[start + 2:end], line, mode="heredoc")
+            self._advance(end + 1)
+            return Arith(expr, text[start:end + 1], line)
         m = _NAME.match(text, start + 1)
         if m:
             self.pos = m.end()

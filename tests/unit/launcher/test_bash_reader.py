@@ -38,6 +38,7 @@ CASES = {
     "loops": 'i=0\nwhile [ $i -lt 3 ]; do argv_probe $i; i=$((i+1)); done\nuntil [ $i -eq 0 ]; do i=$((i-1)); '
              '[ $i -eq 1 ] && continue; argv_probe u$i; done\nfor ((k=0; k<2; k++)); do argv_probe k$k; done\n'
              'for w in a b c; do [ $w = b ] && break; argv_probe $w; done\n',
+    "braces_old_arithmetic": 'A=1\nargv_probe $[A+2] "{a,b}" {a","b} ${X:-{a,b}} {} x{y}\n',
     "assignments": 'X=1 Y=$X\nZ=${Y}0\nexport W="$Z $X"\nreadonly R=r\nargv_probe "$W" $R $((Z+Y))\n',
 }
 
@@ -137,6 +138,12 @@ def test_source_eval_and_functions_outputs_make_what_follows_unknown():
     assert "may be set by `eval \"C=3\"` (line 5)" in _word(text, "--b2").unknown[0]
     assert "only running the script can tell its output" in _word(text, "--d").unknown[0]
     assert [line.split(":")[0] for line in script.unread] == ["line 2", "line 5"]
+
+
+def test_what_the_reader_does_not_read_is_unknown_not_read_as_written():
+    """Brace expansion makes several words of one: read as written it would be one, so it is an unknown."""
+    word = read("A=1\nrun --data-path /d/{web,code}_text_document x{$A,b}\n").commands[0].words[2]
+    assert not word.known and word.splits and word.unknown[0].endswith("brace expansion is not read by mtk import")
 
 
 def test_conditions_only_running_decides_are_followed_both_ways():
