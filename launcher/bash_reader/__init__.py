@@ -7,9 +7,10 @@ substitution, a backquoted command, what ``source`` or ``eval`` sets, a file tes
 run: the value is a named unknown (:class:`~.values.Value`), and the one who reads the commands decides whether it
 matters. Every read is bounded (:mod:`.limits`): a hostile script ends in one line, exit 2.
 
-Modules: :mod:`.lexer` and :mod:`.parser` (bash's grammar), :mod:`.expand` (expansions), :mod:`.run` and
-:mod:`.commands` (control flow, builtins), :mod:`.state` (the ways through a script), :mod:`.arith`,
-:mod:`.patterns`, :mod:`.conditions`, :mod:`.limits`, :mod:`.errors`.
+Modules: :mod:`.lexer`, :mod:`.substitutions` and :mod:`.parser` (bash's grammar, into :mod:`.nodes`),
+:mod:`.expand` (expansions, into :mod:`.values`), :mod:`.run`, :mod:`.commands` and :mod:`.builtins` (control flow,
+simple commands), :mod:`.state` (the ways through a script), :mod:`.arith`, :mod:`.patterns`, :mod:`.conditions`,
+:mod:`.script` (what a read gives), :mod:`.limits`, :mod:`.errors`.
 """
 
 from __future__ import annotations
