@@ -43,6 +43,7 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
     from mtk.runs import reserve_run_dir
     from mtk.secrets import require
 
+    from ..megatron_args_file import with_args_file
     from ..outputs import check_launch_outputs
     from ..paths import launch_run_dir, resolve_paths
 
@@ -95,7 +96,7 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
 
             require(job, backend)
             claim = check_before_submit(impl, job, target)  # the checkpoint dir's lease, now held for this run
-        artifacts = impl.render(job, target)
+        artifacts = with_args_file(impl.render(job, target), job)  # the Megatron-LM arguments the run starts as
         if impl.remote_paths:  # e.g. EKS: the run dir is a pod path on FSx
             artifacts = dataclasses.replace(artifacts, record_dir=str(Path("runs").absolute() / Path(target).name))
         if not dry_run:

@@ -347,6 +347,25 @@ def test_checkpoint_layout_and_tracker(tr, tp_ref):
         assert f"(iteration {it})" in text and f"  --load {ckpt}\n" in text
 
 
+def test_the_arguments_render_shows_are_the_ones_the_run_writes(tp_ref):
+    """``megatron_lm_args.txt`` from ``mtk render`` / the dry run (before the run, launcher/megatron_args_file.py) is
+    the array the run writes beside its checkpoints, flag for flag, for the run's own job."""
+    from mtk.launcher.megatron_args_file import args_file
+
+    from mtk.spec.loader import load_job_json
+
+    ckpt = (tp_ref / "checkpoints").resolve()
+    job = load_job_json(tp_ref / "job.json")
+    checkpoint = job.train.checkpoint.model_copy(update={"dir": str(ckpt)})  # where a launch puts it
+    job = job.model_copy(update={"train": job.train.model_copy(update={"checkpoint": checkpoint})})
+
+    def array(text: str) -> str:
+        return text[text.index("MEGATRON_LM_ARGS=("):]
+
+    written = (ckpt / "iter_0000010" / "megatron_lm_args.txt").read_text()
+    assert array(args_file(job)) == array(written)
+
+
 def test_each_save_is_timed_into_the_run_dir_for_the_interval_advice(tp_ref, sp_crash):
     """Rank 0 records every published save's phases (state/checkpoint_saves.jsonl): what `mtk validate` turns into
     the Young/Daly interval. The sharding is checked on the first save only (train.checkpoint.

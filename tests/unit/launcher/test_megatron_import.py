@@ -1,7 +1,8 @@
 """``mtk import``: Megatron-LM launch scripts in the shapes users have (bash arrays with torchrun, sbatch with srun
 and ``python -m torch.distributed.run``, continuation lines) become specs that validate; every flag lands in its
-field or is listed with why; and spec → megatron_lm_args.txt → import gives the same spec back for every example
-and every preset."""
+field, is ignored with why (it does not change what trains) or is refused by name (it does); and spec →
+megatron_lm_args.txt → import gives the same spec back for every example and every preset. The styles of Megatron-LM's
+own examples: test_megatron_import_styles.py."""
 
 from __future__ import annotations
 
@@ -28,6 +29,10 @@ def _listed(result) -> dict[str, str]:
     return dict(result.not_imported)
 
 
+def _refused(result) -> dict[str, str]:
+    return dict(result.refused)
+
+
 def test_bash_arrays_with_torchrun():
     result = import_text((FIXTURES / "arrays_torchrun.sh").read_text(), source="arrays_torchrun.sh")
     spec = result.spec
@@ -47,13 +52,16 @@ def test_bash_arrays_with_torchrun():
     assert spec["parallel"] == {"tp": 2, "sequence_parallel": True, "distributed_optimizer": True}
     # the if took the mock branch ($2 defaults to MOCK); the quoted "--split '98,2,0'" element is read without quotes
     assert spec["data"] == {"tokenizer": {"type": "NullTokenizer"}, "split": "98,2,0"} and model["vocab_size"] == 32000
-    listed = _listed(result)
-    assert listed["--exit-duration-in-mins"] == listed["--wandb-project"] == "unknown to mtk"
-    assert listed["--overlap-grad-reduce"].startswith("set by mtk itself")
-    assert listed["--mock-data"].startswith("set by mtk itself")
-    assert "torchrun --master_addr" in listed
+    assert result.refused == []
+    ignored = dict(result.ignored)
+    assert ignored["--exit-duration-in-mins"].startswith("fault tolerance and time limits")
+    assert ignored["--wandb-project"].startswith("logging")
+    assert ignored["--overlap-grad-reduce"].startswith("set by mtk itself")
+    assert ignored["--mock-data"].startswith("set by mtk itself")
+    assert "torchrun --master_addr" in ignored
     assert any("the quotes reach Megatron-LM" in n for n in result.notes)
-    assert any("$2 (the script's argument 2) is not set" in n and "read as true" in n for n in result.notes)
+    assert any("read as true" in n and "the script's argument 2 is not set in the script; its default 'MOCK'" in n
+               for n in result.notes)
     validate(spec)
 
 
@@ -79,12 +87,14 @@ def test_sbatch_srun_torch_distributed_run():
     assert spec["data"]["dir"] == "/fsx/corpus/gpt2" and spec["data"]["blend"] == [{"prefix": "web_text_document"}]
     assert spec["data"]["tokenizer"] == {"type": "GPT2BPETokenizer", "vocab_file": "vocab.json",
                                          "merge_file": "merges.txt"}
-    listed = _listed(result)
-    assert "sgd is not kept" in listed["--optimizer"]
-    assert listed["--tensorboard-dir"].endswith("is not known from the script ($TB_DIR)")
-    assert listed["torchrun --nnodes"] == "'$SLURM_JOB_NUM_NODES' is not known from the script"
-    assert "torchrun --rdzv_endpoint" in listed  # $(hostname) is never run
-    assert "--moe-token-dispatcher-type" in listed and "--recompute-method" in listed
+    # Adam is what mtk trains: the script's SGD would train something else, so the import refuses it by name
+    assert _refused(result) == {"--optimizer": "mtk always uses adam; the script's sgd trains differently (line 32)"}
+    ignored = dict(result.ignored)
+    assert ignored["--tensorboard-dir"].startswith("its value '$TB_DIR' is not known: $TB_DIR (line 57): TB_DIR is not "
+                                                   "set in the script")  # a path mtk sets itself: not needed
+    assert ignored["torchrun --nnodes"].startswith("'$SLURM_JOB_NUM_NODES' is not known from the script")
+    assert "torchrun --rdzv_endpoint" in ignored  # $(hostname) is never run
+    assert "--moe-token-dispatcher-type" in ignored and "--recompute-method" in ignored
     validate(spec, backend="slurm")
 
 
@@ -95,7 +105,8 @@ def test_continued_lines_and_equals_spellings():
     assert spec["data"] == {"tokenizer": {"type": "GPT2BPETokenizer", "vocab_file": "gpt2-vocab.json",
                                           "merge_file": "gpt2-merges.txt"},
                             "blend": [{"prefix": "corpus_text_document"}], "split": "969,30,1", "dir": "data"}
-    assert _listed(result) == {"--no-such-flag": "unknown to mtk"}
+    assert result.ignored == [] and [flag for flag, _ in result.refused] == ["--no-such-flag"]
+    assert _refused(result)["--no-such-flag"].startswith("unknown to mtk: it may change the model")
     assert spec["train"]["precision"] == "bf16" and spec["cluster"] == {"device": "gpu"}
     validate(spec)
 
@@ -110,6 +121,8 @@ def test_every_flag_given_is_in_the_spec_or_listed():
         code = re.sub(r"(^|\s)#.*$", "", fixture.read_text(), flags=re.M)  # comments and #SBATCH lines
         given = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9_-]+", code))
         launcher = {"--nproc_per_node", "--nnodes", "--container-image", "--auto-resume"}  # cluster.*, cluster.slurm.*
+        if not fixture.name.startswith(("arrays_torchrun", "srun_sbatch", "continued_lines")):
+            continue  # the example styles: test_megatron_import_styles.py
         untaken = {"--fp16", "--data-path", "--tokenizer-model"} if fixture.name == "arrays_torchrun.sh" else set()
         for flag in given - listed - launcher - untaken:  # untaken: in the if's other branch
             rows = [f for f in FLAGS if f.flag == flag and f.spec]
@@ -143,7 +156,7 @@ def test_round_trip_spec_args_file_import(case):
     job = validate(data)
     text = megatron_lm.args_file_text(_argv(job), 1, job)
     result = import_text(text, name=job.name)
-    assert [why for _, why in result.not_imported if not why.startswith("set by mtk itself")] == []
+    assert result.refused == [] and [why for _, why in result.ignored if not why.startswith("set by mtk itself")] == []
     spec = {**result.spec, "cluster": data["cluster"]}
     again = validate(spec)
     assert _argv(again) == _argv(job)
@@ -161,14 +174,22 @@ def test_round_trip_spec_args_file_import(case):
 
 def test_the_verb_writes_a_spec_that_validates(tmp_path, capsys):
     out = tmp_path / "imported.yaml"
-    assert main(["import", str(FIXTURES / "srun_sbatch.sbatch"), "-o", str(out)]) == 0
+    # the script trains with SGD, which mtk does not: nothing is written until the user allows it to be dropped
+    assert main(["import", str(FIXTURES / "srun_sbatch.sbatch"), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "  --optimizer: mtk always uses adam; the script's sgd trains differently (line 32)" in err
+    assert err.splitlines()[-1].endswith("nothing written. Change the script, or write the spec without them: "
+                                         "--allow-dropped --optimizer") and not out.exists()
+    assert main(["import", str(FIXTURES / "srun_sbatch.sbatch"), "-o", str(out), "--allow-dropped", "--optimizer"]) == 0
     text = out.read_text()
-    assert text.startswith("# Imported by `mtk import` from ")
-    assert "#   --optimizer: set by mtk itself" in text and "#   torchrun --nnodes: " in text
+    lines = text.splitlines()
+    assert lines[0].startswith("# Imported by `mtk import` from ") and "pretrain_gpt.py, line 41" in lines[0]
+    assert lines[1].startswith("# DROPPED with --allow-dropped (1)") and lines[2].startswith("#   --optimizer: ")
+    assert "#   torchrun --nnodes: " in text
     spec = yaml.safe_load(text)
     assert list(spec)[:2] == ["name", "cluster"] and spec["model"]["num_layers"] == 12
     load_job(out, backend="slurm")
-    assert main(["import", str(FIXTURES / "continued_lines.txt")]) == 0
+    assert main(["import", str(FIXTURES / "continued_lines.txt"), "--allow-dropped", "--no-such-flag"]) == 0
     assert "num_layers: 4" in capsys.readouterr().out
 
 
@@ -183,16 +204,17 @@ def test_the_verb_refuses_text_without_megatron_arguments(tmp_path, capsys):
 def test_the_verb_reads_an_argument_list_from_stdin(monkeypatch, capsys):
     import io
 
-    monkeypatch.setattr("sys.stdin", io.StringIO("--num-layers 2 --hidden-size 64 --num-attention-heads 4 "
-                                                 "--seq-length 64 --micro-batch-size 2 --train-iters 5 --lr 1e-3\n"))
+    args = "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --micro-batch-size 2 " \
+           "--train-iters 5 --lr 1e-3"
+    monkeypatch.setattr("sys.stdin", io.StringIO(args + "\n"))
+    # no --global-batch-size: Megatron-LM's is micro batch × data parallel, and a bare list does not say the world
+    assert main(["import", "-", "--name", "From Stdin"]) == 2
+    assert "  --global-batch-size: not given: Megatron-LM uses micro batch × data parallel" in capsys.readouterr().err
+    monkeypatch.setattr("sys.stdin", io.StringIO(args + " --global-batch-size 16\n"))
     assert main(["import", "-", "--name", "From Stdin"]) == 0
     spec = yaml.safe_load(capsys.readouterr().out)
     assert spec["name"] == "from-stdin" and spec["model"]["num_layers"] == 2
-    # Megatron-LM's micro batch × data parallel, over the processes mtk's cluster defaults give
-    from mtk.spec.cluster import ClusterSpec
-
-    world = ClusterSpec.model_fields["nodes"].default * ClusterSpec.model_fields["procs_per_node"].default
-    assert spec["train"]["global_batch_size"] == 2 * world
+    assert spec["train"]["global_batch_size"] == 16
 
 
 def test_bpe_files_without_a_tokenizer_type_read_as_gpt2_bpe():

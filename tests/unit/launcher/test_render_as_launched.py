@@ -56,6 +56,7 @@ def test_render_out_is_what_launch_submits_but_the_time_stamp(tmp_path, example,
         assert re.fullmatch(rf"/fsx/runs/{name}-{STAMP}", run_dir), run_dir
     assert Path(launch_dir).parent == Path(render_dir).parent
     assert sorted(launched) == sorted(rendered)
+    assert "megatron_lm_args.txt" in rendered  # the Megatron-LM arguments the run starts as
     old, new = Path(launch_dir).name, Path(render_dir).name
     for rel, data in launched.items():
         text = data.decode().replace(old, new).replace(run_id(old), run_id(new))

@@ -1,0 +1,232 @@
+"""The builtins that change what the reader knows: each takes (runner, command, its words, state) and gives the
+states after it. ``source``/``.``/``eval`` are not followed (:meth:`CommandRunner.taint`)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .nodes import Assign, Simple
+from .state import State
+from .values import Value, known
+
+if TYPE_CHECKING:
+    from .commands import CommandRunner
+
+Words = list["Value | Assign"]
+Handler = Callable[["CommandRunner", Simple, Words, State], list[State]]
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
+SCOPED = "local"  # bash's builtin for a function's own variables
+
+
+def _values(words: Words) -> list[Value]:
+    return [w for w in words if isinstance(w, Value)]
+
+
+def _ok(runner: CommandRunner, node: Simple, words: Words, st: State) -> list[State]:
+    st.status = 0
+    return [st]
+
+
+def _false(runner: CommandRunner, node: Simple, words: Words, st: State) -> list[State]:
+    st.status = 1
+    return [st]
+
+
+def _declare(runner: CommandRunner, node: Simple, words: Words, st: State) -> list[State]:
+    """declare/typeset/local/export/readonly: options, then names and assignments."""
+    cmd = _values(words)[0].text
+    opts = ""
+    rest = words[1:]
+    while rest and isinstance(rest[0], Value) and rest[0].known and re.fullmatch(r"[-+][a-zA-Z]+", rest[0].text):
+        opts += rest[0].text[1:] if rest[0].text.startswith("-") else ""
+        rest = rest[1:]
+    if "f" in opts or "F" in opts or "p" in opts:
+        st.status = 0
+        return [st]
+    export, local = cmd == "export" or "x" in opts, cmd == SCOPED
+    for item in rest:
+        if isinstance(item, Assign):
+            if "A" in opts or "n" in opts:
+                runner.make_unknown([item.name], st, f"(line {item.line}): an associative array or name reference "
+                                                     "is not read by mtk import")
+                continue
+            runner.assign(item, st, export=export, local=local, array="a" in opts, integer="i" in opts)
+            continue
+        if not item.known:
+            continue
+        name = item.text.split("=", 1)[0]
+        if not _NAME.match(name):
+            continue
+        if "=" in item.text:  # an assignment that came out of an expansion: `export "$X=1"` (rare)
+            st.vars[name] = Value(known(item.text.split("=", 1)[1]).chunks, item.assumed, node.line)
+        if local and st.locals and name not in st.locals[-1]:
+            st.locals[-1][name] = st.vars.get(name)
+            st.vars.pop(name, None)
+        if "a" in opts and name not in st.vars:
+            st.vars[name] = {}
+        if export:
+            st.exported = st.exported | {name}
+    st.status = 0
+    return [st]
+
+
+def _unset(runner: CommandRunner, node: Simple, words: Words, st: State) -> list[State]:
+    values = _values(words)[1:]
+    functions = bool(values) and values[0].text == "-f"
+    for v in values:
+        if v.known and not v.text.startswith("-"):
+            name = re.sub(r"\[.*\]$", "", v.text)
+            if functions:
+                st.functions.pop(name, None)
+            elif name != v.text:
+                runner.make_unknown([name], st, f"(line {node.line}): an element unset with an index")
+            else:
+                st.vars.pop(name, None)
+    st.status = 0
+    return [st]
+
+
+def _set(runner: CommandRunner, node: Simple, words: Words, st: State) -> list[State]:
+    values = _values(words)[1:]
+    k = 0
+    while k < len(values) and values[k].known and values[k].text[:1] in "-+" and values[k].text != "--":
+        k += 2 if re.fullmatch(r"[-+][a-zA-Z]*o", values[k].text) else 1  # -o / -euo take an option name
+    if k < len(values) and values[k].text == "--":
+        k += 1
+        st.positional = tuple(values[k:])
+    elif k < len(values):
+        st.positional = tuple(values[k:])
+    st.status = 0
+    return [st]
+
+
+def _shift(runner: CommandRunner, node: Simple, words: Words, st: State) -> list[State]:
+    values = _values(words)[1:]
+    n = int(values[0].text) if values and values[0].known and values[0].text.isdigit() else (None if values else 1)
+    if st.positional is None or n is None:
+        st.positional = None
+        st.status = None
+    elif n > len(st.positional):
+        st.status = 1
+    else:
+        st.positional = st.positional[n:]
+        st.status = 0
+    return [st]
+
+
+def _source(runner: CommandRunner, node: Simple, words: Words, st: State) -> list[State]:
+    runner.taint(st, " ".join(w.raw for w in node.words if not isinstance(w, Assign)), node.line)
+    return [st]
+
+
+def _read_vars(runner: CommandRunner, node: Simple, words: Words, st: State) -> list[State]:
+    """read / mapfile / readarray / getopts / printf -v: the named variables get what only running could tell."""
+    values = _values(words)
+    cmd = values[0].text
+    names: list[str] = []
+    if cmd == "printf":
+        if len(values) > 2 and values[1].text == "-v":
+            names = [values[2].text]
+        else:
+            st.status = 0
+            return [st]
+    elif cmd == "getopts":
+        names = [values[2].text] if len(values) > 2 else []
+        names.append("OPTARG")
+    else:
+        args = [v.text for v in values[1:] if v.known]
+        skip_next = {"-d", "-n", "-N", "-p", "-t", "-u", "-C", "-c", "-O", "-s", "-i", "-a"}
+        i = 0
+        while i < len(args):
+            if args[i] in skip_next:
+                if args[i] == "-a" and i + 1 < len(args):
+                    names.append(args[i + 1])
+                i += 2
+            elif args[i].startswith("-"):
+                i += 1
+            else:
+                names.append(args[i])
+                i += 1
+        if not names:
+            names = ["MAPFILE" if cmd in ("mapfile", "readarray") else "REPLY"]
+    runner.make_unknown(names, st, f"is read by `{cmd}` at line {node.line}: only running can tell")
+    st.status = None
+    return [st]
+
+
+def _flow(kind: str) -> Handler:
+    def handler(runner: CommandRunner, node: Simple, words: Words, st: State) -> list[State]:
+        values = _values(words)[1:]
+        if kind == "exit":
+            runner.script.exits.append(f"`{' '.join(v.text for v in _values(words))}` at line {node.line} ends it"
+                                       + (f" when {'; '.join(st.when)}" if st.when else ""))
+        if kind in ("exit", "return"):
+            st.status = int(values[0].text) & 255 if values and values[0].known and values[0].text.isdigit() \
+                else (None if values else st.status)
+        st.flow = kind
+        return [st]
+    return handler
+
+
+def _exec(runner: CommandRunner, node: Simple, words: Words, st: State) -> list[State]:
+    values = _values(words)
+    if len(values) > 1:
+        runner.external(node, values, st, {})
+        st.flow = "exit"  # exec replaces the shell: nothing after it runs
+    else:
+        st.status = 0
+    return [st]
+
+
+def _test(runner: CommandRunner, node: Simple, words: Words, st: State) -> list[State]:
+    values = _values(words)
+    args = values[1:]
+    if values[0].text == "[":
+        if not args or args[-1].text != "]":
+            st.status = 2
+            return [st]
+        args = args[:-1]
+    for a in args:
+        runner._assumed.extend(a.assumed)
+    said = " ".join(w.raw for w in node.words if not isinstance(w, Assign))
+    return [runner._status(st, runner.conditions(st).single(args, node.line), said, node.line)]
+
+
+def _let(runner: CommandRunner, node: Simple, words: Words, st: State) -> list[State]:
+    from . import arith
+
+    status: int | None = 1
+    for v in _values(words)[1:]:
+        if not v.known:
+            status = None
+            continue
+        try:
+            n = arith.evaluate(v.text, lambda x: runner.ex.arith_lookup(x, st, node.line),
+                               lambda x, val: runner.ex.assign_int(x, val, st, node.line), node.line)
+            status = 0 if n else 1
+        except arith.Unknowable:
+            status = None
+    st.status = status
+    return [st]
+
+
+def _eval(runner: CommandRunner, node: Simple, words: Words, st: State) -> list[State]:
+    return _source(runner, node, words, st)
+
+
+def _unknown_status(runner: CommandRunner, node: Simple, words: Words, st: State) -> list[State]:
+    st.status = None
+    return [st]
+
+
+BUILTINS: dict[str, Handler] = {
+    ":": _ok, "true": _ok, "false": _false, "echo": _ok, "trap": _ok, "shopt": _ok, "umask": _ok, "alias": _ok,
+    "export": _declare, "declare": _declare, "typeset": _declare, "local": _declare, "readonly": _declare,
+    "unset": _unset, "set": _set, "shift": _shift, "source": _source, ".": _source, "eval": _eval,
+    "read": _read_vars, "mapfile": _read_vars, "readarray": _read_vars, "getopts": _read_vars,
+    "printf": _read_vars, "exit": _flow("exit"), "return": _flow("return"), "break": _flow("break"),
+    "continue": _flow("continue"), "exec": _exec, "test": _test, "[": _test, "let": _let, "cd": _unknown_status,
+    "pushd": _unknown_status, "popd": _unknown_status, "wait": _unknown_status,
+}

@@ -1,0 +1,266 @@
+"""Simple commands: assignments, the builtins that change what the script knows (``export``, ``declare``, ``local``,
+``unset``, ``set``, ``shift``, ``read``, ``exit``, ``return``, ``test`` ...), functions, and the commands the script
+hands to another shell (``bash -c TEXT``, ``sbatch <<EOF``), read as scripts of their own. Every other command is
+recorded with its words, never run. ``source``/``.`` and ``eval`` run text the reader does not follow: every value
+read after them is unknown (it may have been set there)."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from .builtins import BUILTINS
+from .errors import LimitError
+from .expand import Expander
+from .limits import MAX_CALL_DEPTH, Budget
+from .nodes import Assign, Node, Seq, Simple, Word
+from .script import Command, Script, sbatch_lines
+from .state import Array, State, Var
+from .values import Chunk, Value, concat, known, unknown
+
+if TYPE_CHECKING:
+    from .lexer import Depth
+
+SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh"})
+
+
+class CommandRunner:
+    def __init__(self, budget: Budget, depth: Depth, script: Script, via: str = "",
+                 wrapper: tuple[Value, ...] = (), sbatch: tuple[str, ...] = (), calls: int = 0,
+                 markers: dict[str, Chunk] | None = None) -> None:
+        self.budget, self.depth, self.script = budget, depth, script
+        self.via, self.wrapper, self.sbatch, self.calls = via, wrapper, sbatch, calls
+        self.ex = Expander(budget)
+        self.ex.markers = markers or {}
+        self._assumed: list[str] = []
+
+    def run_all(self, node: Node | Seq, states: list[State]) -> list[State]:
+        raise NotImplementedError
+
+    def conditions(self, st: State):
+        raise NotImplementedError
+
+    def _status(self, st: State, verdict: bool | None, said: str, line: int) -> State:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------------------------------------- entry
+
+    def simple(self, node: Simple, st: State) -> list[State]:
+        words: list[Value | Assign] = []
+        for w in node.words:
+            words.extend([w] if isinstance(w, Assign) else self.ex.fields(w, st))
+        values = [w for w in words if isinstance(w, Value)]
+        if not values or not isinstance(words[0], Value):
+            for a in node.assigns:
+                self.assign(a, st)
+            st.status = None if any("$(" in (a.value.raw if a.value else "") or "`" in (a.value.raw if a.value
+                                    else "") for a in node.assigns) else 0
+            return [st]
+        env = {a.name: self.ex.scalar(a.value, st) if a.value else known("") for a in node.assigns
+               if a.array is None}
+        name = values[0]
+        if not name.known or name.splits:
+            self.record(node, values, st)
+            st.status = None
+            return [st]
+        cmd = name.text
+        handler = BUILTINS.get(cmd)
+        if handler is not None:
+            return handler(self, node, words, st)
+        if cmd in st.functions:
+            return self.call(cmd, values, st, node.line)
+        self.external(node, values, st, env)
+        return [st]
+
+    def record(self, node: Simple, values: list[Value], st: State, delegated: bool = False) -> None:
+        self.script.runs_commands = True
+        self.script.commands.append(Command(tuple(values), node.line, st.when, self.via, self.wrapper,
+                                            self.sbatch, delegated))
+
+    def external(self, node: Simple, values: list[Value], st: State, env: dict[str, Value]) -> None:
+        """A command the reader does not run: recorded; a shell given a text (``bash -c``, a here-document) reads
+        that text as a script of its own."""
+        st.status = None
+        k = 0
+        while k < len(values) and not (values[k].known and _base(values[k].text) in SHELLS | {"sbatch"}):
+            k += 1
+        if k < len(values):
+            child = self._child_text(node, values, k, st)
+            if child is not None:
+                text, args, how = child
+                self.record(node, values, st, delegated=True)
+                self._read_child(text, args, how, values[:k], st, env, node.line,
+                                 sbatch=_base(values[k].text) == "sbatch")
+                return
+        self.record(node, values, st)
+
+    def _child_text(self, node: Simple, values: list[Value], k: int,
+                    st: State) -> tuple[Value, list[Value], str] | None:
+        shell = _base(values[k].text)
+        rest = values[k + 1:]
+        if shell in SHELLS:
+            j = 0
+            while j < len(rest) and rest[j].known and rest[j].text.startswith(("-", "+")):
+                if "c" in rest[j].text[1:] and rest[j].text.startswith("-") and j + 1 < len(rest):
+                    return rest[j + 1], rest[j + 2:], f"`{shell} -c` at line {node.line}"
+                j += 2 if rest[j].text in ("-o", "+o", "-O", "+O") else 1
+            if j < len(rest):
+                return None  # a script file: not read (it is another file)
+        docs = [r for r in node.redirs if r.heredoc is not None]
+        if docs and (shell in SHELLS or not any(v.known and not v.text.startswith("-") for v in rest)):
+            doc = docs[-1].heredoc
+            assert doc is not None
+            body = self.ex.heredoc(doc.body, doc.body_line, doc.quoted, st,
+                                   lambda text, line: self._lexer_word(text, line))
+            return body, [], f"the here-document `{shell}` reads at line {node.line}"
+        return None
+
+    def _lexer_word(self, text: str, line: int) -> Word:
+        from .lexer import Lexer
+        from .parser import _command_substitution
+
+        return Lexer(text, _command_substitution, self.depth, line).sub_word(text, line, mode="heredoc")
+
+    def _read_child(self, text: Value, args: list[Value], how: str, wrapper: list[Value], st: State,
+                    env: dict[str, Value], line: int, sbatch: bool) -> None:
+        """A text another shell runs, read as its own script: it sees the exported variables only."""
+        from .parser import parse
+
+        if self.calls >= MAX_CALL_DEPTH:
+            raise LimitError(line, f"scripts and functions nested deeper than {MAX_CALL_DEPTH} levels")
+        markers = dict(self.ex.markers)
+        pieces = []
+        for chunk in text.chunks:  # an unknown stays unknown in the child: a name the child cannot set
+            if chunk.why:
+                marker = f"__mtk_unknown_{len(markers)}__"
+                markers[marker] = chunk
+                pieces.append("${" + marker + "}")
+            else:
+                pieces.append(chunk.text)
+        program = parse("".join(pieces), self.depth, line)
+        child_state = State(vars={k: v for k, v in st.vars.items() if k in st.exported}, exported=st.exported,
+                            positional=tuple(args[1:]), when=st.when, args_known=True, tainted=st.tainted)
+        child_state.vars.update(env)
+        via = how if not self.via else f"{how}, in {self.via}"
+        lines = tuple(sbatch_lines("".join(c.text for c in text.chunks))) if sbatch else self.sbatch
+        runner = type(self)(self.budget, self.depth, self.script, via, (*self.wrapper, *wrapper), lines,
+                            self.calls + 1, markers)
+        runner.run_all(program.body, [child_state])
+
+    # ------------------------------------------------------------------------------------------------ functions
+
+    def call(self, name: str, values: list[Value], st: State, line: int) -> list[State]:
+        if self.calls >= MAX_CALL_DEPTH:
+            raise LimitError(line, f"functions call each other deeper than {MAX_CALL_DEPTH} levels")
+        fn = st.functions[name]
+        saved = st.positional
+        st.positional = tuple(values[1:])
+        st.locals = (*st.locals, {})
+        self.calls += 1
+        try:
+            results = self.run_all(fn.body, [st])
+        finally:
+            self.calls -= 1
+        for r in results:
+            if r.flow == "return":
+                r.flow = ""
+            frame = r.locals[-1] if r.locals else {}
+            for var, old in frame.items():
+                if old is None:
+                    r.vars.pop(var, None)
+                else:
+                    r.vars[var] = old
+            r.locals = r.locals[:-1]
+            r.positional = saved
+        return results
+
+    # ---------------------------------------------------------------------------------------------- assignment
+
+    def assign(self, a: Assign, st: State, export: bool = False, local: bool = False, array: bool = False,
+               integer: bool = False) -> None:
+        if local and st.locals and a.name not in st.locals[-1]:
+            st.locals[-1][a.name] = st.vars.get(a.name)
+        current = st.vars.get(a.name)
+        if a.array is not None:
+            elements: Array = dict(_as_array(current)) if a.append else {}
+            nxt = max(elements) + 1 if elements else 0
+            for word in a.array:
+                keyed = re.match(r"\[([^\]]*)\]=", word.raw)
+                if keyed:
+                    key = self.ex.index_of(self._lexer_word(keyed.group(1), word.line), st)
+                    value = self.ex.scalar(self._lexer_word(word.raw[keyed.end():], word.line), st)
+                    if isinstance(key, Value):
+                        st.vars[a.name] = unknown(f"${a.name}", f"${a.name}: an element's index (line {word.line}) "
+                                                                "is not known")
+                        return
+                    elements[key], nxt = value, key + 1
+                    continue
+                for value in self.ex.fields(word, st):
+                    elements[nxt] = value
+                    nxt += 1
+            st.vars[a.name] = elements
+        else:
+            value = self.ex.scalar(a.value, st) if a.value is not None else known("", a.line)
+            if integer:
+                value = self._integer(value, st, a.line)
+            if a.index is not None:
+                key = self.ex.index_of(a.index, st)
+                if isinstance(key, Value):
+                    st.vars[a.name] = unknown(f"${a.name}", f"${a.name}: an element's index (line {a.line}) is "
+                                                            "not known")
+                    return
+                elements = dict(_as_array(current))
+                if a.append and key in elements:
+                    value = concat([elements[key], value], a.line)
+                elements[key] = value
+                st.vars[a.name] = elements
+            elif isinstance(current, dict) or (array and current is None):
+                elements = dict(_as_array(current))
+                elements[0] = concat([elements.get(0, known("")), value], a.line) if a.append else value
+                st.vars[a.name] = elements
+            else:
+                if a.append and current is not None:
+                    value = concat([current, value], a.line)
+                    self.budget.spend(len(value.text), a.line)
+                st.vars[a.name] = Value(value.chunks, value.assumed, a.line)
+        if export:
+            st.exported = st.exported | {a.name}
+
+    def _integer(self, value: Value, st: State, line: int) -> Value:
+        from . import arith
+
+        if not value.known:
+            return value
+        try:
+            n = arith.evaluate(value.text, lambda x: self.ex.arith_lookup(x, st, line),
+                               lambda x, v: self.ex.assign_int(x, v, st, line), line)
+        except arith.Unknowable as exc:
+            return unknown(value.text, str(exc), line)
+        return known(str(n), line)
+
+    def make_unknown(self, names: list[str], st: State, why: str) -> None:
+        for name in names:
+            if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                st.vars[name] = unknown(f"${name}", f"${name} {why}")
+
+    def taint(self, st: State, what: str, line: int) -> None:
+        """``source``/``eval``: text the reader does not follow ran; any value may come from it."""
+        said = f"`{what}` (line {line})"
+        self.script.unread.append(f"line {line}: `{what}` runs text mtk import does not read; every value the "
+                                  "script reads after it is unknown")
+        st.tainted = said
+        st.vars = {k: (unknown(f"${k}", f"${k} may be set by {said}") if k != "IFS" else v)
+                   for k, v in st.vars.items()}
+        st.positional = None
+        st.status = None
+
+
+def _as_array(value: Var | None) -> Array:
+    if value is None:
+        return {}
+    return value if isinstance(value, dict) else {0: value}
+
+
+def _base(text: str) -> str:
+    return text.rsplit("/", 1)[-1]
+
