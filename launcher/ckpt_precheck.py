@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 from pathlib import Path
 from typing import IO, Any
 
@@ -90,7 +91,7 @@ def check_resume_checkpoint(job, run_dir: str) -> None:
     except FileNotFoundError:
         return
     except ShardPathRefused:
-        if tracker.is_dir() and not tracker.is_symlink():
+        if stat.S_ISDIR(os.lstat(tracker).st_mode):  # lstat: a link is never followed, not even to name it
             raise CheckpointDamaged(f"{tracker} is a directory; remove it to start from scratch") from None
         raise CheckpointUnsafe(f"{tracker} is a symbolic link or not a regular file; refusing to follow it (write "
                                "the iteration to resume from into a plain file, or delete it)") from None

@@ -90,22 +90,44 @@ def _pickle_of(raw: bytes) -> bytes:
         return z.read(next(n for n in z.namelist() if n.endswith("data.pkl")))
 
 
-def census(iter_dir: Path) -> dict[str, set[tuple[str, str]]]:
-    """{"metadata": globals of .metadata, "objects": globals of every pickled object (common state, rng_state,
-    ...)} of one torch_dist checkpoint dir."""
+def opcodes_of(data: bytes) -> set[str]:
+    """Every opcode a pickle uses (pickletools, nothing unpickled)."""
+    return {op.name for op, _, _ in pickletools.genops(data)}
+
+
+def census(iter_dir: Path) -> dict[str, set]:
+    """What one torch_dist checkpoint dir's pickles hold, nothing unpickled: the globals ("metadata", "objects":
+    every pickled object — common state, rng_state, ... —, "tensors": every tensor item) and the opcodes
+    ("metadata_ops", "objects_ops", "tensors_ops")."""
     from torch.distributed.checkpoint.metadata import BytesStorageMetadata
 
     raw_meta = (iter_dir / ".metadata").read_bytes()
     meta = pickle.loads(raw_meta)  # the suite's own checkpoints
-    objects: set[tuple[str, str]] = set()
+    found: dict[str, set] = {"metadata": globals_of(raw_meta), "metadata_ops": opcodes_of(raw_meta), "objects": set(),
+                             "objects_ops": set(), "tensors": set(), "tensors_ops": set()}
     for index, info in meta.storage_data.items():
-        if isinstance(meta.state_dict_metadata[index.fqn], BytesStorageMetadata):
-            with open(iter_dir / info.relative_path, "rb") as fh:
-                fh.seek(info.offset)
-                objects |= globals_of(_pickle_of(fh.read(info.length)))
+        kind = "objects" if isinstance(meta.state_dict_metadata[index.fqn], BytesStorageMetadata) else "tensors"
+        with open(iter_dir / info.relative_path, "rb") as fh:
+            fh.seek(info.offset)
+            data = _pickle_of(fh.read(info.length))
+        found[kind] |= globals_of(data)
+        found[f"{kind}_ops"] |= opcodes_of(data)
     if (iter_dir / "common.pt").is_file():
-        objects |= globals_of(_pickle_of((iter_dir / "common.pt").read_bytes()))
-    return {"metadata": globals_of(raw_meta), "objects": objects}
+        data = _pickle_of((iter_dir / "common.pt").read_bytes())
+        found["objects"] |= globals_of(data)
+        found["objects_ops"] |= opcodes_of(data)
+    return found
+
+
+def assert_admitted(found: dict[str, set]) -> None:
+    """Every global and opcode of a census is one mtk's reader admits for its kind of file."""
+    from mtk import checkpoint_unpickle as cu
+
+    for kind, table in (("metadata", cu.METADATA_GLOBALS), ("objects", cu.CHECKPOINT_GLOBALS),
+                        ("tensors", cu.TENSOR_GLOBALS)):
+        for module, name in found[kind]:
+            assert cu.admitted(module, name, table), (kind, module, name)
+        assert found[f"{kind}_ops"] <= cu.ADMITTED_OPCODES, (kind, found[f"{kind}_ops"] - cu.ADMITTED_OPCODES)
 
 
 # -- pickles pickle's own Pickler would never write: the opcodes themselves are the attack (issue 49) -------------
