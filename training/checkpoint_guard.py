@@ -18,26 +18,96 @@ can write the checkpoint dir wrote:
 :func:`install` replaces the three DCP methods for the whole process; megatron-core's two are replaced as soon as
 their modules are imported (now, or through an import hook), so every path — a resume, ``train.init_from``,
 ``mtk convert``, the reshard and interop readers — reads through the one reader. A module's extra state is run
-through the reader when its object is loaded, before TransformerEngine sees it.
+through the reader when its object is loaded, before TransformerEngine sees it. A refusal is the engine's
+(:class:`CheckpointUntrusted`, a :class:`~.refusal.Refused`): DCP gathers it from every rank that read the file,
+and it comes out of ``torch.distributed.checkpoint.load`` as that one line, not as DCP's per-rank traceback.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import io
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from mtk import checkpoint_unpickle
-from mtk.checkpoint_files import open_inside, path_inside
+from mtk.checkpoint_files import ShardPathRefused, open_inside, path_inside
+
+from .refusal import Refused
+
+_UNTRUSTED = (checkpoint_unpickle.CheckpointRefused, ShardPathRefused)
+
+
+class CheckpointUntrusted(Refused):
+    """A checkpoint file holds what no checkpoint holds, or names a file outside its dir: every rank reading it
+    refuses in the same line (exit 2); nothing of it ran."""
+
+
+_seen = threading.local()  # the refusal raised during the current DCP load on this thread (see _unwrapping)
+
+
+def _policed(read: Callable[..., Any]) -> Callable[..., Any]:
+    """A reader whose refusals are the engine's (one line from rank 0, exit 2), not a traceback per rank."""
+
+    @functools.wraps(read)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return read(*args, **kwargs)
+        except _UNTRUSTED as exc:
+            _seen.refusal = CheckpointUntrusted(str(exc))
+            raise _seen.refusal from None
+        except CheckpointUntrusted as exc:
+            _seen.refusal = exc
+            raise
+
+    return run
+
+
+def _refusal_in(exc: BaseException | None, depth: int = 0) -> CheckpointUntrusted | None:
+    """The refusal inside what DCP raised: it gathers each rank's exception into a CheckpointException (a
+    BaseException holding (exception, traceback) per rank)."""
+    if exc is None or depth > 8:
+        return None
+    if isinstance(exc, CheckpointUntrusted):
+        return exc
+    for failure in (getattr(exc, "failures", None) or {}).values():
+        found = _refusal_in(failure[0] if isinstance(failure, tuple) else failure, depth + 1)
+        if found is not None:
+            return found
+    return _refusal_in(exc.__cause__ or exc.__context__, depth + 1)
+
+
+def _unwrapping(load: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.distributed.checkpoint.load``, raising a refusal as itself: DCP gathers it into a
+    CheckpointException, or (a refused ``.metadata``) catches it, tries ``__<rank>.metadata`` and raises an
+    AssertionError quoting both."""
+    if getattr(load, "_mtk_unwrapping", False):
+        return load
+
+    @functools.wraps(load)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        _seen.refusal = None
+        try:
+            return load(*args, **kwargs)
+        except BaseException as exc:
+            found = _refusal_in(exc) or getattr(_seen, "refusal", None)
+            if found is None or found is exc:
+                raise
+            raise CheckpointUntrusted(str(found)) from None
+
+    run._mtk_unwrapping = True  # type: ignore[attr-defined]
+    return run
 
 _SOURCE = "_mtk_source"  # the checkpoint dir, kept on the Metadata a reader returns, for the refusal's message
 COMMON_PREFIX = "common_state"
 EXTRA_STATE = "_extra_state"
 
 
+@_policed
 def _read_metadata(self: Any, *args: Any, **kwargs: Any) -> Any:
     """FileSystemReader.read_metadata (torch 2.13): ``.metadata`` through mtk's reader, opened without following a
     link, every shard path in it checked to stay inside the dir."""
@@ -61,7 +131,7 @@ def _where(planner: Any, read_item: Any) -> str:
     """The file a refusal names: the checkpoint dir for the common state, else the object's shard."""
     metadata = getattr(planner, "metadata", None)
     root = getattr(metadata, _SOURCE, None)
-    if root is None:
+    if metadata is None or root is None:
         return "the checkpoint"
     fqn = read_item.dest_index.fqn
     info = (metadata.storage_data or {}).get(read_item.storage_index)
@@ -70,6 +140,7 @@ def _where(planner: Any, read_item: Any) -> str:
     return str(Path(root) / info.relative_path)
 
 
+@_policed
 def _load_bytes(self: Any, read_item: Any, value: Any) -> None:
     """DefaultLoadPlanner.load_bytes (torch 2.13) through mtk's reader; megatron's classes are the real ones (the
     ranks have imported megatron). A module's FP8 extra state is run through the reader too."""
@@ -88,6 +159,7 @@ def _load_bytes(self: Any, read_item: Any, value: Any) -> None:
         self.state_dict[fqn] = obj
 
 
+@_policed
 def _read_data(self: Any, plan: Any, planner: Any) -> Any:
     """FileSystemReader.read_data (torch 2.13): each shard opened inside the dir without following a link, each
     object through the planner's ``load_bytes`` (above), each tensor through mtk's reader."""
@@ -131,6 +203,7 @@ def _read_data(self: Any, plan: Any, planner: Any) -> Any:
     return future
 
 
+@_policed
 def _load_common(checkpoint_dir: Any) -> Any:
     """megatron-core's ``load_common`` (a legacy ``common.pt``) through mtk's reader."""
     from megatron.core.dist_checkpointing.mapping import CheckpointingException
@@ -150,7 +223,8 @@ def _patch_megatron_common(module: Any) -> None:
 
 
 def _patch_megatron_safe_globals(module: Any) -> None:
-    module.SafeUnpickler = checkpoint_unpickle.unpickler_class("a TransformerEngine module", "FP8 extra state")
+    module.SafeUnpickler = checkpoint_unpickle.unpickler_class("a TransformerEngine module", "FP8 extra state",
+                                                               wrap=_policed)
 
 
 # megatron-core's modules whose reads are replaced, and how; patched on import (see _AfterImport)
@@ -189,8 +263,11 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
 def install() -> None:
     """Route every checkpoint read in this process through mtk's reader (idempotent)."""
-    from torch.distributed.checkpoint import default_planner, filesystem
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import default_planner, filesystem, state_dict_loader
 
+    dcp.load = _unwrapping(dcp.load)
+    state_dict_loader.load = _unwrapping(state_dict_loader.load)
     filesystem.FileSystemReader.read_metadata = _read_metadata  # type: ignore[method-assign]
     filesystem.FileSystemReader.read_data = _read_data  # type: ignore[method-assign]
     default_planner.DefaultLoadPlanner.load_bytes = _load_bytes  # type: ignore[method-assign]

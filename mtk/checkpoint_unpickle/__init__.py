@@ -24,6 +24,7 @@ FP8 extra-state reads), and through them ``mtk convert``, ``train.init_from``, t
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from typing import IO, Any
 
 from mtk.exitcodes import BadInput
@@ -130,17 +131,19 @@ def check_extra_state(state: Any, where: str, real: bool = False) -> None:
 
 
 def unpickler_class(where: str, what: str, table: frozenset[tuple[str, str]] = EXTRA_STATE_GLOBALS,
-                    real: bool = True) -> type:
+                    real: bool = True, wrap: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None) -> type:
     """A ``pickle.Unpickler``-shaped class (``Cls(file).load()``) running the machine: what replaces
-    megatron-core's own ``SafeUnpickler`` for FP8 extra state on the ranks."""
+    megatron-core's own ``SafeUnpickler`` for FP8 extra state on the ranks. ``wrap``: around its ``load``."""
 
     class PolicedUnpickler:
         def __init__(self, file: IO[bytes], **_: Any) -> None:
             self.file = file
 
-        def load(self) -> Any:
+        def _load(self) -> Any:
             rules = _rules.Rules(table, real=real)
             data = self.file.read()
             return _run(where, what, lambda: Machine(data, rules.resolve).load())
+
+        load = wrap(_load) if wrap is not None else _load
 
     return PolicedUnpickler

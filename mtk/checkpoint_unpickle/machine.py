@@ -120,22 +120,62 @@ class Machine:
 
     # -- running ----------------------------------------------------------------------------------------------
     def load(self) -> Any:
-        """Run the pickle to its STOP; return the object. ``self.end``: the offset just past STOP."""
-        ops = OPCODES
+        """Run the pickle to its STOP; return the object. ``self.end``: the offset just past STOP.
+
+        The most frequent opcodes of a DCP ``.metadata`` (memo reads and writes, small ints, marks, empty
+        containers) are run inline, the rest by their handler: a large model's metadata is tens of MB."""
+        ops, data, stack, memo, marks = OPCODES, self.data, self.stack, self.memo, self.marks
+        size = len(data)
+        pos = self.pos
         while True:
-            if self.pos >= len(self.data):
+            if pos >= size:
                 raise Damaged("the pickle ends before its STOP")
-            code = self.data[self.pos]
-            self.pos += 1
-            handler = ops.get(code)
-            if handler is None:
-                raise Refused(f"pickle opcode {_opcode_name(code)}")
-            if handler is _stop:
-                if len(self.stack) != 1 or self.marks:
-                    raise Damaged("the pickle stops with a stack that is not one object")
-                self.end = self.pos
-                return self.stack.pop()
-            handler(self)
+            code = data[pos]
+            pos += 1
+            if code == 0x94:  # MEMOIZE
+                if len(stack) <= (marks[-1] if marks else 0):
+                    raise Damaged("MEMOIZE with nothing to memoize")
+                memo[len(memo)] = stack[-1]
+            elif code == 0x6A or code == 0x68:  # LONG_BINGET, BINGET
+                if code == 0x6A:
+                    if pos + 4 > size:
+                        raise Damaged("the pickle ends inside an opcode's argument")
+                    index = int.from_bytes(data[pos:pos + 4], "little")
+                    pos += 4
+                else:
+                    if pos >= size:
+                        raise Damaged("the pickle ends inside an opcode's argument")
+                    index = data[pos]
+                    pos += 1
+                try:
+                    stack.append(memo[index])
+                except KeyError:
+                    raise Damaged(f"the pickle reads memo slot {index} it never wrote") from None
+            elif code == 0x4B:  # BININT1
+                if pos >= size:
+                    raise Damaged("the pickle ends inside an opcode's argument")
+                stack.append(data[pos])
+                pos += 1
+            elif code == 0x28:  # MARK
+                marks.append(len(stack))
+            elif code == 0x29:  # EMPTY_TUPLE
+                stack.append(())
+            elif code == 0x7D:  # EMPTY_DICT
+                stack.append({})
+            elif code == 0x4E:  # NONE
+                stack.append(None)
+            else:
+                handler = ops.get(code)
+                if handler is None:
+                    raise Refused(f"pickle opcode {_opcode_name(code)}")
+                if handler is _stop:
+                    if len(stack) != 1 or marks:
+                        raise Damaged("the pickle stops with a stack that is not one object")
+                    self.pos = self.end = pos
+                    return stack.pop()
+                self.pos = pos
+                handler(self)
+                pos = self.pos
 
 
 def _opcode_name(code: int) -> str:

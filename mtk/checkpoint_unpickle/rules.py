@@ -299,7 +299,7 @@ class _RebuildTensor(Callee):
         if len(args) not in (n, n + 1):
             raise Refused(f"REDUCE calling {self.name} with {len(args)} arguments")
         storage, offset, size, stride, requires_grad, hooks = args[:6]
-        dtype = args[6] if self.v3 else None
+        dtype: Any = args[6] if self.v3 else None
         extra = args[n] if len(args) > n else None
         ok = (isinstance(storage, Storage) and _is_int(offset) and offset >= 0 and _ints(tuple(size))
               and _ints(tuple(stride)) and len(size) == len(stride) and type(requires_grad) is bool
@@ -378,6 +378,7 @@ MEGATRON_ENUMS = frozenset({
 # state machine, the distributed optimizer's bookkeeping
 OBJECTS = TENSORS | NUMPY | MEGATRON_ENUMS | frozenset({
     ("argparse", "Namespace"), ("_codecs", "encode"), ("signal", "Signals"), ("torch", "Size"),
+    ("pathlib", "PosixPath"),  # a Path-valued argument in Megatron-LM's args (megatron-core admits it for that)
 })
 
 TE_RECIPE = "transformer_engine.common.recipe"

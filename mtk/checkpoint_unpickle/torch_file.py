@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import io
 import zipfile
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from .machine import Damaged, Machine, Refused
 from .rules import Rules, Storage, StorageKind, storage_kinds
@@ -79,7 +79,7 @@ def load(file: IO[bytes], rules: Rules, hollow: bool = False) -> Any:
             if not hollow:
                 data = bytearray(nbytes)
                 with archive.open(info) as fh:
-                    if fh.readinto(data) != nbytes:
+                    if cast(io.BufferedIOBase, fh).readinto(data) != nbytes:
                         raise Damaged(f"storage {key} is cut short")
                 typed = _typed(kind.dtype, data)
             loaded[key] = Storage(kind.dtype, numel, typed)
