@@ -38,8 +38,13 @@ def synthesized_metadata(chunks: int) -> bytes:
     """A DCP Metadata with ``chunks`` tensor chunks over chunks/64 tensors, pickled as torch's writer does."""
     import torch
     from torch.distributed.checkpoint.filesystem import _StorageInfo
-    from torch.distributed.checkpoint.metadata import (ChunkStorageMetadata, Metadata, MetadataIndex,
-                                                       TensorProperties, TensorStorageMetadata)
+    from torch.distributed.checkpoint.metadata import (
+        ChunkStorageMetadata,
+        Metadata,
+        MetadataIndex,
+        TensorProperties,
+        TensorStorageMetadata,
+    )
 
     per, state, storage = 64, {}, {}
     for t in range(max(1, chunks // per)):
@@ -61,10 +66,10 @@ def main() -> int:
     sys.path.insert(0, str(ROOT / "tests"))
     warnings.simplefilter("ignore")
     import torch
+    from mtk.training import compat
     from torch.distributed.checkpoint.metadata import BytesStorageMetadata
 
     from mtk import checkpoint_unpickle as cu
-    from mtk.training import compat
 
     compat.install_import_stubs()  # torch.load of Megatron-LM's args imports megatron's enums
     rows = []
