@@ -71,6 +71,11 @@ def _run(where: str, what: str, read: Any) -> Any:
         raise CheckpointRefused(where, what, exc.thing) from None
     except Damaged as exc:
         raise CheckpointDamagedPickle(f"{where}: the {what} cannot be read: {exc}") from None
+    except (TypeError, ValueError, RuntimeError, IndexError, KeyError, AttributeError, OverflowError,
+            MemoryError) as exc:  # a value that does not fit where the file puts it (a tensor as a dict key, ...)
+        if isinstance(exc, BadInput):
+            raise
+        raise CheckpointDamagedPickle(f"{where}: the {what} cannot be read ({type(exc).__name__}: {exc})") from None
 
 
 def load_metadata(file: IO[bytes] | bytes, where: str) -> Any:
