@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from mtk import checkpoint_unpickle
-from mtk.checkpoint_files import ShardPathRefused, open_inside, path_inside, size_inside
+from mtk.checkpoint_files import ShardPathRefused, open_inside, path_inside, sizes_inside
 from mtk.checkpoint_paths import TRACKER, checkpoint_dir
 from mtk.checkpoint_unpickle import CheckpointRefused
 from mtk.exitcodes import BadInput
@@ -275,12 +275,13 @@ def _check_shards(path: Path) -> None:
         rel = getattr(info, "relative_path", None)
         if rel is not None:
             need[rel] = max(need.get(rel, 0), int(info.offset) + int(info.length))
+    try:
+        sizes = sizes_inside(path, sorted(need), str(metadata))
+    except ShardPathRefused as exc:
+        raise CheckpointUnsafe(str(exc)) from None
     for rel, size in sorted(need.items()):
         shard = path / rel
-        try:
-            have = size_inside(path, rel, str(metadata))
-        except ShardPathRefused as exc:
-            raise CheckpointUnsafe(str(exc)) from None
+        have = sizes[rel]
         if have is None:
             raise CheckpointDamaged(f"{shard} is missing (listed in {metadata}); the checkpoint is incomplete")
         if have < size:
