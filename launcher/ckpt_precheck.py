@@ -11,18 +11,24 @@ before torchrun spends minutes starting ranks. The common state is unpickled wit
 (seconds per node otherwise): megatron's own classes in it (rerun-state enums) become inert stand-ins.
 
 A checkpoint dir is data other people write. Every pickle in it (``.metadata``, the common state, each pickled
-object the ranks will load) is read through :mod:`mtk.checkpoint_unpickle`, which admits only the globals real
-checkpoints hold: one naming any other (``os.system``) is refused by name, exit 2, before anything of it runs.
+object the ranks will load, a TransformerEngine module's FP8 extra state) is read through
+:mod:`mtk.checkpoint_unpickle`, which runs only the opcodes and globals real checkpoints hold: anything else
+(``os.system``, NEWOBJ_EX, BUILD on a class) is refused by name, exit 2, before anything of it runs. Every file is
+opened through :mod:`mtk.checkpoint_files`: a shard path that leaves the iteration dir (``../``, absolute, a
+symbolic link) is refused by name, and nothing outside the dir is opened or stat'ed; the iteration dir the tracker
+names must not be a link either.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import stat
 from pathlib import Path
 from typing import IO, Any
 
 from mtk import checkpoint_unpickle
+from mtk.checkpoint_files import ShardPathRefused, open_inside, path_inside, sizes_inside
 from mtk.checkpoint_paths import TRACKER, checkpoint_dir
 from mtk.checkpoint_unpickle import CheckpointRefused
 from mtk.exitcodes import BadInput
@@ -36,7 +42,18 @@ class CheckpointDamaged(BadInput, ValueError):
 
 
 class CheckpointUnsafe(CheckpointDamaged):
-    """A pickle in the checkpoint names a global no checkpoint holds (mtk.checkpoint_unpickle); nothing ran."""
+    """A pickle in the checkpoint holds a global or opcode no checkpoint holds (mtk.checkpoint_unpickle), or a file
+    it names lies outside its dir (mtk.checkpoint_files); nothing ran, nothing outside was opened."""
+
+
+_UNSAFE = (CheckpointRefused, ShardPathRefused)
+
+
+def _not_a_link(path: Path) -> None:
+    """The iteration dir the tracker names is read below it only if it is a real dir (lstat of the name alone)."""
+    if path.is_symlink():
+        raise CheckpointUnsafe(f"{path} is a symbolic link; a checkpoint's iteration dir is a plain dir — refusing "
+                               "to follow it (replace it with the checkpoint itself, or delete the tracker)")
 
 
 def reporting_node(env) -> bool:
@@ -69,14 +86,19 @@ def check_resume_checkpoint(job, run_dir: str) -> None:
     root = checkpoint_root(job, run_dir)
     tracker = root / TRACKER
     try:
-        raw = tracker.read_bytes()
+        with open_inside(root, TRACKER, str(root)) as fh:
+            raw = fh.read(4096)
     except FileNotFoundError:
         return
-    except IsADirectoryError:
-        raise CheckpointDamaged(f"{tracker} is a directory; remove it to start from scratch") from None
+    except ShardPathRefused:
+        if stat.S_ISDIR(os.lstat(tracker).st_mode):  # lstat: a link is never followed, not even to name it
+            raise CheckpointDamaged(f"{tracker} is a directory; remove it to start from scratch") from None
+        raise CheckpointUnsafe(f"{tracker} is a symbolic link or not a regular file; refusing to follow it (write "
+                               "the iteration to resume from into a plain file, or delete it)") from None
     text = raw.decode("utf-8", errors="replace").strip()
     if text == RELEASE:  # Megatron-LM's weights-only checkpoint in <root>/release
         path = root / RELEASE
+        _not_a_link(path)
         if not path.is_dir():
             raise CheckpointDamaged(f"{tracker} names {RELEASE} but {path} is missing: restore it, or point the "
                                     "tracker at a complete iter_* dir, or delete the tracker")
@@ -88,6 +110,7 @@ def check_resume_checkpoint(job, run_dir: str) -> None:
         raise CheckpointDamaged(f"{tracker} holds {shown!r}, not an iteration number: write the iteration of a "
                                 f"complete iter_* dir in {root} into it, or delete it to start from scratch")
     path = root / f"iter_{int(text):07d}"
+    _not_a_link(path)
     if not path.is_dir():
         raise CheckpointDamaged(f"{tracker} names iteration {int(text)} but {path} is missing: restore it, or point "
                                 "the tracker at another complete iter_* dir, or delete the tracker")
@@ -122,22 +145,26 @@ COMMON_KEY = "common_state/shard_0_1"  # megatron-core's ShardedObject("common_s
 
 
 def read_metadata(path: Path) -> Any:
-    """torch.distributed.checkpoint's ``.metadata`` of ``path``, admitting only its own classes (torch reads it
-    with plain ``pickle.load``); CheckpointDamaged naming the file when it holds anything else or is damaged."""
+    """torch.distributed.checkpoint's ``.metadata`` of ``path``, through mtk's reader (torch reads it with plain
+    ``pickle.load``), every shard path in it checked to stay inside ``path``; CheckpointUnsafe naming the file when
+    it holds anything else, CheckpointDamaged when it is damaged."""
     metadata = path / ".metadata"
     try:
-        with metadata.open("rb") as fh:
-            return checkpoint_unpickle.load_metadata(fh, str(metadata))
-    except CheckpointRefused as exc:
+        with open_inside(path, ".metadata", str(path)) as fh:
+            meta = checkpoint_unpickle.load_metadata(fh, str(metadata))
+        for info in (meta.storage_data or {}).values():
+            path_inside(path, info.relative_path, str(metadata))
+        return meta
+    except _UNSAFE as exc:
         raise CheckpointUnsafe(str(exc)) from None
-    except Exception as exc:  # pickle/torch errors on a damaged file: name the file, not the internals
+    except Exception as exc:  # a damaged file: name the file, not the internals
         raise CheckpointDamaged(f"{metadata} cannot be read ({type(exc).__name__}: {exc}); the checkpoint is "
                                 "damaged — point the tracker at another iter_* dir or delete it") from None
 
 
-def _objects(path: Path, meta: Any) -> list[tuple[str, Path, int, int]]:
+def _objects(path: Path, meta: Any) -> list[tuple[str, str, int, int]]:
     """Every pickled object megatron-core will unpickle on the ranks (the common state, rng_state, the rerun
-    state, optimizer bookkeeping): (key, shard file, offset, length)."""
+    state, optimizer bookkeeping, FP8 extra state): (key, shard path relative to ``path``, offset, length)."""
     from torch.distributed.checkpoint.metadata import BytesStorageMetadata
 
     found = []
@@ -148,28 +175,39 @@ def _objects(path: Path, meta: Any) -> list[tuple[str, Path, int, int]]:
             raise CheckpointDamaged(f"{path / info.relative_path}: {index.fqn} is stored through transforms "
                                     f"({', '.join(info.transform_descriptors)}) megatron-core never writes; "
                                     "refusing to load it")
-        found.append((index.fqn, path / info.relative_path, int(info.offset), int(info.length)))
+        found.append((index.fqn, info.relative_path, int(info.offset), int(info.length)))
     return found
 
 
+def _what(key: str) -> str:
+    return "common state" if key == COMMON_KEY else key.split("/")[0]
+
+
+EXTRA_STATE = "_extra_state"  # a TransformerEngine module's FP8 state: TE unpickles the bytes inside it itself
+
+
 def _check_objects(path: Path, meta: Any) -> None:
-    """Refuse a checkpoint whose pickled objects name a global no checkpoint holds. megatron-core unpickles them
-    on every rank through torch's DCP planner, which does not restrict globals; here only their pickles are
-    walked (never their tensors) with an unpickler that builds nothing."""
-    for key, shard, offset, length in _objects(path, meta):
-        if not shard.is_file():
-            continue  # _check_shards names it
-        with shard.open("rb") as fh:
-            fh.seek(offset)
-            raw: IO[bytes] = (io.BytesIO(fh.read(length)) if length < _SLICE_READ
-                              else io.BufferedReader(_Slice(fh, offset, length)))
-            what = "common state" if key == COMMON_KEY else key.split("/")[0]
-            try:
-                checkpoint_unpickle.scan_torch(raw, str(path if key == COMMON_KEY else shard), what)
-            except CheckpointRefused as exc:
-                raise CheckpointUnsafe(str(exc)) from None
-            except Exception:
-                continue  # damaged, not hostile: each rank's load (restricted too) names it
+    """Refuse a checkpoint whose pickled objects hold anything no checkpoint holds. megatron-core unpickles them
+    on every rank through torch's DCP planner (``torch.load(weights_only=False)``); here each is run through mtk's
+    reader, its tensors checked but not read — except a module's FP8 extra state, whose bytes TransformerEngine
+    unpickles itself: those are read and run through the reader too."""
+    for key, rel, offset, length in _objects(path, meta):
+        shard = path / rel
+        where = str(path if key == COMMON_KEY else shard)
+        try:
+            with open_inside(path, rel, str(path / ".metadata")) as fh:
+                fh.seek(offset)
+                raw: IO[bytes] = (io.BytesIO(fh.read(length)) if length < _SLICE_READ
+                                  else io.BufferedReader(_Slice(fh, offset, length)))
+                if EXTRA_STATE in key:
+                    state = checkpoint_unpickle.load_torch(raw, where, _what(key))
+                    checkpoint_unpickle.check_extra_state(state, where)
+                else:
+                    checkpoint_unpickle.scan_torch(raw, where, _what(key))
+        except _UNSAFE as exc:
+            raise CheckpointUnsafe(str(exc)) from None
+        except Exception:
+            continue  # missing or damaged, not hostile: _check_shards or each rank's load (policed too) names it
 
 
 _SLICE_READ = 1 << 20  # a larger object (a dp_reshardable optimizer's state) is read in place: its pickle only
@@ -191,28 +229,34 @@ def read_common_state(path: Path) -> dict[str, Any] | None:
     """The checkpoint's common (non-tensor) state — Megatron-LM's ``args``, ``content_metadata``, mtk's
     extras — read with torch alone, admitting only the globals checkpoints hold (CheckpointDamaged naming the
     file and the global otherwise); None when it is not there or not a dict."""
+    _not_a_link(path)
     legacy = path / "common.pt"
     where = str(legacy)
     raw: bytes | None = None
-    if legacy.is_file():  # megatron-core reads this one first when it exists
-        raw = legacy.read_bytes()
-    else:
-        meta = read_metadata(path)
-        where = str(path)
-        for key, shard, offset, length in _objects(path, meta):
-            if key == COMMON_KEY:
-                try:
-                    with shard.open("rb") as fh:
-                        fh.seek(offset)
-                        raw = fh.read(length)
-                except OSError:
-                    return None  # _check_shards names a missing shard
-        if raw is None:
-            return None  # not megatron-core's layout: the ranks decide
     try:
+        if os.path.lexists(legacy):  # megatron-core reads this one first when it exists
+            with open_inside(path, "common.pt", str(path)) as fh:
+                raw = fh.read()
+        else:
+            if not os.path.lexists(path / ".metadata"):
+                return None  # not a torch_dist checkpoint: _check_shards names it, the ranks decide
+            meta = read_metadata(path)
+            where = str(path)
+            for key, rel, offset, length in _objects(path, meta):
+                if key == COMMON_KEY:
+                    try:
+                        with open_inside(path, rel, str(path / ".metadata")) as fh:
+                            fh.seek(offset)
+                            raw = fh.read(length)
+                    except OSError:
+                        return None  # _check_shards names a missing shard
+            if raw is None:
+                return None  # not megatron-core's layout: the ranks decide
         common = checkpoint_unpickle.load_torch(raw, where, "common state")
-    except CheckpointRefused as exc:
+    except _UNSAFE as exc:
         raise CheckpointUnsafe(str(exc)) from None
+    except CheckpointDamaged:
+        raise
     except Exception:
         return None
     if isinstance(common, list) and common:  # saved as a one-element list by megatron-core
@@ -222,7 +266,7 @@ def read_common_state(path: Path) -> dict[str, Any] | None:
 
 def _check_shards(path: Path) -> None:
     metadata = path / ".metadata"
-    if not metadata.is_file():
+    if not os.path.lexists(metadata):
         raise CheckpointDamaged(f"{metadata} is missing: {path} is not a complete torch_dist checkpoint; "
                                 "point the tracker at another iter_* dir or delete it")
     meta = read_metadata(path)
@@ -231,20 +275,24 @@ def _check_shards(path: Path) -> None:
         rel = getattr(info, "relative_path", None)
         if rel is not None:
             need[rel] = max(need.get(rel, 0), int(info.offset) + int(info.length))
+    try:
+        sizes = sizes_inside(path, sorted(need), str(metadata))
+    except ShardPathRefused as exc:
+        raise CheckpointUnsafe(str(exc)) from None
     for rel, size in sorted(need.items()):
         shard = path / rel
-        have = shard.stat().st_size if shard.is_file() else None
+        have = sizes[rel]
         if have is None:
             raise CheckpointDamaged(f"{shard} is missing (listed in {metadata}); the checkpoint is incomplete")
         if have < size:
             raise CheckpointDamaged(f"{shard} is {have} bytes but {metadata} places data up to byte {size}: the "
                                     "shard is truncated — restore it, or point the tracker at an earlier iter_* dir")
     legacy = path / "common.pt"
-    if legacy.is_file():
+    if os.path.lexists(legacy):
         try:
-            with legacy.open("rb") as fh:
+            with open_inside(path, "common.pt", str(path)) as fh:
                 checkpoint_unpickle.scan_torch(fh, str(legacy), "common state")
-        except CheckpointRefused as exc:
+        except _UNSAFE as exc:
             raise CheckpointUnsafe(str(exc)) from None
         except Exception:
             pass  # unreadable: read_common_state returns None and the ranks name it

@@ -101,7 +101,7 @@ def resume_lr_change(job: Job, run_dir: str) -> list[Problem]:
 
     path = Path(root) / f"iter_{int(text):07d}"
     try:
-        common = read_common_state(path) if (path / ".metadata").is_file() else None
+        common = read_common_state(path)  # None without a torch_dist checkpoint; never follows a link out of it
     except CheckpointUnsafe as exc:  # a pickle naming os.system (say): refused before anything is submitted
         return [Problem("train.checkpoint.dir", str(exc))]
     except Exception:  # unreadable here: the node's precheck and every rank check again

@@ -69,6 +69,11 @@ def tracked_checkpoint(root: str | Path) -> tuple[Path, int, bool] | None:
         path, iteration, release = root / RELEASE, 0, True
     else:
         path, iteration, release = root / iter_dir_name(int(entry)), int(entry), False
+    if path.is_symlink():  # every read below it would go where the link points (docs/security.md)
+        from .checkpoint_guard import CheckpointUntrusted
+
+        raise CheckpointUntrusted(f"{path} is a symbolic link; a checkpoint's iteration dir is a plain dir — refusing "
+                                  "to follow it (replace it with the checkpoint itself, or delete the tracker)")
     if not path.is_dir():
         raise FileNotFoundError(f"{root / TRACKER} names {entry} but {path} is missing; restore it or delete "
                                 f"the tracker to start from scratch")

@@ -1,8 +1,10 @@
-"""mtk's own checkpoint, and a hostile copy of it, through the paths a user takes (issue 43): `mtk launch` with
-the local backend on a resume, and torchrun started directly (every rank checks).
+"""mtk's own checkpoint, and hostile copies of it, through the paths a user takes (issues 43, 49): `mtk launch`
+with the local backend on a resume, and torchrun started directly (every rank checks).
 
-The real checkpoint's pickles name only admitted globals and it resumes; the copy with one object swapped for an
-``os.system`` payload is refused by name (exit 2) and the marker the payload would write stays absent."""
+The real checkpoint's pickles hold only admitted globals and opcodes and it resumes; a copy with one object swapped
+for an ``os.system`` payload, an opcode attack (NEWOBJ_EX on a storage class, a numpy object dtype with its flags
+cleared, BUILD on a class) or a shard path leaving the dir is refused by name (exit 2): the marker the payload would
+write stays absent, the process survives (a crash would be a signal), no path moves."""
 
 from __future__ import annotations
 
@@ -15,9 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.hostile_checkpoint import census, plant, touching
-
-from mtk import checkpoint_unpickle
+from support import hostile_checkpoint as hostile
+from support.hostile_checkpoint import assert_admitted, census, plant, touching
 
 pytestmark = pytest.mark.integration
 
@@ -62,11 +63,8 @@ def _hostile(tmp_path: Path, saved: Path, key: str) -> tuple[Path, Path, Path]:
 
 def test_mtks_own_checkpoint_names_only_admitted_globals_and_resumes(saved, tmp_path):
     found = census(saved / "iter_0000002")
-    assert found["objects"] and found["metadata"]
-    for module, name in found["objects"]:
-        assert checkpoint_unpickle.admitted(module, name, checkpoint_unpickle.CHECKPOINT_GLOBALS), (module, name)
-    for module, name in found["metadata"]:
-        assert checkpoint_unpickle.admitted(module, name, checkpoint_unpickle.METADATA_GLOBALS), (module, name)
+    assert found["objects"] and found["metadata"] and found["tensors"]
+    assert_admitted(found)
     runs = tmp_path / "runs"
     shutil.copytree(saved, runs / "again" / "checkpoints")
     out = launch(runs, "again", 3)
@@ -88,6 +86,39 @@ def test_mtk_launch_refuses_a_planted_common_state_before_submitting(saved, tmp_
     assert not marker.exists()
 
 
+LAUNCH_ATTACKS = {  # id: (where, payload, what the one line says)
+    "storage-kwargs": ("common_state", hostile.storage_with_kwargs, "the common state holds pickle opcode NEWOBJ_EX"),
+    "object-array": ("common_state", hostile.object_array_from_bytes,
+                     "the common state holds numpy.dtype('O', False, True)"),
+    "class-build": (".metadata", None, "the checkpoint metadata holds BUILD on pathlib.PosixPath itself"),
+    "dot-dot": ("relative_path", None, "shard path '../../../outside.distcp' leaves the checkpoint dir"),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(LAUNCH_ATTACKS))
+def test_mtk_launch_refuses_an_opcode_attack_or_an_escaping_shard_in_one_line(saved, tmp_path, attack):
+    """`mtk launch`'s resume check (before anything is submitted) in its own process: exit 2, one line naming the
+    file; a crash would be a signal. BUILD on PosixPath would have made every path the launch writes the file's."""
+    runs = tmp_path / "runs"
+    shutil.copytree(saved, runs / "evil" / "checkpoints")
+    iter_dir = runs / "evil" / "checkpoints" / "iter_0000002"
+    where, make, said = LAUNCH_ATTACKS[attack]
+    chosen = tmp_path / "chosen-by-the-file"
+    (tmp_path / "outside.distcp").write_bytes(b"not yours")
+    if where == ".metadata":
+        (iter_dir / ".metadata").write_bytes(hostile.class_attribute_set("pathlib", "PosixPath", "_str", str(chosen)))
+    elif where == "relative_path":
+        hostile.point_shard(iter_dir, "common_state/shard_0_1", "../../../outside.distcp")
+    else:
+        hostile.plant_bytes(iter_dir, "common_state/shard_0_1", hostile.torch_file(make()))
+    out = launch(runs, "evil", 3)
+    said_all = out.stdout + out.stderr
+    assert out.returncode == 2, (out.returncode, said_all[-3000:])
+    line = f"train.checkpoint.dir: {iter_dir}"
+    assert line in said_all and said in said_all and "Traceback" not in said_all, said_all[-3000:]
+    assert not list(runs.glob("evil-*")) and not chosen.exists(), "a refused launch writes nothing, anywhere"
+
+
 def test_the_node_step_refuses_a_planted_rng_state_before_torchrun(saved, tmp_path):
     """The launch reads only the common state; the node's precheck walks every object the ranks will load."""
     runs, shard, marker = _hostile(tmp_path, saved, "rng_state")
@@ -99,8 +130,15 @@ def test_the_node_step_refuses_a_planted_rng_state_before_torchrun(saved, tmp_pa
 
 
 def test_ranks_started_directly_refuse_it_and_run_nothing(saved, tmp_path):
-    """torchrun without the node step: megatron-core's reads on each rank go through the restricted unpickler."""
-    runs, _, marker = _hostile(tmp_path, saved, "common_state")
+    """torchrun without the node step: megatron-core's reads on each rank go through mtk's reader. The rng_state
+    object of one rank holds the numpy attack (SIGSEGV in a plain reader): that rank's refusal reaches every rank
+    (DCP gathers the read step), and each says it in one line instead of crashing."""
+    runs = tmp_path / "runs"
+    shutil.copytree(saved, runs / "evil" / "checkpoints")
+    iter_dir = runs / "evil" / "checkpoints" / "iter_0000002"
+    with open(iter_dir / ".metadata", "rb") as fh:
+        rng = sorted(k for k in pickle.load(fh).state_dict_metadata if k.startswith("rng_state"))[0]
+    shard = hostile.plant_bytes(iter_dir, rng, hostile.torch_file(hostile.object_array_from_bytes()))
     job = json.loads(next(saved.parent.parent.glob("safe-*/job.json")).read_text())
     job["train"]["checkpoint"]["dir"] = str(runs / "evil" / "checkpoints")
     job["train"]["iterations"] = 3
@@ -112,6 +150,6 @@ def test_ranks_started_directly_refuse_it_and_run_nothing(saved, tmp_path):
                          capture_output=True, text=True, timeout=900, cwd=run_dir,
                          env={**os.environ, "OMP_NUM_THREADS": "1"})
     said = out.stdout + out.stderr
-    assert out.returncode != 0, said[-3000:]
-    assert f"the common state holds posix.system, {NEVER}" in said, said[-3000:]
-    assert not marker.exists()
+    assert out.returncode != 0 and "Signals.SIGSEGV" not in said and "exitcode  : -11" not in said, said[-3000:]
+    refusal = f"[mtk] error: {shard}: the rng_state holds numpy.dtype('O', False, True)"
+    assert refusal in said, said[-3000:]
