@@ -8,12 +8,16 @@ Series per metric, measured at growing node counts N (ranks = 8N). Three kinds o
 * ``machine`` (a wall time of N processes time-sharing this machine's 2 cores): printed and drawn as this
   machine's limit, never fitted or extrapolated — it measures CPU starvation, not the protocol;
 * ``derived`` (a figure at 1,024 computed from counts and a measured per-operation cost, its model in the note):
-  printed as it is, against its target.
+  printed as it is, against its target;
+* ``reference`` (mtk's code before a fix, measured the same way for comparison): fitted like ``measured``, its
+  target shown as what the fix was for ("was over", not a verdict on mtk now). A measured series whose metric
+  names the old code ("mtk before", "BEFORE") is one.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +43,8 @@ class Series:
     kind: str = "measured"
 
     def __post_init__(self) -> None:
+        if self.kind == "measured" and _BEFORE.search(self.metric):
+            self.kind = "reference"
         if self.kind not in KINDS:
             raise ValueError(f"Series kind {self.kind!r}: choose from {', '.join(KINDS)}")
         if self.kind == "machine" and self.target is not None:
@@ -53,7 +59,8 @@ class Series:
         return fit(self).at(nodes)
 
 
-KINDS = ("measured", "machine", "derived")
+KINDS = ("measured", "machine", "derived", "reference")
+_BEFORE = re.compile(r"\bmtk before\b|\bBEFORE\b")
 
 
 @dataclass
@@ -123,14 +130,18 @@ def table(all_series: list[Series], nodes: int = TARGET_NODES) -> str:
     for s in all_series:
         pts = ", ".join(f"{n}: {_num(v)}" for n, v in zip(s.n, s.values, strict=True))
         at = s.at(nodes)
-        if s.kind == "measured":
+        if s.kind in ("measured", "reference"):
             f = fit(s)
             law, k = f.law, f"{f.exponent:.2f}"
         else:
             law, k = ("this machine", "") if s.kind == "machine" else ("derived", "")
         shown = "—" if at is None else _num(at)
-        tgt = "" if s.target is None or at is None else (
-            f"≤ {_num(s.target)} " + ("ok" if at <= s.target else "MISSED"))
+        if s.target is None or at is None:
+            tgt = ""
+        elif s.kind == "reference":
+            tgt = f"≤ {_num(s.target)} " + ("(was within)" if at <= s.target else "(was over: fixed)")
+        else:
+            tgt = f"≤ {_num(s.target)} " + ("ok" if at <= s.target else "MISSED")
         rows.append((s.component, s.metric, s.unit, pts, law, k, shown, tgt))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
@@ -157,7 +168,7 @@ def plot(all_series: list[Series], out_dir: Path, nodes: int = TARGET_NODES) -> 
             pos = [(n, v) for n, v in zip(s.n, s.values, strict=True) if v > 0]
             if not pos:
                 continue
-            if s.kind != "measured":
+            if s.kind not in ("measured", "reference"):
                 ax.plot([n for n, _ in pos], [v for _, v in pos], "*" if s.kind == "derived" else "x",
                         markersize=10 if s.kind == "derived" else 6,
                         label=f"{s.metric} ({s.unit}): " + ("derived" if s.kind == "derived" else "this machine"))

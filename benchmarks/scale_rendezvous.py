@@ -54,6 +54,7 @@ sys.path.insert(0, str(HERE))
 
 from scale_core import RANKS_PER_NODE, TARGET_NODES, Series  # noqa: E402
 from scale_rendezvous_model import (  # noqa: E402
+    KEEP_ALIVE_S,
     TORCH_JITTER_S,
     c10d_join,
     interpolate,
@@ -915,11 +916,16 @@ def _derived(counted: dict, svc: dict, nodes: int = TARGET_NODES) -> list[Series
                                    f"measured state size, handler cycle and server CPU per request. {anchor}"))
         window = least_window_s(nodes, svc)
         res = c10d_join(nodes, window, cyc, cas, get, size, RTT_S) if window != float("inf") else None
+        link = cyc(nodes) + RTT_S + cas(nodes)
+        load = (f"keep-alives of {nodes:,} joined agents: {nodes / KEEP_ALIVE_S:.0f} compare-and-sets/s against "
+                f"the chain's {1 / link:.0f}/s at {nodes:,} (one link {link * 1e3:.1f} ms): "
+                f"{nodes / KEEP_ALIVE_S * link:.0%} busy — and they go on all through training")
         out.append(Series("rendezvous", "c10d (PyTorchJob): the least spread of the agents' starts that completes "
                           f"within {TARGET_S:g} s", "s", [nodes], [window], kind="derived",
-                          note="bisection on the model" + ("" if res is None or res.seconds_after_last_arrival is None
-                                                           else f": then {res.seconds_after_last_arrival + post:.1f} s "
-                                                                "after the last arrival")))
+                          note="bisection on the model" + (
+                              ": none, the keep-alives alone saturate the chain" if res is None else
+                              f": then {res.seconds_after_last_arrival + post:.1f} s after the last arrival"
+                              if res.seconds_after_last_arrival is not None else "") + f"; {load}"))
     return out
 
 
