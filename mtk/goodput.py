@@ -304,7 +304,9 @@ def restart_path(job: Job, step_s: float) -> Restart:
         "exit": 30.0,                  # mtk's stop grace: ranks end, the node step writes last_exit
         "requeue": 60.0,               # Slurm requeue / a PyTorchJob restart: one scheduler cycle + node prolog
         "image": 60.0,                 # container start on every node (enroot/pyxis import of a cached image)
-        "rendezvous": 30.0 + 0.02 * nodes,  # above what scale_rendezvous.py derives at 1,024 nodes, on purpose
+        # above the static rendezvous's 0.1 s derived at 1,024 nodes (scale_rendezvous.py), on purpose; c10d's, with
+        # every pod starting at once, does not complete there (docs/scale.md)
+        "rendezvous": 30.0 + 0.02 * nodes,
         "nccl_init": 10.0,             # on paper, see benchmarks/README.md (NVIDIA/nccl#1789)
         "load": max(load, 5.0),
         "first_step": 3 * step_s,      # data loader warm-up, allocator, first all-reduce
