@@ -10,7 +10,7 @@ Series per metric, measured at growing node counts N (ranks = 8N). Three kinds o
 * ``derived`` (a figure at 1,024 computed from counts and a measured per-operation cost, its model in the note):
   printed as it is, against its target;
 * ``reference`` (mtk's code before a fix, measured the same way for comparison): fitted like ``measured``, its
-  target shown as what the fix was for ("was over", not a verdict on mtk now). A measured series whose metric
+  target shown as what the fix was for, without a verdict (that is for mtk now). A measured series whose metric
   names the old code ("mtk before", "BEFORE") is one.
 """
 
@@ -139,7 +139,7 @@ def table(all_series: list[Series], nodes: int = TARGET_NODES) -> str:
         if s.target is None or at is None:
             tgt = ""
         elif s.kind == "reference":
-            tgt = f"≤ {_num(s.target)} " + ("(was within)" if at <= s.target else "(was over: fixed)")
+            tgt = f"≤ {_num(s.target)} (the code before the fix: a reference, no verdict)"
         else:
             tgt = f"≤ {_num(s.target)} " + ("ok" if at <= s.target else "MISSED")
         rows.append((s.component, s.metric, s.unit, pts, law, k, shown, tgt))

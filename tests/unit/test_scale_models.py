@@ -30,7 +30,7 @@ def test_derived_figures_are_judged_and_the_code_before_a_fix_is_not():
                     target=2.0)
     rows = table([derived, over, before]).splitlines()
     assert rows[2].endswith("ok") and rows[3].endswith("MISSED")
-    assert before.kind == "reference" and "was over" in rows[4] and "MISSED" not in rows[4]
+    assert before.kind == "reference" and "no verdict" in rows[4] and "MISSED" not in rows[4]
 
 
 def test_static_join_is_every_request_served_in_turn_plus_a_poll_and_the_round_trips():
