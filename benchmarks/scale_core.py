@@ -1,14 +1,23 @@
 """What benchmarks/scale.py's components hand back, and how their growth is fitted, printed and plotted.
 
 Every component module (`benchmarks/scale_<name>.py`) exposes `measure(quick: bool) -> list[Series]`: one
-Series per metric, measured at growing node counts N (ranks = 8N). The driver fits each one on a log-log line
-(value = c * N^k), names the law from the exponent k, extrapolates it to N = 1,024 and draws it: the growth law
-is what a 2-core machine can measure honestly, the absolute figure at 1,024 nodes only follows from it.
+Series per metric, measured at growing node counts N (ranks = 8N). Three kinds of series:
+
+* ``measured`` (a count or a cost that does not depend on this machine's load): fitted on a log-log line
+  (value = c * N^k), its law named from the exponent k, extrapolated to N = 1,024 and drawn;
+* ``machine`` (a wall time of N processes time-sharing this machine's 2 cores): printed and drawn as this
+  machine's limit, never fitted or extrapolated — it measures CPU starvation, not the protocol;
+* ``derived`` (a figure at 1,024 computed from counts and a measured per-operation cost, its model in the note):
+  printed as it is, against its target;
+* ``reference`` (mtk's code before a fix, measured the same way for comparison): fitted like ``measured``, its
+  target shown as what the fix was for, without a verdict (that is for mtk now). A measured series whose metric
+  names the old code ("mtk before", "BEFORE") is one.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +29,8 @@ RANKS_PER_NODE = 8
 class Series:
     """One metric of one component against nodes N (`n[i]` nodes gave `values[i]`, in `unit`).
 
-    `target` (optional) is the ceiling item 2 of issue 45 sets for the 1,024-node extrapolation, same unit.
+    `target` (optional) is the ceiling item 2 of issue 45 sets for the 1,024-node figure, same unit. `kind`:
+    "measured", "machine" or "derived" (module docstring).
     """
 
     component: str
@@ -30,6 +40,27 @@ class Series:
     values: list[float]
     note: str = ""
     target: float | None = None
+    kind: str = "measured"
+
+    def __post_init__(self) -> None:
+        if self.kind == "measured" and _BEFORE.search(self.metric):
+            self.kind = "reference"
+        if self.kind not in KINDS:
+            raise ValueError(f"Series kind {self.kind!r}: choose from {', '.join(KINDS)}")
+        if self.kind == "machine" and self.target is not None:
+            raise ValueError(f"{self.metric}: a machine-bound wall time has no 1,024-node figure to hold a target")
+
+    def at(self, nodes: int) -> float | None:
+        """The figure at `nodes`: the fit's extrapolation, a derived series' own value, None for a wall time."""
+        if self.kind == "machine":
+            return None
+        if self.kind == "derived":
+            return dict(zip(self.n, self.values, strict=True)).get(nodes)
+        return fit(self).at(nodes)
+
+
+KINDS = ("measured", "machine", "derived", "reference")
+_BEFORE = re.compile(r"\bmtk before\b|\bBEFORE\b")
 
 
 @dataclass
@@ -97,11 +128,21 @@ def table(all_series: list[Series], nodes: int = TARGET_NODES) -> str:
     head = ("component", "metric", "unit", "measured (N: value)", "law", "k", f"at N={nodes:,}", "target")
     rows = [head]
     for s in all_series:
-        f = fit(s)
         pts = ", ".join(f"{n}: {_num(v)}" for n, v in zip(s.n, s.values, strict=True))
-        at = f.at(nodes)
-        tgt = "" if s.target is None else (f"≤ {_num(s.target)} " + ("ok" if at <= s.target else "MISSED"))
-        rows.append((s.component, s.metric, s.unit, pts, f.law, f"{f.exponent:.2f}", _num(at), tgt))
+        at = s.at(nodes)
+        if s.kind in ("measured", "reference"):
+            f = fit(s)
+            law, k = f.law, f"{f.exponent:.2f}"
+        else:
+            law, k = ("this machine", "") if s.kind == "machine" else ("derived", "")
+        shown = "—" if at is None else _num(at)
+        if s.target is None or at is None:
+            tgt = ""
+        elif s.kind == "reference":
+            tgt = f"≤ {_num(s.target)} (the code before the fix: a reference, no verdict)"
+        else:
+            tgt = f"≤ {_num(s.target)} " + ("ok" if at <= s.target else "MISSED")
+        rows.append((s.component, s.metric, s.unit, pts, law, k, shown, tgt))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -124,10 +165,17 @@ def plot(all_series: list[Series], out_dir: Path, nodes: int = TARGET_NODES) -> 
         group = [s for s in all_series if s.component == component]
         fig, ax = plt.subplots(figsize=(11, 5))
         for s in group:
-            f = fit(s)
             pos = [(n, v) for n, v in zip(s.n, s.values, strict=True) if v > 0]
             if not pos:
                 continue
+            if s.kind not in ("measured", "reference"):
+                ax.plot([n for n, _ in pos], [v for _, v in pos], "*" if s.kind == "derived" else "x",
+                        markersize=10 if s.kind == "derived" else 6,
+                        label=f"{s.metric} ({s.unit}): " + ("derived" if s.kind == "derived" else "this machine"))
+                if s.target is not None:
+                    ax.axhline(s.target, color=ax.lines[-1].get_color(), linestyle=":", linewidth=1)
+                continue
+            f = fit(s)
             line = ax.plot([n for n, _ in pos], [v for _, v in pos], "o", label=f"{s.metric} ({s.unit}): {f.law}, "
                            f"k={f.exponent:.2f}")[0]
             xs = [min(s.n) * (nodes / min(s.n)) ** (i / 40) for i in range(41)]
@@ -136,7 +184,8 @@ def plot(all_series: list[Series], out_dir: Path, nodes: int = TARGET_NODES) -> 
                 ax.axhline(s.target, color=line.get_color(), linestyle=":", linewidth=1)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xlabel(f"nodes N (ranks = {RANKS_PER_NODE}N); dashed: fit to N={nodes:,}, dotted: target")
+        ax.set_xlabel(f"nodes N (ranks = {RANKS_PER_NODE}N); dashed: fit to N={nodes:,}, dotted: target, "
+                      "x: this machine's wall time, *: derived")
         ax.set_title(f"{component}: measured points and fitted growth")
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         ax.grid(True, which="both", alpha=0.3)

@@ -10,6 +10,16 @@ quadratic (issue 45; ``benchmarks/scale_fs.py`` counts both).
 What the user sees is unchanged: a stopped rank is blamed once its deadline has passed and its heartbeat has
 been quiet for STALE_INTERVALS intervals (one more interval for the summaries to reach the judge), the verdict
 reaches every node within one interval, and every node dumps its ranks' stacks before the run is killed.
+
+When the judge's node is gone, one judge at a time takes over (issue 51), so the shared filesystem stays linear
+exactly when it is already stressed: every node had judged alone, each reading all N summaries in the same
+interval (N^2 operations). Nodes take turns in a fixed order, the node's place among the ranks (the node holding
+ranks 8g..8g+7 is node g; g = 0 is the judge): node g may take over once its own ranks are
+``FALLBACK_INTERVALS + TAKEOVER_INTERVALS * g`` intervals past their deadline, and only if no other node holds the
+judge's lease (``state/hang-judge.json``: a host and a time, renewed every interval by its holder, stale after
+LEASE_INTERVALS). The holder judges every interval until its verdict is declared; everyone else adopts it. With
+the judge dead, the verdict comes ``FALLBACK_INTERVALS + TAKEOVER_INTERVALS`` (+1 for the summaries) intervals
+after the deadline, ``TAKEOVER_INTERVALS`` more for each node in front that is dead too.
 """
 
 from __future__ import annotations
@@ -48,9 +58,14 @@ DUMP_GRACE_S = 3.0
 STALE_INTERVALS = 3.0
 # Phases in the order one iteration goes through them (a rank in a later phase is further along).
 PHASES = ("startup", "step", "eval", "save", "done")
-# A node whose own ranks are this many intervals past their deadline with no verdict judges by itself: the judge's
-# monitor is gone (it declares within two intervals of a deadline otherwise).
+# A node whose own ranks are this many intervals past their deadline with no verdict may judge instead: the judge's
+# monitor is gone (it declares within two intervals of a deadline otherwise). Node g (in rank order) waits
+# TAKEOVER_INTERVALS more per node in front of it, so that one node at a time takes over.
 FALLBACK_INTERVALS = 4.0
+TAKEOVER_INTERVALS = 2.0
+# The lease of the node that took over judging: its holder renews it every interval; older than this, it is free.
+JUDGE_LEASE = "state/hang-judge.json"
+LEASE_INTERVALS = 2.0
 
 
 @dataclass
@@ -121,6 +136,13 @@ def judge(records: list[dict], now: float) -> HangVerdict | None:
     return HangVerdict(blamed=entries, overdue=sorted(r["rank"] for r in overdue), reason=reason)
 
 
+def node_order(records: list[dict]) -> int:
+    """This node's place in the takeover order, from its own ranks: the node holding ranks R..R+k-1 (k of them) is
+    node R // k (0: the judge's node, holding rank 0). Every node computes it alone, without reading anything."""
+    ranks = [int(r["rank"]) for r in records if isinstance(r.get("rank"), int)]
+    return min(ranks) // len(ranks) if ranks else 0
+
+
 def _stopped(pid: int) -> bool:
     """Whether ``pid`` is stopped (SIGSTOP), as opposed to running, sleeping or gone."""
     import psutil
@@ -146,6 +168,7 @@ class HangMonitor:
         self.summary = node_summary_path(self.run_dir, self.host)
         self.started = time.time()
         self.judging = False  # this node hosts rank 0: it reads every summary and declares the verdict
+        self.standing_in = False  # the judge is gone and this node holds the judge's lease
         self._stop = threading.Event()
         self._shared_ready = False
 
@@ -170,10 +193,33 @@ class HangMonitor:
             write_small(self.summary, json.dumps({"host": self.host, "time": time.time(), "ranks": records}) + "\n")
         self.judging = any(r.get("rank") == 0 for r in records)
         now = time.time()
-        late = now - FALLBACK_INTERVALS * float(self.spec.interval)
-        if not self.judging and not any(r.get("deadline") is not None and late > r["deadline"] for r in records):
+        if not self.judging and not self._stand_in(records, now):
             return None
         return judge(read_summaries(self.run_dir, self.started), now)
+
+    def _stand_in(self, records: list[dict], now: float) -> bool:
+        """Whether this node judges in the judge's place this interval: its ranks are late enough for its turn
+        (node_order) and no other node holds the judge's lease; if so it takes or renews the lease. Costs the
+        shared filesystem nothing until this node's turn, then one read (and, holding it, one write)."""
+        interval = float(self.spec.interval)
+        late = max(((now - r["deadline"]) / interval for r in records if r.get("deadline") is not None),
+                   default=0.0)
+        if late < FALLBACK_INTERVALS + TAKEOVER_INTERVALS * node_order(records):
+            return False
+        path = self.run_dir / JUDGE_LEASE
+        lease = read_json(path)
+        try:
+            held = (lease is not None and lease.get("host") != self.host and float(lease["time"]) >= self.started
+                    and now - float(lease["time"]) <= LEASE_INTERVALS * interval)
+        except (KeyError, TypeError, ValueError):
+            held = False  # a lease that cannot be read is nobody's
+        if held:
+            self.standing_in = False
+            return False
+        with contextlib.suppress(OSError):  # unwritten, it is only taken again next interval
+            write_small(path, json.dumps({"host": self.host, "time": now}) + "\n")
+        self.standing_in = True
+        return True
 
     def watch(self) -> HangVerdict | None:
         """Poll until a hang is found (the HangVerdict) or :meth:`stop` is called (None)."""

@@ -95,3 +95,65 @@ def test_validate_prints_the_interval_from_the_recorded_cost(tmp_path):
     assert f"checkpoint interval:     {p.interval_iterations:,} iterations" in out.stdout, out.stdout
     assert "save 16.0 s" in out.stdout and "at 64 node(s)" in out.stdout
     assert "goodput:" in out.stdout
+
+
+def test_the_restart_includes_the_first_saves_sharding_check_at_the_jobs_size(tmp_path):
+    """With assume_constant_structure (the default) the check runs on the first save of every attempt: a restart
+    cost, growing with the job's ranks (benchmarks/scale_checkpoint.py's law); without it, every save pays it."""
+    small = goodput.plan(_job(tmp_path / "a", "cluster.nodes=64", "train.global_batch_size=512"))
+    large = goodput.plan(_job(tmp_path / "b", "cluster.nodes=512", "train.global_batch_size=4096"))
+    check_small = small.restart.phases["first_save_check"]
+    check_large = large.restart.phases["first_save_check"]
+    assert check_large > 7 * check_small > 0, (check_small, check_large)
+    assert "scale_checkpoint" in large.restart.sources["first_save_check"]
+    assert "first_save_check" in large.lines()[1]
+    tensors = goodput.tensors_per_rank(_job(tmp_path / "b", "cluster.nodes=512", "train.global_batch_size=4096"))
+    assert math.isclose(check_large, goodput.CHECK_BASE_S + goodput.CHECK_S_PER_RANK_TENSOR * 4096 * tensors)
+    # scale_checkpoint's own layout at 1,024 nodes lands where benchmarks/README.md puts it (10-25 s)
+    assert 20 < goodput.CHECK_BASE_S + goodput.CHECK_S_PER_RANK_TENSOR * 8192 * goodput.CHECK_TENSORS < 26
+
+    every_save = goodput.plan(_job(tmp_path / "c", "cluster.nodes=512", "train.global_batch_size=4096",
+                                   "train.checkpoint.assume_constant_structure=false"))
+    assert "first_save_check" not in every_save.restart.phases
+    assert math.isclose(every_save.save.seconds - large.save.seconds, check_large)
+    assert "sharding check" in every_save.save.source
+
+
+def test_the_first_save_check_the_job_recorded_at_its_size_wins_over_the_estimate(tmp_path):
+    job = _job(tmp_path)  # 64 nodes x 8 = 512 ranks, as _earlier_run records them
+    _earlier_run(job, "20260101-000000", [60.0, 4.0, 4.0], step_ms=1000)
+    p = goodput.plan(job)
+    assert p.restart.phases["first_save_check"] == 56.0
+    assert "recorded by" in p.restart.sources["first_save_check"]
+    other_size = _job(tmp_path, "cluster.nodes=128", "train.global_batch_size=1024")  # 1,024 ranks: not recorded
+    assert "estimated" in goodput.plan(other_size).restart.sources["first_save_check"]
+
+
+def test_the_readme_example_is_told_one_save_at_the_end_suffices(tmp_path):
+    """The README's minimal spec (2 nodes, 5,000 iterations, save_interval 500) through `mtk validate`: the
+    Young/Daly interval is longer than the run, so the advice is one save at the end — never an interval longer
+    than the run."""
+    readme = (REPO / "README.md").read_text()
+    spec = readme.split("## A minimal spec", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "spec.yaml").write_text(spec)
+    out = subprocess.run([sys.executable, "-m", "mtk", "validate", "spec.yaml", "-q", "--no-megatron", "--set",
+                          f"cluster.runs_dir={tmp_path / 'runs'}"], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    data = yaml.safe_load(spec)
+    iterations = data["train"]["iterations"]
+    job = validate(apply_overrides(data, [f"cluster.runs_dir={tmp_path / 'runs'}"]))
+    p = goodput.plan(job)
+    assert p.interval_iterations > iterations and p.one_save_suffices  # the case the advice must not pass on
+    advice = [line for line in out.stdout.splitlines() if line.startswith(("checkpoint interval:", "goodput:"))]
+    assert advice[0].startswith("checkpoint interval:     one save at the end suffices"), advice
+    assert f"({iterations:,} iterations" in advice[0]
+    assert "leave train.checkpoint.save_interval unset" in advice[1], advice
+    assert f"set it to {p.interval_iterations:,}" not in out.stdout
+    # unset, nothing is advised; with no save at the end either, it says how to get one
+    unset = goodput.plan(validate(apply_overrides(data, [f"cluster.runs_dir={tmp_path}",
+                                                         "train.checkpoint.save_interval=null"]))).lines()
+    assert "with one save at the end (train.checkpoint.save_interval unset: saved at the end only)" in unset[-1]
+    none = goodput.plan(validate(apply_overrides(data, [f"cluster.runs_dir={tmp_path}",
+                                                        "train.checkpoint.save_interval=null",
+                                                        "train.checkpoint.save_on_exit=false"]))).lines()
+    assert f"set train.checkpoint.save_interval to {iterations:,}" in none[-1], none[-1]
