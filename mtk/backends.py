@@ -23,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, ClassVar, cast
 
-from mtk.backend_registry import REGISTRY, registered
+from mtk.backend_registry import OPTIONS, REGISTRY, options_model, registered  # noqa: F401  (re-exported)
 from mtk.exitcodes import BadInput
 from mtk.files import atomic_write
 
@@ -31,9 +31,9 @@ from .steps import StepState
 
 if TYPE_CHECKING:
     from .runs import Run
-    from .spec import Job
     from .spec.base import Section
     from .spec.errors import Problem
+    from .spec.job import Job
 
 
 @dataclass(frozen=True)
@@ -60,12 +60,6 @@ class Scheduler:
         return cast(ModuleType, load(self.module))
 
 
-# The built-in backends' own spec blocks (``cluster.<name>``), by model; a plugin's is its class's ``options``. Light
-# modules: every spec load imports these.
-OPTIONS: dict[str, str] = {
-    "slurm": "mtk.slurm.options:SlurmOptions",
-    "eks": "mtk.k8s.options:EksOptions",
-}
 # The built-in backends' schedulers, by the variables they set on a node: the node imports the reader module of the
 # one its environment carries (``mtk.rendezvous``), never a backend.
 SCHEDULERS: tuple[Scheduler, ...] = (
@@ -270,19 +264,6 @@ def infer_backend(cluster: object, source: str | None = None) -> tuple[str, str]
     if blocks and blocks[0] != next(iter(REGISTRY)):
         return blocks[0], f"the spec's cluster.{blocks[0]} block"
     return next(iter(REGISTRY)), ""
-
-
-@functools.cache
-def options_model(name: str) -> type[Section] | None:
-    """The model of backend ``name``'s block in ``cluster`` (None: not a backend, or one without options). A
-    built-in's is imported from OPTIONS; only a name that is no built-in's scans the installed distributions."""
-    if name in OPTIONS:
-        from .loading import load
-
-        return cast("type[Section]", load(OPTIONS[name]))
-    if name in REGISTRY or name not in registered():
-        return None
-    return backend_class(name).options
 
 
 @functools.cache

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .backends import Scheduler
-    from .spec import Job
+    from .spec.job import Job
 
 
 class RendezvousError(ValueError):
