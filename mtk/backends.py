@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, ClassVar, cast
 
 from mtk.backend_registry import OPTIONS, REGISTRY, options_model, registered  # noqa: F401  (re-exported)
-from mtk.exitcodes import BadInput
+from mtk.exitcodes import BadInput, UserFacingError
 from mtk.files import atomic_write
 
 from .steps import StepState
@@ -121,16 +121,20 @@ class StepStatus:
     needed: bool = True
 
 
-class SubmitStopped(Exception):
+class SubmitStopped(UserFacingError):
     """``submit`` stopped following the run it started (a deadline, Ctrl-C): the run goes on in the cluster.
 
     ``run`` is the record of what was submitted (None if nothing was), ``exit_code`` what ``mtk launch`` exits with
-    after saving it."""
+    after saving it (or, with nothing submitted, what the error boundary exits with)."""
 
     def __init__(self, message: str, exit_code: int, run: Run | None = None):
         super().__init__(message)
         self.exit_code = exit_code
         self.run = run
+
+
+class BadLaunchOption(BadInput, ValueError):
+    """``mtk launch``'s step-following options (--wait/--no-wait/--timeout) that this backend refuses: exit 2."""
 
 
 class LogsError(BadInput, ValueError):
@@ -203,11 +207,11 @@ class Backend(abc.ABC):
 
     def launch_options(self, wait: bool | None, timeout: str | None) -> dict[str, object]:
         """Check ``mtk launch``'s step-following options and turn them into ``submit``'s ``options``; a backend
-        that does not follow steps refuses them rather than ignoring them (ValueError, shown as a usage error)."""
+        that does not follow steps refuses them rather than ignoring them (:class:`BadLaunchOption`)."""
         if wait is not None or timeout is not None:
             followers = [cls.title or cls.name for cls in backend_classes()
                          if cls.launch_options is not Backend.launch_options]
-            raise ValueError(f"--wait/--no-wait/--timeout follow the steps of an {' or '.join(followers)} launch; "
+            raise BadLaunchOption(f"--wait/--no-wait/--timeout follow the steps of an {' or '.join(followers)} launch; "
                              f"--backend {self.name} has no such steps to wait for (--follow/--no-follow choose "
                              "whether its logs stream)")
         return {}

@@ -49,8 +49,8 @@ def command(script: str, out: str | None, name: str | None) -> None:
         try:
             text = Path(script).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise click.BadParameter(f"cannot read {script}: {exc}; pass a launch script or argument list",
-                                     param_hint="SCRIPT") from None
+            raise exitcodes.BadInput(f"SCRIPT: cannot read {script}: {exc}; pass a launch script or argument list"
+                                     ) from None
     result = import_text(text, name=name, source=script if script != "-" else "stdin")
     if not result.flags:
         raise click.BadParameter(f"{script}: no Megatron-LM arguments found (no pretrain_*.py command, argument "
@@ -66,6 +66,6 @@ def command(script: str, out: str | None, name: str | None) -> None:
     backend, _why = infer_backend(result.spec.get("cluster"), script)  # as `mtk validate` picks it
     try:
         validate(result.spec, backend=backend)
-    except SpecError as exc:
-        click.echo(f"the imported spec does not validate yet; fix these, then `mtk validate`:\n{exc}", err=True)
-        sys.exit(exitcodes.USAGE)
+    except SpecError as exc:  # the spec is written (or printed) above; what to fix in it, exit 2
+        raise exitcodes.BadInput(f"the imported spec does not validate yet; fix these, then `mtk validate`:\n{exc}"
+                                 ) from None
