@@ -117,9 +117,10 @@ class LocalBackend(Backend):
                    backend_notes={"host": socket.gethostname()})
 
     def submitted_note(self, run: Run, options: Mapping[str, object], stopped: object) -> str:
-        """What the ``runner: PID`` line is: the detached process that runs the steps (what cancel signals)."""
-        return (f"runner: pid {run.ids.get('runner')} is the process that runs this run's steps, detached from "
-                f"this shell so the run outlives it; `mtk cancel {run.run_dir}` ends it")
+        """What the ``runner: PID`` line above it is (launch prints each step's id once): the detached process that
+        runs the steps, what cancel signals."""
+        return (f"(the runner is the process that runs this run's steps, detached from this shell so the run "
+                f"outlives it; `mtk cancel {run.run_dir}` ends it)")
 
     def status(self, run: Run) -> list[StepStatus]:
         runner = int(run.ids.get("runner", "0"))
