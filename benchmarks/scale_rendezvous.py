@@ -39,9 +39,10 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
 from scale_core import Series  # noqa: E402
+from support.ports import free_port  # noqa: E402
 
 TARGET_S = 60.0  # issue 45 item 2: every agent joined within 60 s at 1,024 nodes
 # Each agent names itself by socket.getfqdn() unless given an address; here that is a reverse lookup of 127.0.0.1
@@ -53,12 +54,6 @@ CLK = os.sysconf("SC_CLK_TCK")
 
 
 # ----------------------------------------------------------------------------------------------- helpers
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def proc_cpu(pid: int) -> float:
     """CPU seconds (user + system) of one live process, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
