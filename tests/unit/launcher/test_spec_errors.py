@@ -346,3 +346,24 @@ def test_a_failed_required_section_and_a_top_level_error_still_report_their_fiel
     with pytest.raises(SpecError) as info:
         validate(["not", "a", "mapping"])  # type: ignore[arg-type]
     assert [p.path for p in info.value.problems] == ["(top level)"]
+
+
+def test_the_spec_guides_example_error_is_what_validate_prints(tmp_path):
+    """docs/spec-guide.md shows validate's answer to a spec with a typo and a GPU count tp does not divide: the
+    same lines, in the same order (its "..." elides)."""
+    from pathlib import Path
+
+    guide = (Path(__file__).resolve().parents[3] / "docs" / "spec-guide.md").read_text()
+    block = guide[guide.index("error: invalid job spec in job.yaml:"):]
+    block = block[:block.index("```")]
+    shown = [" ".join(item.split()) for item in block.split("\n  - ")[1:]]
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump({**copy.deepcopy(BASE), "parallel": {"tp": 3}, "train": {"itrations": 5},
+                                    "cluster": {"nodes": 2, "procs_per_node": 8, "slurm": {"runtime": "bare"}}}))
+    out = subprocess.run([sys.executable, "-m", "mtk", "validate", str(spec)], capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.startswith("error: invalid job spec in ")
+    printed = [line.removeprefix("  - ") for line in out.stderr.splitlines()[1:]]
+    assert [p[:len(s.removesuffix("...").rstrip())] for p, s in zip(printed, shown, strict=False)] == [
+        s.removesuffix("...").rstrip() for s in shown]
+    assert len(printed) == len(shown), printed
