@@ -40,6 +40,7 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
             wait, timeout):
     """Launch JOB.yaml on a backend."""
     from mtk.backends import SubmitStopped, get_backend
+    from mtk.exitcodes import INTERRUPTED
     from mtk.runs import reserve_run_dir
     from mtk.secrets import require
 
@@ -152,14 +153,14 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
         try:
             for line in impl.logs(run, follow=True):
                 click.echo(line, nl=False)
-        except KeyboardInterrupt:  # said what became of the run, then the error boundary exits 130 as for any
+        except KeyboardInterrupt:  # the user's Ctrl-C, no error: say what became of the run, end as a shell does
             if not impl.interrupt_cancels:
                 click.echo(f"\nstopped following; the run goes on: mtk logs -f {run.run_dir}", err=True)
-                raise
+                raise SystemExit(INTERRUPTED) from None
             click.echo("\ninterrupted: cancelling the run (it saves a checkpoint first)", err=True)
             impl.cancel(run)
             followed_exit_code(impl.status(run))  # how it ended: where it saved, or what did not finish
-            raise
+            raise SystemExit(INTERRUPTED) from None
         code = followed_exit_code(impl.status(run))
         if code:
             raise SystemExit(code)

@@ -202,9 +202,11 @@ def _verb_and_step_files() -> list[Path]:
                   | set(steps))
 
 
-def _click_error(node: ast.expr | None) -> bool:
-    """A handler for click's own errors (a verb adding a hint to a usage error it re-raises)."""
-    return node is not None and all("click" in ast.unparse(e) for e in (
+def _no_error(node: ast.expr | None) -> bool:
+    """A handler for click's own errors (a verb adding a hint to a usage error it re-raises), or for the user's
+    Ctrl-C (no error: a verb that acts on it, cancelling a followed run and saying where it saved, ends with the
+    shell's 130 itself rather than the boundary's "error: interrupted")."""
+    return node is not None and all("click" in ast.unparse(e) or ast.unparse(e) == "KeyboardInterrupt" for e in (
         node.elts if isinstance(node, ast.Tuple) else [node]))
 
 
@@ -240,7 +242,7 @@ def _exit_by_hand(handler: ast.ExceptHandler) -> list[str]:
 def _hand_mappings(source: str, where: str) -> list[str]:
     out = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ExceptHandler) and not _click_error(node.type):
+        if isinstance(node, ast.ExceptHandler) and not _no_error(node.type):
             out += [f"{where}:{node.lineno}: except {ast.unparse(node.type) if node.type else ''}: {hit}"
                     for hit in _exit_by_hand(node)]
     return out
@@ -271,7 +273,7 @@ except RendezvousError as exc:
     return exitcodes.USAGE
 except FetchError as exc:
     return 2 if isinstance(exc, FetchInputError) else 1
-except KeyboardInterrupt:
+except (KeyboardInterrupt, FetchError):
     raise SystemExit(130) from None
 '''
     hits = _hand_mappings(old, "old.py")
@@ -285,6 +287,9 @@ except (OSError, ValueError):
     return None
 except RunNotFound:
     raise BadInput("SOURCE is neither a directory nor a run") from None
+except KeyboardInterrupt:
+    click.echo("interrupted: cancelling the run", err=True)
+    raise SystemExit(exitcodes.INTERRUPTED) from None
 '''
     assert _hand_mappings(allowed, "ok.py") == []
     assert not hasattr(importlib.import_module("mtk.launcher.cli.common"), "fail")
