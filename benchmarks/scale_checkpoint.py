@@ -28,7 +28,6 @@ import gc
 import json
 import os
 import pickle
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,8 +38,10 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
 
 from scale_core import RANKS_PER_NODE, Series  # noqa: E402
+from support.ports import free_port as _free_port  # noqa: E402
 
 TP = 8
 MODEL_TENSORS = 12 * 32 + 3  # a 32-layer GPT: 12 tensors per layer (weights, biases, norms) + embedding/output/norm
@@ -63,12 +64,6 @@ def _one_rank_world() -> None:
 
     if not dist.is_initialized():
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --------------------------------------------------------------------------- in-process: the coordinator's work

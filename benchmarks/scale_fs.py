@@ -18,7 +18,10 @@ for them. Counted two ways, never read off the code:
 The watchdog also runs as in a job, in real threads (every rank's publisher, every node's monitor) at a 0.5 s
 interval up to 16 nodes, counted over whole turns of its judge: the cross-check of the turn-by-turn figure.
 
-"before" is the watchdog and stragglers of commit BEFORE (the last one before the fix), loaded from git.
+"before" is the watchdog and stragglers of commit BEFORE (the last one before the fix), loaded from git: it needs
+the repository's history. In a clone without that commit (``git clone --depth 1``, a source archive) the "before"
+rows are left out, the run says so and how to get them (``git fetch --unshallow``), and every "after" row is
+measured as usual.
 Quick mode stops at N = 16; the full run goes to 64 (BEFORE to 32: its straggler gather alone is 8N x 8N file
 reads per turn, and strace's log of it at 64 nodes is about a gigabyte). Beyond 64 this machine runs out of
 time rather than memory: the turn-by-turn drive is one thread, and 8N heartbeats + N monitors + 8N straggler
@@ -60,6 +63,23 @@ BEFORE_UPTO = 32
 
 
 # ============================================================ the parts, driven on a scaled clock
+def missing_history(root: Path = ROOT) -> str:
+    """Why commit BEFORE cannot be read here ("" when it can): a shallow clone or an archive lacks the history."""
+    try:
+        found = subprocess.run(["git", "-C", str(root), "cat-file", "-e", f"{BEFORE}^{{commit}}"],
+                               capture_output=True, text=True)
+    except FileNotFoundError:
+        return "git is not installed"
+    if found.returncode == 0:
+        return ""
+    shallow = subprocess.run(["git", "-C", str(root), "rev-parse", "--is-shallow-repository"], capture_output=True,
+                             text=True)
+    where = ("this clone is shallow" if shallow.stdout.strip() == "true" else
+             "this is no git checkout" if shallow.returncode else "this clone lacks it")
+    return (f"the BEFORE rows need commit {BEFORE[:12]} from the repository's history and {where}: "
+            "`git fetch --unshallow` (or clone without --depth) to measure them")
+
+
 def _old_modules(tmp: Path):
     """The watchdog and stragglers of commit BEFORE, importable as ``scale_before.*``."""
     pkg = tmp / "before" / "scale_before"
@@ -351,6 +371,10 @@ def per_minute(counts: dict, turns: int, rate: float) -> float:
 
 def measure_points(node_counts: list[int], turns: int, before_upto: int, use_strace: bool,
                    log=print, threads: bool = True) -> dict[int, dict]:
+    why = missing_history() if before_upto else ""
+    if why:
+        log(f"  [fs] {why}; measuring the after rows only", flush=True)
+        before_upto = 0
     points = {}
     for n in node_counts:
         t0 = time.monotonic()

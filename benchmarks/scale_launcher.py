@@ -4,13 +4,15 @@ Each verb runs through mtk's click CLI in this process (``CliRunner``: the code 
 its interpreter start-up, which is measured once on its own and is the same at every N), timed at growing N:
 
 * ``launch --dry-run`` of the 7.5B examples at N nodes (Slurm and EKS renders);
-* ``status`` of a Slurm run whose train job failed at N nodes, after three requeues: fake ``squeue``/``scontrol``/
-  ``sacct`` executables on PATH print what Slurm prints for such a job (a node list with the holes 100 excluded
-  nodes leave, ``sacct`` lines with the job's steps), the run dir holds N hosts, the events and a log of N
-  nodes' labelled lines ending in srun's report of the failed task;
+* ``status`` of a Slurm run whose train job failed at N nodes, after three requeues: the tests' Slurm double
+  (``tests/support/slurm_commands.py``: ``squeue``/``scontrol``/``sacct`` executables on PATH) prints what Slurm
+  prints for such a job (a node list with the holes 100 excluded nodes leave, ``sacct`` lines with the job's steps),
+  the run dir holds N hosts, the events and a log of N nodes' labelled lines ending in srun's report of the failed
+  task; tests/unit/slurm/test_slurm_commands_double.py holds that double to mtk's reading of Slurm;
 * ``logs`` of that run: the whole log, ``--node HOST`` and ``-f`` (the job has ended: it reads to the end);
 * ``status``/``logs`` of an N-pod PyTorchJob with the Kubernetes client replaced at its boundary (the backend's
-  ``kube_factory``, as the unit tests do): the API calls and the time of mtk's side;
+  ``kube_factory``, with the unit tests' double, ``tests/support/kube_boundary.py``): the API calls and the time of
+  mtk's side;
 * ``ls`` over R runs (R = 10 … 1,000), each a Slurm run Slurm has forgotten (sacct answers);
 * a relaunch (``launch --dry-run``) whose earlier attempts excluded B nodes (B = 10 … 100) at 1,024 nodes.
 
@@ -23,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import stat
 import subprocess
 import sys
 import tempfile
@@ -32,107 +33,16 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(HERE), str(REPO), str(REPO / "tests")]
 
 from scale_core import Series  # noqa: E402
+from support import slurm_commands  # noqa: E402  (the tests' Slurm double, checked against mtk there)
+from support.kube_boundary import PodsKube  # noqa: E402
 
 TARGET_S = 2.0
 LOG_LINES_PER_NODE = 40  # a node's labelled lines in a train log after a few hundred iterations (rank 0's many)
 JOB = 7000
 API_LATENCY_S = 0.02  # one pod-log read's round trip to an EKS API server (stand-in: the fake client sleeps it)
-
-
-def _hostlist(hosts: list[int]) -> str:
-    """Slurm's compressed node list, e.g. node[0001-0100,0102-0200]."""
-    ranges, start = [], None
-    for i, h in enumerate(hosts):
-        if start is None:
-            start = h
-        if i + 1 == len(hosts) or hosts[i + 1] != h + 1:
-            ranges.append(f"{start:04d}" if start == h else f"{start:04d}-{h:04d}")
-            start = None
-    return f"node[{','.join(ranges)}]"
-
-
-def _allocation(nodes: int, bad: int = 100) -> list[int]:
-    """The allocation's host numbers: every 10th of the first `bad`×10 is excluded (the holes stay in the list)."""
-    excluded = {10 * i + 3 for i in range(min(bad, nodes // 4))}
-    hosts, h = [], 1
-    while len(hosts) < nodes:
-        if h not in excluded:
-            hosts.append(h)
-        h += 1
-    return hosts
-
-
-def _script(path: Path, body: str) -> None:
-    path.write_text("#!/bin/bash\n" + body)
-    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-
-
-def fake_slurm(bin_dir: Path, data: Path) -> None:
-    """squeue/scontrol/sacct that answer from files under `data`, per job id asked (as Slurm's own do)."""
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    ids = 'ids=""; for a in "$@"; do case "$a" in --jobs=*) ids="${a#--jobs=}";; esac; done\n'
-    for cmd in ("squeue", "sacct"):  # one cat for all the ids asked ([ -e ] is a builtin: no fork per id)
-        _script(bin_dir / cmd, ids + f'files=(); for i in ${{ids//,/ }}; do f="{data}/{cmd}.$i"; '
-                'if [ -e "$f" ]; then files+=("$f"); fi; done\n'
-                'if [ ${#files[@]} -gt 0 ]; then cat "${files[@]}"; fi\nexit 0\n')
-    _script(bin_dir / "scontrol", f"""case "$1 $2" in
-  "show config") echo "AccountingStorageType   = accounting_storage/slurmdbd";;
-  "show job") cat "{data}/scontrol.${{@: -1}}" 2>/dev/null || exit 1;;
-  "show hostnames") echo;;
-  *) exit 0;;
-esac
-""")
-
-
-def slurm_failed_run(root: Path, data: Path, nodes: int, job_id: int = JOB) -> Path:
-    """A Slurm run dir whose train job (after 3 requeues, 3 successors) failed on one of `nodes` nodes."""
-    from mtk.runs import Run
-
-    run_dir = root / f"big-{nodes}"
-    (run_dir / "logs").mkdir(parents=True)
-    (run_dir / "state").mkdir()
-    hosts = _allocation(nodes)
-    names = [f"node{h:04d}" for h in hosts]
-    successors = [job_id + k for k in (1, 2, 3)]
-    (run_dir / "state" / "successors").write_text("".join(f"{s}\n" for s in successors))
-    for jid in (job_id, *successors):
-        (run_dir / "state" / f"nodes.{jid}").write_text(" ".join(names) + "\n")
-    events = []
-    for k, jid in enumerate((job_id, *successors)):
-        end = "exit 1" if k == 3 else "exit 42 requeued (signal)"
-        events += [f"2026-11-28T0{k}:00:00Z train {jid} {jid} start attempt {k}",
-                   f"2026-11-28T0{k}:30:00Z train {jid} {jid} {end}"]
-    (run_dir / "state" / "events.log").write_text("\n".join(events) + "\n")
-    bad = len(names) // 2
-    with open(run_dir / "logs" / f"train-{successors[-1]}.out", "w") as fh:
-        for it in range(LOG_LINES_PER_NODE):
-            for t in range(len(names)):
-                fh.write(f"{t}: [rank {8 * t}] iteration {it:>6} | step 1234.5 ms | lm loss 2.3456 | tokens 1.2M/s\n")
-        fh.write(f"{bad}: RuntimeError: NCCL communicator was aborted on rank {8 * bad}\n")
-        fh.write(f"srun: error: {names[bad]}: task {bad}: Exited with exit code 1\n")
-    for jid in (job_id, *successors):
-        (run_dir / "logs" / f"train-{jid}.out").touch(exist_ok=True)
-    nodelist = _hostlist(hosts)
-    last = successors[-1]
-    for jid in (job_id, *successors):
-        failed = jid == last
-        state, code = ("FAILED", "1:0") if failed else ("COMPLETED", "42:0")
-        (data / f"squeue.{jid}").write_text(f"{jid}|{state}|NonZeroExitCode|{nodelist}\n" if failed else "")
-        (data / f"scontrol.{jid}").write_text(
-            f"JobId={jid} JobName=big-train UserId=u(1000) JobState={state} Reason=NonZeroExitCode "
-            f"Dependency=(null) Requeue=1 Restarts={3 if failed else 0} BatchFlag=1 ExitCode={code} "
-            f"RunTime=00:30:00 TimeLimit=2-00:00:00 NodeList={nodelist} BatchHost={names[0]} NumNodes={nodes} "
-            f"NumCPUs={nodes * 96} NumTasks={nodes} TRES=cpu={nodes * 96},node={nodes},gres/gpu={8 * nodes} "
-            f"StdOut={run_dir}/logs/train-{jid}.out\n" if failed else "")
-        steps = [f"{jid}|{state}|{code}|{nodelist}", f"{jid}.batch|{state}|{code}|{names[0]}",
-                 f"{jid}.extern|COMPLETED|0:0|{nodelist}", f"{jid}.0|{state}|{code}|{nodelist}"]
-        (data / f"sacct.{jid}").write_text("\n".join(steps) + "\n")
-    Run(backend="slurm", run_dir=str(run_dir), name="big", ids={"train": str(job_id)}).save()
-    return run_dir
 
 
 def forgotten_runs(root: Path, data: Path, count: int) -> Path:
@@ -152,36 +62,6 @@ def forgotten_runs(root: Path, data: Path, count: int) -> Path:
         Run(backend="slurm", run_dir=str(run_dir), name=f"job{i:04d}", ids={"train": str(jid)},
             created=1.0e9 + i).save()
     return runs
-
-
-class FakeKube:
-    """The Kubernetes client at mtk's boundary (get/list/pod_log/follow_pod_log), counting calls."""
-
-    def __init__(self, pods: int, run: str):
-        self.calls = 0
-        self.pods = [{"metadata": {"name": f"{run}-worker-{i}", "labels": {"mtk/component": "train"}},
-                      "status": {"phase": "Running", "containerStatuses": [{"name": "pytorch", "restartCount": 1,
-                                                                            "state": {"running": {}}}]}}
-                     for i in range(pods)]
-
-    def get(self, kind, name):
-        self.calls += 1
-        return {"kind": kind, "metadata": {"name": name},
-                "status": {"conditions": [{"type": "Created", "status": "True"}, {"type": "Running",
-                                                                                  "status": "True"}]}}
-
-    def list(self, kind, selector):
-        self.calls += 1
-        return self.pods if kind == "Pod" else []
-
-    def pod_log(self, pod, container=None):
-        self.calls += 1
-        time.sleep(API_LATENCY_S)
-        return "".join(f"iteration {i} | lm loss 2.3\n" for i in range(LOG_LINES_PER_NODE))
-
-    def follow_pod_log(self, pod, container=None):
-        self.calls += 1
-        yield from self.pod_log(pod, container).splitlines(keepends=True)
 
 
 # --------------------------------------------------------------------------- timing
@@ -241,7 +121,8 @@ def _k8s(pods: int) -> tuple[float, float, float, int, int]:
 
     run = Run(backend="eks", run_dir="/fsx/runs/big-eks", name="big", ids={"train": "PyTorchJob/big-eks"},
               backend_notes={"namespace": "default", "run_id": "big-eks"})
-    kube = FakeKube(pods, "big-eks")
+    lines = "".join(f"iteration {i} | lm loss 2.3\n" for i in range(LOG_LINES_PER_NODE))
+    kube = PodsKube(pods, "big-eks", delay=lambda i: API_LATENCY_S, log=lambda pod: lines)
     backend = EksBackend(kube_factory=lambda ns: kube, poll=0.01, etcd_timeout=0.1)
     t0 = time.perf_counter()
     backend.status(run)
@@ -282,7 +163,7 @@ def measure(quick: bool) -> list[Series]:
         root = Path(tmp)
         data = root / "slurm-data"
         data.mkdir()
-        fake_slurm(root / "bin", data)
+        slurm_commands.install(root / "bin", data)
         with _path_with(root / "bin"):
             for n in nodes:
                 for backend, example in (("slurm", "gpt-7.5b-p5-slurm.yaml"), ("eks", "gpt-7.5b-p5-eks.yaml")):
@@ -292,7 +173,7 @@ def measure(quick: bool) -> list[Series]:
                          "--out", str(out), "--set", f"cluster.nodes={n}",
                          "--set", f"train.global_batch_size={8 * n}",
                          *(["--set", f"cluster.runs_dir={root}/r"] if backend == "slurm" else [])]))
-                run_dir = slurm_failed_run(root, data, n, JOB + 10 * n)
+                run_dir = slurm_commands.failed_train_run(root, data, n, JOB + 10 * n, LOG_LINES_PER_NODE)
                 got.setdefault("status (Slurm, failed train job)", []).append(_cli(["status", str(run_dir)]))
                 got.setdefault("logs (Slurm, whole log)", []).append(_cli(["logs", str(run_dir)]))
                 host = (run_dir / "state" / f"nodes.{JOB + 10 * n}").read_text().split()[n // 2]
@@ -389,9 +270,9 @@ def profile(verb: str, n: int = 1024) -> None:
         root = Path(tmp)
         data = root / "slurm-data"
         data.mkdir()
-        fake_slurm(root / "bin", data)
+        slurm_commands.install(root / "bin", data)
         with _path_with(root / "bin"):
-            run_dir = slurm_failed_run(root, data, n)
+            run_dir = slurm_commands.failed_train_run(root, data, n, JOB, LOG_LINES_PER_NODE)
             args = {"status": ["status", str(run_dir)], "logs": ["logs", str(run_dir)],
                     "ls": ["ls", "--runs-dir", str(forgotten_runs(root, data, 1000)) if verb == "ls" else ""]}[verb]
             _in_process(args)

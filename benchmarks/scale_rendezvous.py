@@ -50,7 +50,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
 from scale_core import RANKS_PER_NODE, TARGET_NODES, Series  # noqa: E402
 from scale_rendezvous_model import (  # noqa: E402
@@ -60,6 +60,7 @@ from scale_rendezvous_model import (  # noqa: E402
     interpolate,
     static_join,
 )
+from support.ports import free_port  # noqa: E402
 
 TARGET_S = 60.0  # issue 45 item 2: every agent joined within 60 s at 1,024 nodes
 # Each agent names itself by socket.getfqdn() unless given an address; here that is a reverse lookup of 127.0.0.1
@@ -82,12 +83,6 @@ SERVICE_SIZES = (16, 64, 256, 1024)  # participants / keys at which each request
 
 
 # ----------------------------------------------------------------------------------------------- helpers
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def cpu_s(pid: int) -> float:
     """CPU seconds of every thread of a live process so far (schedstat: nanoseconds, unlike /proc/<pid>/stat's
     10 ms ticks)."""

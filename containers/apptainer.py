@@ -23,14 +23,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mtk.exitcodes import UserFacingError
+
 Echo = Callable[[str], None]
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 INSTALL_HINT = ("apptainer is not installed here; the definition file was written. Build it where Apptainer "
                 "runs (https://apptainer.org/docs/admin/main/installation.html): apptainer build {sif} {definition}")
 
 
-class SifError(RuntimeError):
-    pass
+class SifError(UserFacingError, RuntimeError):
+    """``apptainer build`` failed; its own output above says why (exit 1)."""
 
 
 def _logical_instructions(dockerfile: str) -> list[list[str]]:

@@ -13,12 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mtk.exitcodes import BadInput, UserFacingError
+
 Echo = Callable[[str], None]
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 _TAIL = 40
 
 
-class BuildError(RuntimeError):
+class BuildError(UserFacingError, RuntimeError):
     """The build failed; ``step`` is the Dockerfile instruction that failed (None before the first step)."""
 
     def __init__(self, message: str, step: BuildStep | None = None):
@@ -79,10 +81,8 @@ def docker_client(base_url: str | None = None):
     return client
 
 
-class DaemonUnreachable(BuildError):
+class DaemonUnreachable(BadInput, BuildError):
     """No Docker daemon answers where mtk looked: set-up, not a failed build (exit 2)."""
-
-    exit_code = 2
 
 
 class StreamParser:

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from mtk.files import atomic_write
 
-from .recipe import Recipe, RecipeError
+from .build import BuildError
+from .recipe import Recipe
 
 # Top-level files the wheel build reads; every top-level folder with an __init__.py is a package (setup.py).
 _BUILD_FILES = ("pyproject.toml", "setup.py", "setup.cfg", "MANIFEST.in", "README.md", "LICENSE")
@@ -89,7 +90,7 @@ def build_wheel(source: Path, out_dir: Path) -> Path:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         wheels = sorted(dist.glob("mtk-*.whl"))
         if proc.returncode != 0 or len(wheels) != 1:
-            raise RecipeError(f"building the mtk wheel from {source} failed (exit {proc.returncode}):\n"
+            raise BuildError(f"building the mtk wheel from {source} failed (exit {proc.returncode}):\n"
                               f"{proc.stdout}{proc.stderr}".rstrip())
         for old in previous:
             old.unlink()

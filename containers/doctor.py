@@ -97,11 +97,20 @@ def check_nccl(torch, expect: Expect) -> Check:
     return Check("nccl", OK, text)
 
 
+def _stub_gpu_only_imports() -> bool:
+    """Import megatron.core on CPU as the engine does: its compat layer's import stubs first (True when active).
+    A broken install that cannot even import the compat layer leaves megatron.core's own import to say why."""
+    try:
+        from mtk.training import compat
+    except Exception:  # ImportError, or a broken install raising anything on import
+        return False
+    return compat.install_import_stubs()
+
+
 def check_megatron(expect: Expect) -> Check:
     stubbed = False
     if expect.device == "cpu":  # the CPU compat layer stubs the one GPU-only module that needs triton
-        compat, _ = _import("mtk.training.compat")
-        stubbed = bool(compat and compat.install_import_stubs())
+        stubbed = _stub_gpu_only_imports()
     with warnings.catch_warnings():  # "Transformer Engine and Apex are not installed" is expected on CPU
         warnings.simplefilter("ignore")
         core, err = _import("megatron.core")

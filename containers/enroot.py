@@ -18,6 +18,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from mtk.exitcodes import UserFacingError
+
 Echo = Callable[[str], None]
 
 # enroot's defaults: all files owned by root, lzo (fast to mount and decompress), no duplicate detection.
@@ -27,8 +29,8 @@ INSTALL_HINT = ("enroot is not installed here; install it from https://github.co
                 "Using mtk's enroot-compatible fallback (docker export + mksquashfs).")
 
 
-class SqshError(RuntimeError):
-    pass
+class SqshError(UserFacingError, RuntimeError):
+    """The .sqsh could not be made (enroot, tar or mksquashfs failed or is missing); the message says which (exit 1)."""
 
 
 def image_created(client, image: str) -> float:

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mtk.exitcodes import BadInput
 from mtk.files import atomic_write
 
 from . import apptainer, context, recipe
@@ -26,8 +27,8 @@ HASH_PREFIX = "sha-"
 ECR_ENDPOINT_ENV = "MTK_ECR_ENDPOINT"
 
 
-class ImageError(RuntimeError):
-    """A user-facing failure of build-image (the message says what to do)."""
+class ImageError(BadInput, RuntimeError):
+    """Options of build-image that do not fit together or with the spec (the message says what to do): exit 2."""
 
 
 @dataclass
@@ -116,18 +117,16 @@ class Plan:
 
 
 def plan(job: Job, opts: Options, echo: Echo) -> Plan:
-    """Resolve paths, render the recipe and check every option; raises ImageError naming the fix."""
+    """Resolve paths, render the recipe and check every option; raises ImageError (or RecipeError) naming the
+    fix."""
     sqsh = output_path(opts.sqsh, job.image.sqsh, "image.sqsh", "sqsh", echo)
     sif = output_path(opts.sif, job.image.sif, "image.sif", "sif", echo)
     override = job.cluster.slurm.container_image
     if sqsh is not None and override and Path(override).absolute() != sqsh.absolute():
         echo(f"note: cluster.slurm.container_image ({override}) overrides image.sqsh in the sbatch script; "
              f"unset it to run {sqsh}")
-    try:
-        source = recipe.find_source(opts.source)
-        rec = recipe.make_recipe(job, source, base=opts.base_image, build_args=opts.build_args)
-    except recipe.RecipeError as exc:
-        raise ImageError(str(exc)) from None
+    source = recipe.find_source(opts.source)  # a RecipeError names the checkout or field (bad input)
+    rec = recipe.make_recipe(job, source, base=opts.base_image, build_args=opts.build_args)
     _check_build_args(rec)
     registry = opts.registry or job.image.registry
     if opts.push and not registry:
@@ -144,10 +143,7 @@ def run(job: Job, opts: Options, echo: Echo) -> Report:
 
     client = docker_client()  # fail fast, before the wheel build, when no daemon answers
     echo(f"wheel: building mtk from {p.source}")
-    try:
-        wheel = context.build_wheel(p.source, p.out / "wheel")
-    except recipe.RecipeError as exc:
-        raise ImageError(str(exc)) from None
+    wheel = context.build_wheel(p.source, p.out / "wheel")
     ctx = context.write_context(p.recipe, p.context_dir, wheel)
     atomic_write(p.out / "context.txt", ctx.listing())
     digest = p.recipe.content_hash(ctx.files[p.recipe.wheel_name])

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mtk.exitcodes import BadInput
 from mtk.templating import render_template
 
 try:
@@ -32,8 +33,8 @@ _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 _VERSION = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.M)
 
 
-class RecipeError(ValueError):
-    """A problem with the source checkout or the image spec; the message says what to fix."""
+class RecipeError(BadInput, ValueError):
+    """A problem with the source checkout or the image spec; the message says what to fix (exit 2)."""
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from mtk.exitcodes import UserFacingError
+
 Echo = Callable[[str], None]
 ECR_HOST = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr(?:-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?$")
 
 
-class PushError(RuntimeError):
-    pass
+class PushError(UserFacingError, RuntimeError):
+    """A login or push the registry refused; the message names the registry and why, never a credential (exit 1)."""
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,8 @@ _SWEEP_RANGES = ((0x0000, 0x40000), (0xE0000, 0xE1000))
 
 
 class FastPathMismatch(RuntimeError):
-    """The fast engine disagreed with the reference on a real document: redo everything with the reference."""
+    """Internal control flow: the fast engine disagreed with the reference on a real document, so preprocess redoes
+    every shard with the reference (:func:`mtk.data_jobs.preprocess._run_shards` catches it; it never leaves)."""
 
 
 class FastGPT2(Tokenizer):

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass
 
+from mtk.exitcodes import BadInput
+
 from . import sources
 
 COMPRESSED = (".gz", ".xz", ".zst")
@@ -19,8 +21,8 @@ JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 PARQUET_SUFFIXES = (".parquet",)
 
 
-class InputError(ValueError):
-    """Bad input that stops preprocessing; names the file (and line) and what to do."""
+class InputError(BadInput, ValueError):
+    """Bad input that stops preprocessing; names the file (and line) and what to do (exit 2)."""
 
 
 @dataclass(frozen=True)

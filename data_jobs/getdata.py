@@ -34,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
+from mtk.exitcodes import BadInput
+
 from . import sources
 from .sources import FetchError
 
@@ -44,7 +46,7 @@ RETRIES = 5
 DECOMPRESSORS = (".xz", ".gz", ".zst")
 
 
-class FetchInputError(FetchError):
+class FetchInputError(BadInput, FetchError):
     """The spec or the environment is wrong (a missing secret, a path outside data.dir): exit code 2."""
 
 
@@ -355,14 +357,11 @@ def main(argv: list[str] | None = None) -> int:
     if not data.fetch:
         print("getdata: data.fetch is empty; nothing to fetch")
         return 0
-    from mtk.secrets import scrub
+    from mtk.secrets import hold, scrub
 
     tokens = [os.environ[i.auth] for i in data.fetch if i.auth and os.environ.get(i.auth)]
-    try:
-        fetch_all(data.fetch, data_dir, log=lambda m: print(scrub(m, tokens), flush=True))
-    except FetchError as exc:
-        print(f"getdata: error: {scrub(str(exc), tokens)}", file=sys.stderr)
-        return 2 if isinstance(exc, FetchInputError) else 1
+    hold(tokens)  # a FetchError (exit 1; FetchInputError: 2) reaches the error boundary, which scrubs these too
+    fetch_all(data.fetch, data_dir, log=lambda m: print(scrub(m, tokens), flush=True))
     return 0
 
 

@@ -189,9 +189,10 @@ def _mark_ready(cfg: PreprocessConfig, run_dir: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit codes: 0 done (or already done), 1 a failure named on stderr, 2 a bad flag (argparse), 128 + N
-    stopped by signal N (143 SIGTERM, 130 SIGINT; finished shards kept, rerun to resume: :mod:`.stopping`)."""
-    from .stopping import Stopped, stop_on_signals
+    """Exit codes (the error boundary's, from each error's class): 0 done (or already done), 1 a failure named on
+    stderr (PreprocessError), 2 a bad flag (argparse) or job file (SpecError), 128 + N stopped by signal N (143 SIGTERM,
+    130 SIGINT; finished shards kept, rerun to resume: :mod:`.stopping`)."""
+    from .stopping import StepStopped, Stopped, stop_on_signals
 
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -200,13 +201,9 @@ def main(argv: list[str] | None = None) -> int:
             summary = preprocess(cfg, log=say, after_merge=lambda runs: _after_merge(cfg, runs))
             if summary.get("already_done") and cfg.run_dir:
                 _ready_when_merge_settled(cfg, cfg.run_dir)
-    except PreprocessError as exc:
-        print(f"preprocess: error: {exc}", file=sys.stderr)
-        return 1
-    except Stopped as exc:
-        print(f"preprocess: stopped by {exc}: nothing under the output prefix was half-written; shards finished "
-              "so far are kept, and the same command resumes from them", file=sys.stderr, flush=True)
-        return exc.exit_code
+    except Stopped as exc:  # unwound through the pool and the locks: now the one line for the user
+        raise StepStopped(f"stopped by {exc}: nothing under the output prefix was half-written; shards finished "
+                          "so far are kept, and the same command resumes from them", exc.signum) from None
     return 0
 
 

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mtk.exitcodes import UserFacingError
+
 from .corpus import InputError, Shard, is_parquet
 from .jsonl import BadLine, line_number, parse_document, read_lines
 
@@ -29,8 +31,8 @@ BATCH_DOCS = 1024
 MAX_EXAMPLES = 5  # bad lines kept with file:line per shard (all are counted)
 
 
-class PreprocessError(RuntimeError):
-    """A failure the user must fix (bad input, unreadable tokenizer); the message says where and how."""
+class PreprocessError(UserFacingError, RuntimeError):
+    """A failure the user must fix (bad input, unreadable tokenizer); the message says where and how (exit 1)."""
 
 
 

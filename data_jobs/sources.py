@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from functools import lru_cache
 from typing import IO, Any
 
+from mtk.exitcodes import BadInput, UserFacingError
 from mtk.files import ByteWindow
 
 S3 = "s3://"
@@ -49,8 +50,8 @@ def _client_for(endpoint: str | None) -> Any:
     return boto3.client("s3", endpoint_url=endpoint)
 
 
-class SourceError(ValueError):
-    """A corpus location that cannot be listed or read; names it and what to do."""
+class SourceError(BadInput, ValueError):
+    """A corpus location that cannot be listed or read; names it and what to do (exit 2)."""
 
 
 def list_s3(url: str) -> list[tuple[str, int]]:
@@ -121,8 +122,8 @@ CHUNK = 1 << 20
 TIMEOUT = 60.0
 
 
-class FetchError(RuntimeError):
-    """A file that could not be fetched or verified; the message names the URL and what to do."""
+class FetchError(UserFacingError, RuntimeError):
+    """A file that could not be fetched or verified; the message names the URL and what to do (exit 1)."""
 
 
 
@@ -214,7 +215,8 @@ def _file_chunks(url: str, offset: int, on_total: Callable[[int | None], None]) 
 
 
 class Restart(Exception):
-    """The server cannot resume at our offset: discard the part file and start again."""
+    """Internal control flow: the server cannot resume at our offset, so the download discards its part file and
+    starts again (:func:`mtk.data_jobs.getdata._download` catches it; it never leaves the fetch)."""
 
 
 def chunks_from(url: str) -> Callable[[str, int, Callable[[int | None], None]], Iterator[bytes]]:

@@ -2,8 +2,9 @@
 code instead of tracebacks from every worker process.
 
 The coordinator turns the signal into :class:`Stopped`, which unwinds through the worker pool (the pool is
-terminated, so workers never write to a closed pipe) and the locks; the step exits ``128 + signal number``
-(143 for SIGTERM, 130 for SIGINT), as a shell reports a process killed by that signal. Everything the step
+terminated, so workers never write to a closed pipe) and the locks; the step then raises :class:`StepStopped`,
+which the error boundary prints as one line, exiting ``128 + signal number`` (143 for SIGTERM, 130 for SIGINT), as a
+shell reports a process killed by that signal. Everything the step
 publishes is written under a temp name and renamed, and :func:`deferred` holds the signal across a group of
 renames that belong together (a ``.bin`` and its ``.idx``), so a stop never leaves half an output; finished
 shards are kept and a rerun resumes from them.
@@ -15,12 +16,15 @@ import contextlib
 import signal
 from collections.abc import Iterator
 
+from mtk.exitcodes import UserFacingError
+
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _state: dict = {"defer": 0, "pending": None}
 
 
 class Stopped(BaseException):
-    """Raised in the coordinator when a stop signal arrives (a BaseException, so no ``except Exception`` eats it)."""
+    """Internal control flow: raised in the coordinator when a stop signal arrives (a BaseException, so no
+    ``except Exception`` eats it); the step turns it into :class:`StepStopped` once everything has unwound."""
 
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
@@ -29,6 +33,14 @@ class Stopped(BaseException):
     @property
     def exit_code(self) -> int:
         return 128 + self.signum
+
+
+class StepStopped(UserFacingError):
+    """A data step ended by SIGTERM/SIGINT, all of it unwound: what was kept and how to resume; exit 128 + N."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.exit_code = 128 + signum
 
 
 def _handler(signum: int, _frame) -> None:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from mtk import run_layout
-from mtk.backends import Artifacts, Backend, StepStatus, SubmitStopped
+from mtk.backends import Artifacts, Backend, BadLaunchOption, StepStatus, SubmitStopped
 from mtk.exitcodes import UserFacingError
 from mtk.runs import Run
 from mtk.steps import DATA_STEPS, Step, StepState
@@ -83,11 +83,11 @@ class EksBackend(Backend):
         if timeout is None:
             return {"wait": wait is not False, "timeout": None}
         if wait is False:
-            raise ValueError("--timeout bounds --wait; with --no-wait the launch returns at once")
+            raise BadLaunchOption("--timeout bounds --wait; with --no-wait the launch returns at once")
         try:
             return {"wait": True, "timeout": launch_wait.parse_duration(timeout)}
         except ValueError as exc:
-            raise ValueError(f"Invalid value for '--timeout': {exc}") from None
+            raise BadLaunchOption(f"Invalid value for '--timeout': {exc}") from None
 
     def pin_image(self, job):
         from mtk.image_pin import pin_image

@@ -34,7 +34,7 @@ class SubmitError(UserFacingError, RuntimeError):
     """A step of the launch failed on the cluster; the message carries the reason and the pods' log tails."""
 
 
-class StoppedWaiting(UserFacingError, SubmitStopped):
+class StoppedWaiting(SubmitStopped):
     """The launch stopped following (deadline or Ctrl-C); the run itself goes on in the cluster."""
 
     def __init__(self, message: str, exit_code: int = WAIT_TIMEOUT):

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from pathlib import Path
 
-from mtk import run_layout
+from mtk import processes, run_layout
 from mtk.backends import Artifacts, Backend, LogsError, StepStatus
 from mtk.failures import debug_enabled
 from mtk.netenv import network_env
@@ -117,13 +117,14 @@ class LocalBackend(Backend):
                    backend_notes={"host": socket.gethostname()})
 
     def submitted_note(self, run: Run, options: Mapping[str, object], stopped: object) -> str:
-        """What the ``runner: PID`` line is: the detached process that runs the steps (what cancel signals)."""
-        return (f"runner: pid {run.ids.get('runner')} is the process that runs this run's steps, detached from "
-                f"this shell so the run outlives it; `mtk cancel {run.run_dir}` ends it")
+        """What the ``runner: PID`` line above it is (launch prints each step's id once): the detached process that
+        runs the steps, what cancel signals."""
+        return (f"(the runner is the process that runs this run's steps, detached from this shell so the run "
+                f"outlives it; `mtk cancel {run.run_dir}` ends it)")
 
     def status(self, run: Run) -> list[StepStatus]:
         runner = int(run.ids.get("runner", "0"))
-        alive = _alive(runner) and _is_runner_of(runner, run.run_dir)
+        alive = processes.alive(runner) and _is_runner_of(runner, run.run_dir)
         # Read after the liveness check: a runner found gone wrote its last state before it went, so a run that
         # has just completed never reads as "runner gone" with its steps still RUNNING.
         state = read_state(run.run_dir)
@@ -173,18 +174,18 @@ class LocalBackend(Backend):
         before signalling) still lives after the grace period is killed, so a rank that ignores SIGTERM (hung, or
         stuck in a collective) cannot outlive ``mtk cancel``."""
         pid = int(run.ids.get("runner", "0"))
-        if not (_alive(pid) and _is_runner_of(pid, run.run_dir)):
+        if not (processes.alive(pid) and _is_runner_of(pid, run.run_dir)):
             return
         tree = [pid, *_descendants(pid)]
         os.kill(pid, signal.SIGTERM)
         deadline = time.time() + CANCEL_GRACE_SECONDS
-        while any(_alive(p) for p in tree) and time.time() < deadline:
+        while any(processes.alive(p) for p in tree) and time.time() < deadline:
             time.sleep(0.2)
         for p in tree:
-            if _alive(p):
+            if processes.alive(p):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(p, signal.SIGKILL)
-        while any(_alive(p) for p in tree) and time.time() < deadline + 10:
+        while any(processes.alive(p) for p in tree) and time.time() < deadline + 10:
             time.sleep(0.1)
 
 
@@ -221,17 +222,7 @@ def _read_lines(path: Path, follow: bool, finished: Callable[[], bool]) -> Itera
 def _finished(run: Run, step: str, runner: int) -> bool:
     info = read_state(run.run_dir).get("steps", {}).get(step, {})
     ended = (StepState.COMPLETED, StepState.STOPPED, StepState.FAILED, StepState.CANCELLED)
-    return info.get("state") in ended or not _alive(runner)
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    return info.get("state") in ended or not processes.alive(runner)
 
 
 def _descendants(pid: int) -> list[int]:

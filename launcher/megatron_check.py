@@ -8,8 +8,8 @@ the whole job come from torch's fake backend (one process plays rank 0 of the jo
 
 It runs in a child process (``python -m mtk.launcher.megatron_check``) because megatron-core keeps parallel
 state in module globals and the CPU compat layer patches torch: the CLI's own process stays clean and light.
-Where torch/megatron-core are not installed (a login node with plain ``pip install mtk``) the check is skipped
-and the caller says so: install ``mtk[train]`` to get it.
+Where torch/megatron-core are not installed (a login node with the base install, ``pip install .`` in a clone) the
+check is skipped and the caller says so: install ``mtk[train]`` to get it.
 
 Its verdict is cached per model/parallel/train and versions (:mod:`mtk.launcher.megatron_cache`), so a repeated
 ``validate``/``launch`` of the same model pays for the import once; the CLI says which happened.

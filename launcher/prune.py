@@ -63,8 +63,17 @@ def _checkpoints_of(path: Path) -> Path | None:
     return Path(os.path.abspath(checkpoint_dir(configured, path)))
 
 
+def _ago(seconds: float) -> str:
+    """An age in the unit that says it: 45 s, 12 min, 5 h, 3 d (whole units, rounded down)."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit}"
+    return f"{max(0, int(seconds))} s"
+
+
 def plan(rows: list[RunRow], runs_dir: Path, older_than_s: float, previews: bool, now: float) -> list[Decision]:
-    """One decision per run listed: removed or kept, and why."""
+    """One decision per run listed: removed or kept, and why. A run's age is since it started (what ``mtk ls``
+    shows and --older-than's help says), said in the unit that reads."""
     decisions = []
     for r in rows:
         path = local_dir(r, runs_dir)
@@ -74,9 +83,9 @@ def plan(rows: list[RunRow], runs_dir: Path, older_than_s: float, previews: bool
         elif r.state not in ENDED:
             ok, why = False, f"{r.state}: only an ended run is removed"
         elif age < older_than_s:
-            ok, why = False, f"{r.state}, ended {int(age // 3600)} h ago: newer than --older-than"
+            ok, why = False, f"{r.state}, started {_ago(age)} ago: newer than --older-than ({_ago(older_than_s)})"
         else:
-            ok, why = True, f"{r.state}, started {int(age // 86400)} d ago"
+            ok, why = True, f"{r.state}, started {_ago(age)} ago"
         decisions.append(Decision(r, path, ok, why))
     kept = [d for d in decisions if not d.remove]
     used = {c: d.row.name for d in kept if (c := _checkpoints_of(d.path)) is not None}

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from mtk import exitcodes, run_layout
-from mtk.rendezvous import RendezvousError, from_environment, node_place
+from mtk.rendezvous import from_environment, node_place
 from mtk.run_layout import RunLayout
 
 FORWARDED = (signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
@@ -230,18 +230,13 @@ def main(argv: list[str] | None = None) -> int:
     job_file = os.path.abspath(args.job)
     run_dir = os.path.abspath(args.run_dir or os.path.dirname(job_file))
     if not os.path.isfile(job_file):
-        print(f"mtk-entrypoint train: --job {job_file} does not exist", file=sys.stderr)
-        return exitcodes.USAGE
+        raise exitcodes.BadInput(f"--job {job_file} does not exist (expected the run's job.json)")
     job = load_job_json(job_file)
     check_resume_checkpoint_once(job, run_dir)  # before any rank starts: a damaged checkpoint is named once per job
-    try:
-        cmd, node = torchrun_argv(job, run_dir, job_file)
-        if job.cluster.min_nodes is not None:  # spare nodes: the workers see the node count of this attempt
-            world_file = job_for_node_count(job, run_dir, int(cmd[cmd.index("--nnodes") + 1]))
-            cmd, node = torchrun_argv(job, run_dir, world_file)
-    except RendezvousError as exc:
-        print(f"mtk-entrypoint train: {exc}", file=sys.stderr)
-        return exitcodes.USAGE
+    cmd, node = torchrun_argv(job, run_dir, job_file)  # an unusable rendezvous: RendezvousError (bad input)
+    if job.cluster.min_nodes is not None:  # spare nodes: the workers see the node count of this attempt
+        world_file = job_for_node_count(job, run_dir, int(cmd[cmd.index("--nnodes") + 1]))
+        cmd, node = torchrun_argv(job, run_dir, world_file)
     if args.print_only:
         print(shlex.join(cmd))
         return exitcodes.OK

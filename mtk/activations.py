@@ -31,7 +31,7 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .spec import Job
+    from .spec.job import Job
 
 
 def _layer_bytes(sbh: float, f_over_h: float, tp: int, sp: bool) -> float:

@@ -23,17 +23,17 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, ClassVar, cast
 
-from mtk.backend_registry import REGISTRY, registered
-from mtk.exitcodes import BadInput
+from mtk.backend_registry import OPTIONS, REGISTRY, options_model, registered  # noqa: F401  (re-exported)
+from mtk.exitcodes import BadInput, UserFacingError
 from mtk.files import atomic_write
 
 from .steps import StepState
 
 if TYPE_CHECKING:
     from .runs import Run
-    from .spec import Job
     from .spec.base import Section
     from .spec.errors import Problem
+    from .spec.job import Job
 
 
 @dataclass(frozen=True)
@@ -60,12 +60,6 @@ class Scheduler:
         return cast(ModuleType, load(self.module))
 
 
-# The built-in backends' own spec blocks (``cluster.<name>``), by model; a plugin's is its class's ``options``. Light
-# modules: every spec load imports these.
-OPTIONS: dict[str, str] = {
-    "slurm": "mtk.slurm.options:SlurmOptions",
-    "eks": "mtk.k8s.options:EksOptions",
-}
 # The built-in backends' schedulers, by the variables they set on a node: the node imports the reader module of the
 # one its environment carries (``mtk.rendezvous``), never a backend.
 SCHEDULERS: tuple[Scheduler, ...] = (
@@ -127,16 +121,20 @@ class StepStatus:
     needed: bool = True
 
 
-class SubmitStopped(Exception):
+class SubmitStopped(UserFacingError):
     """``submit`` stopped following the run it started (a deadline, Ctrl-C): the run goes on in the cluster.
 
     ``run`` is the record of what was submitted (None if nothing was), ``exit_code`` what ``mtk launch`` exits with
-    after saving it."""
+    after saving it (or, with nothing submitted, what the error boundary exits with)."""
 
     def __init__(self, message: str, exit_code: int, run: Run | None = None):
         super().__init__(message)
         self.exit_code = exit_code
         self.run = run
+
+
+class BadLaunchOption(BadInput, ValueError):
+    """``mtk launch``'s step-following options (--wait/--no-wait/--timeout) that this backend refuses: exit 2."""
 
 
 class LogsError(BadInput, ValueError):
@@ -209,11 +207,11 @@ class Backend(abc.ABC):
 
     def launch_options(self, wait: bool | None, timeout: str | None) -> dict[str, object]:
         """Check ``mtk launch``'s step-following options and turn them into ``submit``'s ``options``; a backend
-        that does not follow steps refuses them rather than ignoring them (ValueError, shown as a usage error)."""
+        that does not follow steps refuses them rather than ignoring them (:class:`BadLaunchOption`)."""
         if wait is not None or timeout is not None:
             followers = [cls.title or cls.name for cls in backend_classes()
                          if cls.launch_options is not Backend.launch_options]
-            raise ValueError(f"--wait/--no-wait/--timeout follow the steps of an {' or '.join(followers)} launch; "
+            raise BadLaunchOption(f"--wait/--no-wait/--timeout follow the steps of an {' or '.join(followers)} launch; "
                              f"--backend {self.name} has no such steps to wait for (--follow/--no-follow choose "
                              "whether its logs stream)")
         return {}
@@ -270,19 +268,6 @@ def infer_backend(cluster: object, source: str | None = None) -> tuple[str, str]
     if blocks and blocks[0] != next(iter(REGISTRY)):
         return blocks[0], f"the spec's cluster.{blocks[0]} block"
     return next(iter(REGISTRY)), ""
-
-
-@functools.cache
-def options_model(name: str) -> type[Section] | None:
-    """The model of backend ``name``'s block in ``cluster`` (None: not a backend, or one without options). A
-    built-in's is imported from OPTIONS; only a name that is no built-in's scans the installed distributions."""
-    if name in OPTIONS:
-        from .loading import load
-
-        return cast("type[Section]", load(OPTIONS[name]))
-    if name in REGISTRY or name not in registered():
-        return None
-    return backend_class(name).options
 
 
 @functools.cache

@@ -2,7 +2,9 @@
 
 The Slurm script, the PyTorchJob restart policy and ``mtk status`` all read these; change them only here. An
 expected failure is a :class:`UserFacingError` (bad input: :class:`BadInput`): the one error boundary
-(:func:`mtk.failures.report`) prints its message as one line and exits with its ``exit_code``.
+(:func:`mtk.failures.report`) prints its message as one line and exits with its ``exit_code``. No verb maps an
+exception to an exit code itself. An exception class outside this family is internal, and its docstring says so:
+control flow its own module catches, or the signal of a bug in mtk, which the boundary shows with its traceback.
 """
 
 OK = 0

@@ -52,9 +52,9 @@ def _os_hint(exc: OSError) -> str:
 def report(exc: BaseException, prog: str, scrub_values: tuple[str, ...] = ()) -> int:
     """Print one line (or the spec's problem list) for ``exc`` and return the exit code. With debug on, or
     for a bug, the traceback too — scrubbed of secret values either way."""
-    from .secrets import scrub, secret_values
+    from .secrets import held, scrub, secret_values
 
-    values = tuple(secret_values(os.environ)) + scrub_values
+    values = tuple(secret_values(os.environ) | held()) + scrub_values
     known = classify(exc)
     if known is None or debug_enabled():
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))

@@ -16,7 +16,7 @@ from .spec.parallel_checks import data_parallel_size
 from .vocabulary import Vocabulary, built
 
 if TYPE_CHECKING:
-    from .spec import Job
+    from .spec.job import Job
 
 
 def parameter_counts(job: Job, vocab: Vocabulary | None = None) -> tuple[int, int]:

@@ -26,7 +26,8 @@ Node = tuple  # ("text", str) | ("if", [(condition, [Node, ...]), ...]); a condi
 
 
 class TemplateError(ValueError):
-    """The template uses something outside the supported subset, or its blocks do not balance."""
+    """Internal: a shipped template uses something outside the supported subset, or its blocks do not balance —
+    mtk's own mistake, never the user's, so the error boundary shows it as a bug with its traceback."""
 
 
 def render_flags(package_file: str, name: str, **flags: bool) -> str:

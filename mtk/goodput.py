@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from mtk.spec import Job
+    from mtk.spec.job import Job
 
 # Where the engine records each checkpoint save (relative to the run dir): plan/write/publish seconds.
 SAVES_FILE = "state/checkpoint_saves.jsonl"

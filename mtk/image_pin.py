@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .spec import Job
+    from .spec.job import Job
 
 MUTABLE_TAGS = {"latest", "main", "master", "dev", "nightly", "stable"}
 CONTENT_PREFIX = "sha-"

@@ -7,7 +7,8 @@ import importlib
 
 
 class LoadError(ImportError):
-    """A registry names a module or attribute that does not exist (a registration's mistake, not the user's)."""
+    """Internal: a registry names a module or attribute that does not exist — a registration's mistake (mtk's or a
+    plugin's), not the user's, so the error boundary shows it as a bug with its traceback."""
 
 
 def load(target: str, default: str | None = None) -> object:

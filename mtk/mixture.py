@@ -20,14 +20,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mtk import megatron_index
+from mtk.exitcodes import BadInput
 
 if TYPE_CHECKING:
     from mtk.spec.data import DataSpec
 
 
 
-class MixtureError(ValueError):
-    """A folder mixture that cannot be trained on; names the folder or file and the fix."""
+class MixtureError(BadInput, ValueError):
+    """A folder mixture that cannot be trained on; names the folder or file and the fix (exit 2)."""
 
 
 @dataclass(frozen=True)

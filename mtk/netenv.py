@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .spec import Job
+    from .spec.job import Job
 
 AWS = "aws-samples/awsome-distributed-training"
 SRC_NCCL_TESTS = f"{AWS} micro-benchmarks/nccl-tests/slurm/nccl-tests-container.sbatch"

@@ -15,13 +15,15 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from .exitcodes import BadInput
+
 if TYPE_CHECKING:
     from .backends import Scheduler
-    from .spec import Job
+    from .spec.job import Job
 
 
-class RendezvousError(ValueError):
-    """The environment does not describe a usable rendezvous; the message names the variable."""
+class RendezvousError(BadInput, ValueError):
+    """The environment does not describe a usable rendezvous; the message names the variable (exit 2)."""
 
 
 @dataclass(frozen=True)

@@ -158,13 +158,6 @@ def resolve_run(ref: str, runs_dir: str | Path = "runs") -> tuple[Run, str]:
                       f"(`mtk ls --runs-dir {root}` lists them); pass a run dir (with {RECORD}) or a run name")
 
 
-def find_run(ref: str | None, runs_dir: str | Path = "runs") -> Run:
-    """Resolve RUN (:func:`resolve_run`); no RUN means the newest submitted run under ``runs_dir``."""
-    if ref is None:
-        return newest_run(runs_dir)
-    return resolve_run(ref, runs_dir)[0]
-
-
 def run_records(runs_dir: str | Path = "runs") -> list[Run]:
     """Every run recorded under ``runs_dir`` (one level deep), newest first."""
     root = Path(runs_dir)

@@ -55,6 +55,20 @@ def secret_values(env: Mapping[str, str], names: Iterable[str] = ()) -> set[str]
     return {v for k, v in env.items() if (k in wanted or looks_secret(k)) and len(v) >= MIN_SECRET_LEN}
 
 
+# Values this process read as credentials under names that need not look like one (a data.fetch[].auth variable
+# named in cluster.secrets): the error boundary (:func:`mtk.failures.report`) scrubs them too.
+_HELD: set[str] = set()
+
+
+def hold(values: Iterable[str]) -> None:
+    """Keep ``values`` out of any error message this process prints, as those of secret-looking names are."""
+    _HELD.update(v for v in values if len(v) >= MIN_SECRET_LEN)
+
+
+def held() -> set[str]:
+    return set(_HELD)
+
+
 def scrub(text: str, values: Iterable[str] = ()) -> str:
     """Remove secrets from free text: known values (longest first), URL userinfo, token query parameters,
     bearer/basic credentials. What remains says where a secret was, never what it was."""

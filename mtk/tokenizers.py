@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mtk.exitcodes import BadInput
+
 if TYPE_CHECKING:
     from mtk.spec.data import TokenizerSpec
 
@@ -37,8 +39,8 @@ UINT16_LIMIT = 65500
 _HF_EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "<|im_end|>", "[SEP]")
 
 
-class TokenizerError(ValueError):
-    """A tokenizer that cannot be built; the message names the spec field, the file and the fix."""
+class TokenizerError(BadInput, ValueError):
+    """A tokenizer that cannot be built; the message names the spec field, the file and the fix (exit 2)."""
 
 
 class Tokenizer:

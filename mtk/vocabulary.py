@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mtk.spec import Job
     from mtk.spec.data import TokenizerSpec
+    from mtk.spec.job import Job
 
 EOD_TEXT = "<|endoftext|>"
 # Tokenizer files whose size is known by their SHA-256 (what data.fetch pins), so validate can plan a job whose

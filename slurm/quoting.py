@@ -13,11 +13,13 @@ from __future__ import annotations
 import re
 import shlex
 
+from mtk.exitcodes import BadInput
+
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _PLAIN_DIRECTIVE = re.compile(r"^[A-Za-z0-9_./:@%+=,-]+$")
 
 
-class QuotingError(ValueError):
+class QuotingError(BadInput, ValueError):
     """A value that cannot be written into an sbatch file as-is; ``field`` names the spec field."""
 
     def __init__(self, field: str, value: str, why: str):

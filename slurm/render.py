@@ -399,8 +399,10 @@ def _node_script(job: Job, sub: Submission) -> str:
         ]
     lines += [
         'if ! command -v "$1" >/dev/null; then',
-        '  echo "mtk: error: $1 not found on $(hostname): install mtk (pip install mtk[train]) in the'
-        ' environment the nodes run" >&2',
+        # (in MTK_NODE_SH's single quotes: no single quote here; \" prints a double quote on the node)
+        '  echo "mtk: error: $1 not found on $(hostname): install mtk from a clone of its repository'
+        ' (pip install \\".[train]\\" in it; the name mtk on PyPI is another project) in the environment the'
+        ' nodes run" >&2',
         "  exit 127",
         "fi",
     ]

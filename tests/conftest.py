@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 from support import cost
+from support.ports import free_port
 
 # `make test` runs the unit lane beside the integration lane (scripts/test_lanes.py): how long hypothesis takes to
 # generate an example then depends on the machine's load, not on the strategy, so that is no health failure.
@@ -130,14 +131,10 @@ def corpus_formats():
 def local_s3(monkeypatch):
     """A real S3 API on 127.0.0.1 (moto's server) that boto3 in this process and its children talks to;
     yields a client. Credentials are moto's dummies, set only for the test."""
-    import socket
-
     import boto3
     from moto.server import ThreadedMotoServer
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     try:

@@ -23,12 +23,21 @@ import shutil
 from pathlib import Path
 
 from mtk.checkpoint_paths import TRACKER
+from mtk.exitcodes import BadInput
 from mtk.files import atomic_write
 
 # mtk's namespace in a checkpoint's common state (Megatron-LM ignores keys it does not know).
 MTK_KEY = "mtk"
 PARTIAL_SUFFIX = ".partial"
 _ITER_DIR = re.compile(r"^iter_(\d{7,})$")
+
+
+class CheckpointNotFound(BadInput, FileNotFoundError):
+    """A checkpoint the user named, or the one its tracker names, is not there: the message says which (exit 2)."""
+
+
+class TrackerUnreadable(BadInput, ValueError):
+    """A tracker file that holds no iteration number: named, with the fix (exit 2)."""
 
 
 def iter_dir_name(iteration: int) -> str:
@@ -47,7 +56,7 @@ def read_tracker_entry(root: str | Path) -> str | None:
     except FileNotFoundError:
         return None
     if not text.isdigit() and text != RELEASE:
-        raise ValueError(f"{path} holds {text!r}, not an iteration number or 'release'; fix or delete it")
+        raise TrackerUnreadable(f"{path} holds {text!r}, not an iteration number or 'release'; fix or delete it")
     return text
 
 
@@ -75,7 +84,7 @@ def tracked_checkpoint(root: str | Path) -> tuple[Path, int, bool] | None:
         raise CheckpointUntrusted(f"{path} is a symbolic link; a checkpoint's iteration dir is a plain dir — refusing "
                                   "to follow it (replace it with the checkpoint itself, or delete the tracker)")
     if not path.is_dir():
-        raise FileNotFoundError(f"{root / TRACKER} names {entry} but {path} is missing; restore it or delete "
+        raise CheckpointNotFound(f"{root / TRACKER} names {entry} but {path} is missing; restore it or delete "
                                 f"the tracker to start from scratch")
     return path, iteration, release
 
@@ -89,7 +98,7 @@ def resolve_checkpoint_dir(path: str | Path) -> tuple[Path, int, bool]:
     if (path / "metadata.json").is_file():
         m = _ITER_DIR.match(path.name)
         return path, int(m.group(1)) if m else 0, path.name == RELEASE
-    raise FileNotFoundError(f"{path} is neither a checkpoint directory with {TRACKER} nor a torch_dist "
+    raise CheckpointNotFound(f"{path} is neither a checkpoint directory with {TRACKER} nor a torch_dist "
                             f"checkpoint (iter_N/ or release/ with metadata.json)")
 
 

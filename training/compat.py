@@ -40,6 +40,8 @@ import importlib.util
 import sys
 from typing import Any
 
+from mtk.exitcodes import BadInput
+
 from . import checkpoint_guard
 from .strict_device import CURRENT_DEVICE, is_cuda_device
 
@@ -49,8 +51,8 @@ PAGED_STASH_MODULE = "megatron.core.transformer.moe.ops.paged_stash"
 _state: dict[str, Any] = {"installed": False, "mode": None}
 
 
-class MegatronVersionError(RuntimeError):
-    """The installed megatron-core is not the version the compat layer was written for."""
+class MegatronVersionError(BadInput, RuntimeError):
+    """The installed megatron-core is not the version the compat layer was written for: set-up, exit 2."""
 
 
 def check_version(installed: str | None = None) -> str:

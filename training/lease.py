@@ -27,6 +27,8 @@ import time
 import uuid
 from pathlib import Path
 
+from mtk.processes import alive
+
 from .refusal import Refused
 
 LEASE = ".mtk-writer.json"
@@ -48,22 +50,6 @@ def _holder_here(run_dir: str) -> dict:
             "run_dir": str(run_dir), "since": time.time()}
 
 
-def _alive_here(pid: int) -> bool:
-    """Whether ``pid`` still runs on this host; a zombie (ended, not yet reaped: a killed run's process whose
-    parent is gone, where the container's init does not reap) holds nothing."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state not in ("Z", "X")
-
-
 def _job_ended(holder: dict) -> bool:
     """True when the holder's scheduler says its job is no longer queued or running (False when it cannot tell).
     A lease written before leases named their scheduler asks every scheduler that can tell."""
@@ -79,7 +65,7 @@ def _stale(holder: dict, me: dict) -> bool:
     if holder.get("claim") and holder.get("job_id") and holder.get("scheduler"):
         return _job_ended(holder)  # a launch's claim handed to a queued job: the launching process is long gone
     if holder.get("host") == me["host"]:
-        return not _alive_here(int(holder.get("pid", 0)))
+        return not alive(int(holder.get("pid", 0)))  # a zombie holds nothing
     return _job_ended(holder)  # e.g. a run whose node died, resumed on another
 
 

@@ -51,7 +51,8 @@ def is_cuda_device(dev: Any) -> bool:
 
 
 class StrictDeviceError(RuntimeError):
-    """Code that runs on CPU would fail on a GPU; the message names the call site and the fix."""
+    """Internal: code that runs on CPU would fail on a GPU (the CPU compat layer's strict mode); the message
+    names the call site and the fix. A bug in mtk or megatron-core, shown with its traceback, never a user's input."""
 
 
 _FACTORIES = ("tensor", "from_numpy", "zeros", "ones", "empty", "full", "arange", "rand", "randn", "randint")

@@ -8,17 +8,19 @@ from pathlib import Path
 
 import click
 
-from .common import fail, job_argument, load, set_option
+from .common import job_argument, load, set_option
 
 PASSWORD_ENV = "MTK_REGISTRY_PASSWORD"
 
 
 def _build_args(values: tuple[str, ...]) -> dict[str, str]:
+    from mtk.exitcodes import BadInput
+
     out = {}
     for item in values:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            fail(f"--build-arg {item}: expected NAME=VALUE (an empty VALUE is allowed: NAME=)")
+            raise BadInput(f"--build-arg {item}: expected NAME=VALUE (an empty VALUE is allowed: NAME=)")
         out[key] = value
     return out
 
@@ -57,7 +59,7 @@ def _build_args(values: tuple[str, ...]) -> dict[str, str]:
 def command(job_file, overrides, out, source, base_image, build_args, network, pull, no_cache, quiet, dry_run,
             sqsh, sif, force, push, registry, registry_host, ecr_endpoint, username, password_stdin):
     """Build the training image for JOB.yaml (NGC base, EFA, megatron-core, mtk wheel)."""
-    from mtk.containers.pipeline import ImageError, Options, run
+    from mtk.containers.pipeline import Options, run
 
     job = load(job_file, overrides, None)
     password = None
@@ -70,12 +72,7 @@ def command(job_file, overrides, out, source, base_image, build_args, network, p
                    no_cache=no_cache, verbose=not quiet, dry_run=dry_run, sqsh=sqsh, sif=sif, force=force, push=push,
                    registry=registry, registry_host=registry_host, ecr_endpoint=ecr_endpoint, username=username,
                    password=password)
-    try:
-        report = run(job, opts, click.echo)
-    except Exception as exc:
-        if isinstance(exc, ImageError) or _is_expected(exc):
-            fail(str(exc), getattr(exc, "exit_code", 1))
-        raise
+    report = run(job, opts, click.echo)  # a failed build, push, .sqsh or .sif: its error names it (UserFacingError)
     if not dry_run:
         click.echo(f"image: {report.tags[0]} ({report.image_id[:19]})")
         if report.sqsh:
@@ -83,12 +80,3 @@ def command(job_file, overrides, out, source, base_image, build_args, network, p
         for ref in report.pushed:
             click.echo(f"pushed: {ref}")
 
-
-def _is_expected(exc: Exception) -> bool:
-    """Failures with a user-facing message (not bugs): print them without a traceback."""
-    from mtk.containers.apptainer import SifError
-    from mtk.containers.build import BuildError
-    from mtk.containers.enroot import SqshError
-    from mtk.containers.registry import PushError
-
-    return isinstance(exc, (BuildError, SqshError, SifError, PushError))

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from typing import NoReturn
-
 import click
 
 
@@ -59,11 +56,6 @@ backend_option = click.option("--backend", "-b", type=BackendChoice(), default=N
                                    "eks with cluster.eks, else local].")
 runs_dir_option = click.option("--runs-dir", default="runs", show_default=True,
                                help="Where run names are looked up when RUN is not a path.")
-
-
-def fail(message: str, code: int = 1) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
 
 
 def pick_backend(job_file: str, overrides, backend: str | None) -> tuple[str, str]:

@@ -51,20 +51,19 @@ def command(source: str, dest: Path, runs_dir: str, dtype, make_vocab_size_divis
     warnings.filterwarnings("ignore", category=UserWarning)
     warnings.filterwarnings("ignore", category=FutureWarning)
 
-    try:
-        if (path / hf.CONFIG).is_file():
-            hf.import_hf(path, dest, make_vocab_size_divisible_by=make_vocab_size_divisible_by,
-                         progress=not quiet, log=click.echo)
-        else:
-            hf.export_hf(path, dest, dtype=dtype, progress=not quiet, max_shard_bytes=max_shard_size * 1024**2,
-                         log=click.echo)
-    except (hf.ConversionError, hf.hf_tokenizer.TokenizerExportError, FileNotFoundError) as exc:
-        raise click.ClickException(str(exc)) from None
+    # What cannot convert raises ConversionError / TokenizerExportError / CheckpointNotFound (bad input, exit 2).
+    if (path / hf.CONFIG).is_file():
+        hf.import_hf(path, dest, make_vocab_size_divisible_by=make_vocab_size_divisible_by,
+                     progress=not quiet, log=click.echo)
+    else:
+        hf.export_hf(path, dest, dtype=dtype, progress=not quiet, max_shard_bytes=max_shard_size * 1024**2,
+                     log=click.echo)
 
 
 def _source_dir(source: str, runs_dir: str) -> Path:
     """SOURCE as a directory: a checkpoint or HF dir as given; a run (dir with run.json, or name) → the checkpoint
     dir its job.json names, whose tracker points at the newest checkpoint."""
+    from mtk.exitcodes import BadInput
     from mtk.runs import RECORD, RunNotFound
 
     from .common import pick_run
@@ -74,12 +73,12 @@ def _source_dir(source: str, runs_dir: str) -> Path:
         return path
     try:
         run = pick_run(source, runs_dir)
-    except RunNotFound:
-        raise click.BadParameter(
-            f"'{source}' is neither a directory (a checkpoint or Hugging Face model dir) nor a run: run names are "
-            f"looked up under {Path(runs_dir).absolute()}/ (--runs-dir to look elsewhere), and a run's checkpoints "
-            "are in the dir its job.json names as train.checkpoint.dir (default <runs_dir>/<name>/checkpoints)",
-            param_hint="SOURCE") from None
+    except RunNotFound:  # said again with what SOURCE may be besides a run
+        raise BadInput(
+            f"SOURCE '{source}' is neither a directory (a checkpoint or Hugging Face model dir) nor a run: run names "
+            f"are looked up under {Path(runs_dir).absolute()}/ (--runs-dir to look elsewhere), and a run's checkpoints "
+            "are in the dir its job.json names as train.checkpoint.dir (default <runs_dir>/<name>/checkpoints)"
+        ) from None
     from mtk.checkpoint_paths import checkpoint_dir
     from mtk.run_layout import RunLayout
     from mtk.spec.loader import load_job_json
@@ -89,9 +88,8 @@ def _source_dir(source: str, runs_dir: str) -> Path:
     job = load_job_json(kept_here if kept_here.is_file() else run.job_file)
     ckpt = Path(checkpoint_dir(job.train.checkpoint.dir, run.run_dir))  # where the engine wrote
     if not ckpt.is_dir():
-        raise click.BadParameter(
-            f"run {run.name} ({record}) has no checkpoint here: its checkpoint dir {ckpt} does not exist on this "
-            "machine (not saved yet, or on the cluster's filesystem: copy it here and pass that dir)",
-            param_hint="SOURCE")
+        raise BadInput(
+            f"SOURCE: run {run.name} ({record}) has no checkpoint here: its checkpoint dir {ckpt} does not exist on "
+            "this machine (not saved yet, or on the cluster's filesystem: copy it here and pass that dir)")
     click.echo(f"source: {ckpt} (the checkpoints of run {run.name}, {record})", err=True)
     return ckpt

@@ -40,6 +40,7 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
             wait, timeout):
     """Launch JOB.yaml on a backend."""
     from mtk.backends import SubmitStopped, get_backend
+    from mtk.exitcodes import INTERRUPTED
     from mtk.runs import reserve_run_dir
     from mtk.secrets import require
 
@@ -53,10 +54,7 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
         raise click.UsageError("--out is for --dry-run previews; a real launch writes into its run dir")
     backend, inferred = pick_backend(job_file, overrides, backend)
     impl = get_backend(backend)
-    try:  # the backend's own launch options, checked before anything is rendered or submitted
-        options = impl.launch_options(wait, timeout)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+    options = impl.launch_options(wait, timeout)  # its own options, refused before anything is rendered
     if preflight is not None:
         overrides = [*overrides, f"resilience.preflight.enabled={str(preflight).lower()}"]
     job = load(job_file, overrides, backend, check_files=not impl.remote_paths)
@@ -156,14 +154,14 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
         try:
             for line in impl.logs(run, follow=True):
                 click.echo(line, nl=False)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # the user's Ctrl-C, no error: say what became of the run, end as a shell does
             if not impl.interrupt_cancels:
                 click.echo(f"\nstopped following; the run goes on: mtk logs -f {run.run_dir}", err=True)
-                raise SystemExit(130) from None
+                raise SystemExit(INTERRUPTED) from None
             click.echo("\ninterrupted: cancelling the run (it saves a checkpoint first)", err=True)
             impl.cancel(run)
             followed_exit_code(impl.status(run))  # how it ended: where it saved, or what did not finish
-            raise SystemExit(130) from None
+            raise SystemExit(INTERRUPTED) from None
         code = followed_exit_code(impl.status(run))
         if code:
             raise SystemExit(code)

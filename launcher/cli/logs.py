@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .common import fail, pick_run, run_argument, runs_dir_option
+from .common import pick_run, run_argument, runs_dir_option
 
 
 @click.command("logs")
@@ -16,10 +16,11 @@ from .common import fail, pick_run, run_argument, runs_dir_option
 def command(run_ref, runs_dir, follow, step, node):
     """Print the logs of RUN."""
     from mtk.backends import get_backend
+    from mtk.exitcodes import UserFacingError
 
     run = pick_run(run_ref, runs_dir)
     if run.launch_error and not run.ids:
-        fail(f"{run.run_dir}: its launch failed before anything was submitted ({run.launch_error}); there are "
-             "no logs: fix that and launch again")
+        raise UserFacingError(f"{run.run_dir}: its launch failed before anything was submitted ({run.launch_error}); "
+                              "there are no logs: fix that and launch again")
     for line in get_backend(run.backend).logs(run, follow=follow, step=step, node=node):
         click.echo(line, nl=False)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .common import SuggestingChoice, fail, pick_run, runs_dir_option
+from .common import SuggestingChoice, pick_run, runs_dir_option
 
 if TYPE_CHECKING:
     from mtk.runs import Run
@@ -18,14 +18,16 @@ def _resolve(run_ref: str | None, runs_dir: str) -> Path:
     from pathlib import Path
 
     from mtk.run_layout import METRICS_FILE
+    from mtk.runs import RunNotFound
+
     if run_ref is None:
         return _newest_with_figures(runs_dir)
     try:
         run = pick_run(run_ref, runs_dir)
-    except FileNotFoundError as exc:
-        if (Path(run_ref) / METRICS_FILE).is_file():  # e.g. copied off a cluster
+    except RunNotFound:
+        if (Path(run_ref) / METRICS_FILE).is_file():  # no run record, but metrics: e.g. copied off a cluster
             return Path(run_ref)
-        fail(str(exc), 2)
+        raise
     return _readable_dir(run)
 
 
@@ -40,12 +42,11 @@ def _newest_with_figures(runs_dir: str) -> Path:
     with nothing to do, a run not started yet) are named on stderr with why, so the report never silently
     shows another run — and when none has figures, the error says why for the newest."""
     from mtk.run_outcome import has_train_records, why_no_figures
-    from mtk.runs import RunNotFound, newest_run, run_records
+    from mtk.runs import newest_run, run_records
 
-    try:
-        newest_run(runs_dir)  # no submitted run at all: its message says what was found
-    except RunNotFound as exc:
-        fail(str(exc), 2)
+    from ..report.records import NoMetrics
+
+    newest_run(runs_dir)  # no submitted run at all: its RunNotFound says what was found
     passed: list[tuple[str, str]] = []
     for run in (r for r in run_records(runs_dir) if not r.launch_error):
         where = _readable_dir(run)
@@ -55,8 +56,8 @@ def _newest_with_figures(runs_dir: str) -> Path:
             return where
         passed.append((where.name, why_no_figures(where)))
     name, why = passed[0]
-    fail(f"no run under {runs_dir}/ has logged a train iteration to report: the newest, {name}, {why}"
-         + (f" ({len(passed) - 1} older ones neither)" if len(passed) > 1 else ""), 1)
+    raise NoMetrics(f"no run under {runs_dir}/ has logged a train iteration to report: the newest, {name}, {why}"
+                    + (f" ({len(passed) - 1} older ones neither)" if len(passed) > 1 else ""))
 
 
 @click.command("report")
@@ -84,23 +85,21 @@ def command(run_refs, runs_dir, out, gpu, peak_tflops, x_axis, no_plots, no_wand
     import json
     from pathlib import Path
 
+    from mtk.exitcodes import BadInput
+
     from ..report import REPORT_DIR, build_report, to_text
 
     if history:
         if len(run_refs) > 1:
-            fail(f"--history reports one job; {len(run_refs)} RUNs were given ({', '.join(run_refs)}): pass one, or "
-                 "drop --history to compare runs", 2)
+            raise BadInput(f"--history reports one job; {len(run_refs)} RUNs were given ({', '.join(run_refs)}): "
+                           "pass one, or drop --history to compare runs")
         _history(run_refs[0] if run_refs else None, runs_dir, out, gpu, peak_tflops, no_plots, no_wandb, as_json)
         return
     if len(run_refs) > 1:
         _compare(run_refs, runs_dir, out, gpu, peak_tflops, x_axis, no_plots, as_json)
         return
     run_dir = _resolve(run_refs[0] if run_refs else None, runs_dir)
-    try:
-        summary = build_report(run_dir, out, gpu=gpu, peak_tflops=peak_tflops, plots=not no_plots,
-                               wandb=not no_wandb)
-    except FileNotFoundError as exc:
-        fail(str(exc))
+    summary = build_report(run_dir, out, gpu=gpu, peak_tflops=peak_tflops, plots=not no_plots, wandb=not no_wandb)
     if as_json:
         click.echo(json.dumps(summary.to_dict(), indent=2, sort_keys=True))
         return
@@ -132,15 +131,9 @@ def _history(run_ref, runs_dir, out, gpu, peak_tflops, no_plots, no_wandb, as_js
     from ..report import to_text
     from ..report.history import build_history
 
-    try:
-        run = pick_run(run_ref, runs_dir)
-    except FileNotFoundError as exc:
-        fail(str(exc), 2)
-    try:
-        summary, runs, dest = build_history(run, out, gpu=gpu, peak_tflops=peak_tflops, plots=not no_plots,
-                                            wandb=not no_wandb)
-    except FileNotFoundError as exc:
-        fail(str(exc))
+    run = pick_run(run_ref, runs_dir)
+    summary, runs, dest = build_history(run, out, gpu=gpu, peak_tflops=peak_tflops, plots=not no_plots,
+                                        wandb=not no_wandb)
     if as_json:
         click.echo(json.dumps(summary.to_dict(), indent=2, sort_keys=True))
         return
@@ -154,15 +147,14 @@ def _compare(run_refs, runs_dir, out, gpu, peak_tflops, x_axis, no_plots, as_jso
     import time
     from pathlib import Path
 
+    from mtk.exitcodes import BadInput
+
     from ..report.compare import compare, load_run
 
     dirs = [_resolve(ref, runs_dir) for ref in run_refs]
     if len(set(dirs)) != len(dirs):
-        fail(f"the same run is named twice: {', '.join(run_refs)}", 2)
-    try:
-        runs = [load_run(d, d.name, gpu, peak_tflops) for d in dirs]
-    except FileNotFoundError as exc:
-        fail(str(exc))
+        raise BadInput(f"the same run is named twice: {', '.join(run_refs)}")
+    runs = [load_run(d, d.name, gpu, peak_tflops) for d in dirs]
     dest = Path(out) if out else Path(runs_dir) / time.strftime("compare-%Y%m%d-%H%M%S", time.gmtime())
     result = compare(runs, dest, x_axis, plots=not no_plots)
     if as_json:

@@ -15,7 +15,7 @@ from mtk.files import atomic_write
 from mtk.run_outcome import ended
 
 from .gpus import detect_gpu
-from .records import Metrics, read_metrics
+from .records import Metrics, NoMetrics, read_metrics
 from .summary import Summary, summarize, to_markdown, to_text
 
 REPORT_DIR = "report"
@@ -34,11 +34,11 @@ def _job_dict(run_dir: Path) -> dict | None:
 
 def build_report(run_dir: str | Path, out_dir: str | Path | None = None, *, gpu: str | None = None,
                  peak_tflops: float | None = None, plots: bool = True, wandb: bool = True) -> Summary:
-    """Write plots and summary files; raises FileNotFoundError when the run has no metrics file yet."""
+    """Write plots and summary files; raises NoMetrics when the run has no metrics file yet."""
     run_dir = Path(run_dir)
     path = run_dir / run_layout.METRICS_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist: the training step has not logged an iteration yet "
+        raise NoMetrics(f"{path} does not exist: the training step has not logged an iteration yet "
                                 "(see `mtk status` / `mtk logs`)")
     job = _job_dict(run_dir)
     metrics = read_metrics(path, log_interval(job))

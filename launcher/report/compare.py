@@ -18,7 +18,7 @@ from mtk.files import atomic_write
 from mtk.run_outcome import ended
 
 from .gpus import detect_gpu
-from .records import Metrics, read_metrics
+from .records import Metrics, NoMetrics, read_metrics
 from .summary import Summary, rows, summarize
 
 X_AXES = ("iteration", "tokens")
@@ -38,7 +38,7 @@ class RunData:
 def load_run(run_dir: Path, label: str, gpu: str | None = None, peak_tflops: float | None = None) -> RunData:
     path = run_dir / run_layout.METRICS_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist: run {label} has not logged an iteration yet")
+        raise NoMetrics(f"{path} does not exist: run {label} has not logged an iteration yet")
     try:
         job = json.loads((run_dir / run_layout.JOB_FILE).read_text())
     except (OSError, ValueError):

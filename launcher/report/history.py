@@ -17,7 +17,7 @@ from mtk.run_outcome import why_no_figures
 from mtk.runs import Run, run_records
 
 from . import _job_dict, log_interval, write_report
-from .records import read_history
+from .records import NoMetrics, read_history
 from .summary import Summary
 
 HISTORY_DIR = "report-history"  # beside report/ in the newest run dir: a single run's report stays as it was
@@ -55,7 +55,7 @@ def build_history(run: Run, out_dir: str | Path | None = None, *, gpu: str | Non
                   peak_tflops: float | None = None, plots: bool = True,
                   wandb: bool = True) -> tuple[Summary, list[Run], Path]:
     """Report ``run``'s job over all its launches; returns (summary, the launches read, where it was written).
-    Raises FileNotFoundError when no launch has logged a train iteration."""
+    Raises NoMetrics when no launch has logged a train iteration."""
     runs = job_runs(run)
     newest = readable_dir(run)
     job = _job_dict(newest)
@@ -67,7 +67,7 @@ def build_history(run: Run, out_dir: str | Path | None = None, *, gpu: str | Non
             paths.append((where.name, where / run_layout.METRICS_FILE))
         parts.append((where.name, why_no_figures(where)))
     if not paths:
-        raise FileNotFoundError(f"no launch of job {name} has logged a train iteration ({len(runs)} run dir(s) "
+        raise NoMetrics(f"no launch of job {name} has logged a train iteration ({len(runs)} run dir(s) "
                                 f"share its checkpoint dir; the newest, {newest.name}, {parts[-1][1]})")
     metrics = read_history(paths, log_interval(job))
     read = {r["run"]: r for r in metrics.runs}

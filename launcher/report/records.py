@@ -18,7 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mtk.exitcodes import UserFacingError
+
 Record = dict[str, Any]
+
+
+class NoMetrics(UserFacingError, FileNotFoundError):
+    """A run (or a job's launches) with no train records to report yet: the message says why (exit 1)."""
 
 
 @dataclass

@@ -1,7 +1,9 @@
 """Cross-field checks that run before any cluster time is spent.
 
 Each check is a small function ``(job, backend) -> list[Problem]`` so a failure names both fields and values,
-and all problems are reported at once.
+and all problems are reported at once — beside the field errors, too: a spec whose sections do not all validate is
+checked with each failed section standing in as :class:`InvalidSection`, and a check that reads one is skipped
+(:class:`SectionInvalid`), so every rule over valid sections still speaks.
 """
 
 from __future__ import annotations
@@ -30,6 +32,31 @@ if TYPE_CHECKING:
     from .job import Job
 
 Check = Callable[["Job", "str | None"], list[Problem]]
+
+
+class SectionInvalid(Exception):
+    """Internal control flow: a check read a section whose own fields failed validation (an
+    :class:`InvalidSection`); :func:`run_checks` skips that check, whose answer would rest on nothing."""
+
+
+class InvalidSection:
+    """Stands in a partly valid Job for a section that failed validation: reading it raises SectionInvalid."""
+
+    __slots__ = ("section",)
+
+    def __init__(self, section: str):
+        object.__setattr__(self, "section", section)
+
+    def __getattr__(self, name: str):
+        raise SectionInvalid(self.section)
+
+    def _refuse(self, *_args: object) -> bool:
+        raise SectionInvalid(self.section)
+
+    __bool__ = __iter__ = __len__ = __eq__ = __contains__ = _refuse
+    __hash__ = None  # type: ignore[assignment]
+
+
 # In the order problems are reported: the parallel arithmetic first.
 CHECKS: list[Check] = [gpus_divisible_by_model_parallel, heads_divisible_by_tp, layers_divisible_by_pp,
                        global_batch_divisible, spare_nodes_keep_the_batch, seq_fits_positions,
@@ -176,8 +203,16 @@ def _file_problems(job: Job) -> list[Problem]:
 
 
 def run_checks(job: Job, backend: str | None = None, check_files: bool = False) -> list[Problem]:
-    """Every cross-field check; file checks only where the launching machine sees the data."""
-    problems = [p for fn in CHECKS for p in fn(job, backend)]
+    """Every cross-field check; file checks only where the launching machine sees the data. A check that reads a
+    section standing in as invalid (:class:`InvalidSection`) is left out."""
+    problems = [p for fn in CHECKS for p in _answer(fn, job, backend)]
     if check_files:
-        problems += _file_problems(job)
+        problems += _answer(lambda j, _backend: _file_problems(j), job, backend)
     return problems
+
+
+def _answer(fn: Check, job: Job, backend: str | None) -> list[Problem]:
+    try:
+        return fn(job, backend)
+    except SectionInvalid:
+        return []

@@ -2,8 +2,8 @@
 
 Neutral fields (nodes, processes per node, device, env) live here. A backend's block (``cluster.slurm``,
 ``cluster.eks``, a plugin's ``cluster.<name>``) is that backend's model, found through the registry
-(``mtk.backends.options_model``) and validated here with its errors under ``cluster.<name>``: the core names none
-of their fields, and a plugin backend brings its block with it.
+(``mtk.backend_registry.options_model``) and validated here with its errors under ``cluster.<name>``: the core
+names none of their fields, and a plugin backend brings its block with it.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ class ClusterSpec(Section):
         ``cluster.<name>``); a built-in backend's block is always there (its defaults when not given)."""
         if not isinstance(data, dict):
             return handler(data)
-        from mtk.backends import OPTIONS, options_model
+        from mtk.backend_registry import OPTIONS, options_model
 
         fields = {key: value for key, value in data.items() if key in cls.model_fields}
         blocks: dict[str, Section] = {}
@@ -159,7 +159,7 @@ class ClusterSpec(Section):
     @classmethod
     def block_model(cls, name: str) -> type[Section] | None:
         """The model of backend ``name``'s block, ``cluster.<name>`` (None: no backend by that name takes options)."""
-        from mtk.backends import options_model
+        from mtk.backend_registry import options_model
 
         return None if name in cls.model_fields else options_model(name)
 
@@ -175,7 +175,7 @@ class ClusterSpec(Section):
     @classmethod
     def accepted_keys(cls) -> list[str]:
         """Every key the section takes: its fields, then the built-in backends' blocks."""
-        from mtk.backends import OPTIONS
+        from mtk.backend_registry import OPTIONS
 
         return [*cls.model_fields, *OPTIONS]
 

@@ -18,7 +18,7 @@ from . import (
     recipe_checks,  # noqa: F401  (registers its checks with run_checks)
 )
 from .base import Section
-from .checks import run_checks
+from .checks import InvalidSection, run_checks
 from .errors import Problem, SpecError
 from .job import Job
 
@@ -251,11 +251,35 @@ def validate(data: dict, source: str | None = None, backend: str | None = None,
     try:
         job = Job.model_validate(data)
     except ValidationError as exc:
-        raise SpecError([_problem_from_error(e) for e in exc.errors()], source) from None
+        fields = [_problem_from_error(e) for e in exc.errors()]
+        raise SpecError(fields + _rules_beside(data, exc, backend, check_files), source) from None
     problems = run_checks(job, backend=backend, check_files=check_files)
     if problems:
         raise SpecError(problems, source)
     return job
+
+
+# What a required field that failed validation is, so that the others can still be built (a check reading it is
+# skipped: it stands in as an InvalidSection).
+_REQUIRED_STAND_INS = {"name": "partial", "model": {"preset": "tiny"}}
+
+
+def _rules_beside(data: object, exc: ValidationError, backend: str | None, check_files: bool) -> list[Problem]:
+    """The cross-section rules that read only sections which validated: reported with the field errors at once
+    (none when the errors are not confined to sections, or the valid sections do not build a Job alone)."""
+    errors = exc.errors()
+    if not isinstance(data, dict) or any(not e["loc"] for e in errors):
+        return []
+    failed = {str(e["loc"][0]) for e in errors}
+    sections = [f for f in Job.model_fields if f not in failed]
+    kept = {k: v for k, v in data.items() if k in sections}
+    try:
+        valid = Job.model_validate({**kept, **{k: v for k, v in _REQUIRED_STAND_INS.items() if k in failed}})
+    except ValidationError:
+        return []
+    fields: dict[str, Any] = {f: getattr(valid, f) if f in sections else InvalidSection(f) for f in Job.model_fields}
+    partial = Job.model_construct(**fields)
+    return run_checks(partial, backend=backend, check_files=check_files)
 
 
 def load_job(path: str | Path, overrides: list[str] | None = None, backend: str | None = None,

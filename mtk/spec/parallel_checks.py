@@ -23,7 +23,7 @@ def gpus_divisible_by_model_parallel(job: Job, backend) -> list[Problem]:
     if c.world_size % mp and c.min_nodes is None:  # a spare-node range: spare_nodes_keep_the_batch checks each count
         return [Problem("cluster.procs_per_node", f"nodes × procs_per_node = {c.nodes} × {c.procs_per_node} = "
                         f"{c.world_size} GPUs is not divisible by parallel.tp × pp × cp = {p.tp} × {p.pp} × {p.cp}"
-                        f" = {mp}; change the node count or the parallel sizes", c.world_size)]
+                        f" = {mp}; change the node count or the parallel sizes", c.procs_per_node)]
     return []
 
 

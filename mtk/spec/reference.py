@@ -33,7 +33,7 @@ def _sections(model: type[BaseModel]) -> dict[str, type[BaseModel]]:
     """The sub-models of ``model`` by field name, the backends' blocks included for ``cluster``."""
     out = {name: sub for name, field in model.model_fields.items() if (sub := _model_of(field.annotation))}
     if model.__name__ == "ClusterSpec":
-        from mtk.backends import OPTIONS, options_model
+        from mtk.backend_registry import OPTIONS, options_model
 
         out.update({name: block for name in OPTIONS if (block := options_model(name)) is not None})
     return out
@@ -102,7 +102,7 @@ def markdown() -> str:
 
 def json_schema() -> dict[str, Any]:
     """Job's JSON schema with the backends' blocks as properties of ``cluster``."""
-    from mtk.backends import OPTIONS, options_model
+    from mtk.backend_registry import OPTIONS, options_model
 
     schema = Job.model_json_schema()
     defs = schema.setdefault("$defs", {})

@@ -16,12 +16,13 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .ports import free_ports
 
 # Three nodes: a two-node job can lose one (hang, failed health check) and restart on the other two.
 NODES = {"node1": "127.0.1.1", "node2": "127.0.1.2", "node3": "127.0.1.3"}
@@ -64,19 +65,6 @@ for node in $MINI_NODES; do
 done
 wait
 """
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct TCP ports that were free a moment ago."""
-    socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports
 
 
 def _die_with_parent() -> None:

@@ -138,12 +138,14 @@ def _runtime_nodes(tree: ast.AST):
                 todo.append(child)
 
 
-def _imports(path: Path, mod: str) -> list[tuple[int, str]]:
-    """(line, module) for each ``mtk.*``-or-relative import in ``path`` (lazy ones too; not those under
-    ``if TYPE_CHECKING:``, which never run), relative ones resolved; ``from x import name`` gives ``x.name``."""
+def _imports(path: Path, mod: str, type_checking: bool = False) -> list[tuple[int, str]]:
+    """(line, module) for each ``mtk.*``-or-relative import in ``path`` (lazy ones too; those under
+    ``if TYPE_CHECKING:``, which never run, only with ``type_checking``), relative ones resolved; ``from x import
+    name`` gives ``x.name``."""
     package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
     found: list[tuple[int, str]] = []
-    for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree) if type_checking else _runtime_nodes(tree):
         if isinstance(node, ast.Import):
             found += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -155,12 +157,12 @@ def _imports(path: Path, mod: str) -> list[tuple[int, str]]:
     return found
 
 
-def _import_graph() -> dict[str, set[str]]:
+def _import_graph(type_checking: bool = False) -> dict[str, set[str]]:
     """Module -> the package modules it imports (see :func:`_imports`), ``mtk.*`` resolved as installed."""
     files = {_module_name(p): p for p in _package_files()}
     graph: dict[str, set[str]] = {m: set() for m in files}
     for mod, path in files.items():
-        for _, t in _imports(path, mod):
+        for _, t in _imports(path, mod, type_checking):
             while t and t not in files:  # `from mtk.x import name` -> mtk.x
                 t = t.rpartition(".")[0]
             if t and t != mod and not mod.startswith(t + "."):  # a package's own __init__ is no circle
@@ -204,7 +206,20 @@ def _circles(graph: dict[str, set[str]]) -> set[frozenset[str]]:
 
 
 def test_no_new_import_circles():
-    assert _circles(_import_graph()) == KNOWN_CIRCLES
+    """``if TYPE_CHECKING:`` imports count: a loop through them never runs, but a reader and mypy follow it, and
+    the first run-time import along it (a type that becomes a default, an isinstance) closes it at import."""
+    assert _circles(_import_graph(type_checking=True)) == KNOWN_CIRCLES
+
+
+def test_the_circle_check_sees_a_loop_through_type_checking_imports(tmp_path, monkeypatch):
+    (tmp_path / "mtk").mkdir()
+    (tmp_path / "mtk" / "low.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                             "    from .high import High\n")
+    (tmp_path / "mtk" / "high.py").write_text("def f():\n    from mtk.low import x\n")
+    monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
+    monkeypatch.setattr(f"{__name__}._package_files", lambda: sorted((tmp_path / "mtk").glob("*.py")))
+    assert _circles(_import_graph()) == set()  # the run-time graph alone has no loop
+    assert _circles(_import_graph(type_checking=True)) == {frozenset({"mtk.low", "mtk.high"})}
 
 
 def test_no_new_module_over_500_lines():
@@ -215,7 +230,7 @@ def test_no_new_module_over_500_lines():
 # ---- layers at folder level: every folder imports only the folders below it --------------------------------------
 #   launcher/                      the CLI: stands on everything below
 #   slurm/  k8s/                   the backends: may import data_jobs (the data steps they schedule)
-#   containers/                    image build: the core only
+#   containers/                    image build; the doctor imports megatron.core as the engine does (training.compat)
 #   data_jobs/                     getdata, preprocess: may import training (the index caches it builds once)
 #   training/                      the engine: the core only
 #   mtk/                           the neutral core (spec, run layout, exit codes, backend contract): nothing above
@@ -225,7 +240,7 @@ LAYERS: dict[str, set[str]] = {
     "launcher": {"slurm", "k8s", "containers", "data_jobs", "training", "mtk"},
     "slurm": {"data_jobs", "mtk"},
     "k8s": {"data_jobs", "mtk"},
-    "containers": {"mtk"},
+    "containers": {"training", "mtk"},
     "data_jobs": {"training", "mtk"},
     "training": {"mtk"},
     "mtk": set(),
@@ -277,6 +292,44 @@ def test_the_layers_have_no_circle_and_every_middle_arrow_is_used():
     assert unused == set()
 
 
+# A module named in a string is an arrow too (importlib.import_module, mtk.loading.load): the registries that name
+# the code above the core by module path (the backends, their option models and schedulers, the entrypoint's
+# steps) are the one sanctioned place; any other string naming a module must keep to the floor plan.
+REGISTRIES = {"mtk/backend_registry.py", "mtk/backends.py", "mtk/steps.py"}
+MODULE_STRING = re.compile(r"^(mtk(?:\.\w+)+)(?::[\w.]+)?$")
+
+
+def _string_arrows(sources: dict[str, str]) -> list[tuple[str, str, str]]:
+    """(from folder, to folder, "file:line: module") for each string constant naming a package module in
+    ``sources`` (path relative to the checkout -> text)."""
+    modules = {_module_name(p) for p in _package_files()}
+    arrows = []
+    for rel, text in sources.items():
+        mod = _module_name(ROOT / rel)
+        for node in ast.walk(ast.parse(text, rel)):
+            found = MODULE_STRING.match(node.value) if isinstance(node, ast.Constant) and isinstance(
+                node.value, str) else None
+            if found and found.group(1) in modules and _folder(found.group(1)) != _folder(mod):
+                arrows.append((_folder(mod), _folder(found.group(1)), f"{rel}:{node.lineno}: {node.value}"))
+    return arrows
+
+
+def test_no_module_reaches_another_folder_by_a_string():
+    sources = {rel: p.read_text() for p in _package_files()
+               if (rel := p.relative_to(ROOT).as_posix()) not in REGISTRIES | ENTRY_POINTS}
+    wrong = [f"{where} ({src} may import {sorted(LAYERS[src]) or 'no other folder'})"
+             for src, dst, where in _string_arrows(sources) if dst not in LAYERS[src]]
+    assert wrong == []
+
+
+def test_the_string_check_sees_an_import_by_name():
+    """The doctor's old ``_import("mtk.training.compat")`` and a loader's ``"module:attr"``; a file name is none."""
+    code = ('compat, _ = _import("mtk.training.compat")\nload("mtk.slurm.backend:SlurmBackend")\n'
+            'spec = "mtk.yaml"\n')
+    assert [where for _, _, where in _string_arrows({"containers/doctor.py": code})] == [
+        "containers/doctor.py:1: mtk.training.compat", "containers/doctor.py:2: mtk.slurm.backend:SlurmBackend"]
+
+
 def test_the_folder_check_names_a_wrong_arrow(tmp_path, monkeypatch):
     bad = ROOT / "training" / "_layer_probe.py"
     monkeypatch.setattr(f"{__name__}._package_files", lambda: [bad])
@@ -294,7 +347,8 @@ def test_the_core_imports_only_the_core():
 def _backend_homes() -> tuple[str, ...]:
     """Where the built-in backends live, from the registry (their classes, option models and scheduler readers): a
     backend's own folder, or its one module where it shares a folder (the local backend in the CLI's)."""
-    from mtk.backends import OPTIONS, REGISTRY, SCHEDULERS
+    from mtk.backend_registry import OPTIONS, REGISTRY
+    from mtk.backends import SCHEDULERS
 
     homes = set()
     for target in [*REGISTRY.values(), *OPTIONS.values(), *(s.module for s in SCHEDULERS)]:

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from mtk.exitcodes import BadInput
+
 from . import hf_tokenizer
 from .hf_tables import TABLES, Row, Shape, from_hf, to_hf
 from .megatron_lm import recorded_vocab_size
@@ -34,7 +36,7 @@ LAYER_PREFIX = "decoder.layers."
 NORM_EPS = 1e-5  # megatron-core's TransformerConfig.layernorm_epsilon default, which mtk uses
 
 
-class ConversionError(ValueError):
+class ConversionError(BadInput, ValueError):
     """A checkpoint or HF directory this converter cannot map; the message says why and what to do."""
 
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mtk.exitcodes import BadInput
+
 if TYPE_CHECKING:
     from mtk.spec.data import TokenizerSpec
 
@@ -33,7 +35,7 @@ FILES = {"GPT2BPETokenizer": ("vocab.json", "merges.txt"),
          "GPTSentencePieceTokenizer": ("tokenizer.model",)}
 
 
-class TokenizerExportError(ValueError):
+class TokenizerExportError(BadInput, ValueError):
     """A recorded tokenizer that would give the export wrong ids; the message names the field and the fix."""
 
 

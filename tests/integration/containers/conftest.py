@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tarfile
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import tomllib
+from support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 BASE_TAG = "mtk-test-base:bookworm-py311"
@@ -67,12 +67,6 @@ def base_tarball() -> Path:
         shutil.rmtree(work, ignore_errors=True)
     return tarball
 
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_for(what: str, probe, proc: subprocess.Popen, log: Path, timeout: float = 60.0) -> None:

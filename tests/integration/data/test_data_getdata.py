@@ -153,8 +153,12 @@ def test_local_sources_gz_zst_and_the_entrypoint(tmp_path, server, capsys):
     (tmp_path / "bad.yaml").write_text(json.dumps({"name": "gd", "model": {"preset": "tiny"}, "data": {
         "dir": str(data), "fetch": [{"url": str(src / "missing.jsonl")}]}}))
     (tmp_path / "bad.json").write_text(load_job(tmp_path / "bad.yaml").to_json())
-    assert main(["--job", str(tmp_path / "bad.json")]) == 1
-    assert "missing.jsonl: file not found" in capsys.readouterr().err
+    from mtk.launcher.entrypoint import main as entrypoint  # the program: its error boundary says why, exit 1
+
+    assert entrypoint(["getdata", "--job", str(tmp_path / "bad.json")]) == 1
+    err = capsys.readouterr().err
+    assert "mtk-entrypoint getdata: error: " in err and "missing.jsonl: file not found" in err
+    assert "Traceback" not in err
 
 
 def test_s3_object_resumes_from_a_partial_download(tmp_path, local_s3):

@@ -36,7 +36,7 @@ def test_sigterm_stops_preprocess_cleanly_and_the_rerun_resumes(tmp_path, corpus
             proc.wait()
 
     assert proc.returncode == 143, (proc.returncode, err)
-    assert "preprocess: stopped by SIGTERM" in err and "resumes" in err, err
+    assert "mtk-entrypoint preprocess: error: stopped by SIGTERM" in err and "resumes" in err, err
     assert "Traceback" not in err and "BrokenPipeError" not in err and "leaked semaphore" not in err, err
     assert not list(prefix.parent.glob("stdlib_text_document.*")), "nothing under the final prefix"
     assert not (prefix.parent / "stdlib.mtk-preprocess.json").exists()

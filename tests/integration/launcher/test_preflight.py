@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.ports import free_port
 
 from mtk import exitcodes
 from mtk.spec.loader import apply_overrides, validate
@@ -49,9 +50,7 @@ def write_job(tmp: Path, *sets: str) -> Path:
 
 
 def run_nodes(job: Path, extra_env: dict[str, str]) -> list[subprocess.CompletedProcess]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     procs = []
     for rank in (0, 1):
         env = {**os.environ, **extra_env, "RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -46,9 +46,7 @@ dist.destroy_process_group()
 
 
 def _save_twice(tmp: Path, fully: bool) -> tuple[dict, dict[str, int]]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2",
            "ROOT": str(tmp), "FULLY": "1" if fully else "0", "OMP_NUM_THREADS": "1"}
     procs = [subprocess.Popen([sys.executable, "-c", WORKER], env={**env, "RANK": str(r)}, cwd=REPO,

@@ -7,6 +7,7 @@ import base64
 
 import pytest
 from mtk.containers.registry import Credentials, ecr_login, ensure_ecr_repository, parse_ecr, redacting
+from support.ports import free_port
 
 
 def test_parse_ecr_hosts():
@@ -29,7 +30,6 @@ def test_secrets_never_render():
 def ecr(monkeypatch):
     """moto's server (a real HTTP ECR API on 127.0.0.1, as elsewhere in the suite); yields (client, endpoint).
     mtk reaches it the way a user reaches an ECR VPC endpoint: through the endpoint URL."""
-    import socket
     import urllib.request
 
     import boto3
@@ -38,9 +38,7 @@ def ecr(monkeypatch):
     for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
         monkeypatch.setenv(key, value)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from mtk.data_jobs.preprocess import PreprocessConfig, PreprocessError, preprocess
 from mtk.data_jobs.preprocess_cli import main
+from mtk.launcher.entrypoint import main as entrypoint  # the program, its error boundary included
 
 from mtk.spec.data import TokenizerSpec
 
@@ -329,9 +330,9 @@ def test_damaged_or_mislabelled_compressed_file_is_a_named_error(tmp_path, bpe_d
     suffix = Path(kind).suffix
     path = tmp_path / kind
     path.write_bytes(body if kind.startswith("plain") else packed[suffix](body)[: -10])  # cut in the last block
-    code = main(["--input", str(path), "--output-prefix", str(tmp_path / "o"), "--tokenizer-type",
-                 "GPT2BPETokenizer", "--vocab-file", str(bpe_dir / "vocab.json"), "--merge-file",
-                 str(bpe_dir / "merges.txt"), "--workers", "1", "--no-progress"])
+    code = entrypoint(["preprocess", "--input", str(path), "--output-prefix", str(tmp_path / "o"),
+                       "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", str(bpe_dir / "vocab.json"),
+                       "--merge-file", str(bpe_dir / "merges.txt"), "--workers", "1", "--no-progress"])
     assert code == 1
     err = capsys.readouterr().err
     assert f"{path}: this {suffix} file" in err and "Traceback" not in err, err
@@ -344,9 +345,9 @@ def test_damaged_compressed_message(tmp_path, bpe_dir, capsys):
     body = "".join(json.dumps({"text": f"document {i} " * 30}) + "\n" for i in range(400)).encode()
     path = tmp_path / "c.jsonl.zst"
     path.write_bytes(zstandard.ZstdCompressor().compress(body)[:300])
-    assert main(["--input", str(path), "--output-prefix", str(tmp_path / "o"), "--tokenizer-type",
-                 "GPT2BPETokenizer", "--vocab-file", str(bpe_dir / "vocab.json"), "--merge-file",
-                 str(bpe_dir / "merges.txt"), "--no-progress"]) == 1
+    assert entrypoint(["preprocess", "--input", str(path), "--output-prefix", str(tmp_path / "o"),
+                       "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", str(bpe_dir / "vocab.json"),
+                       "--merge-file", str(bpe_dir / "merges.txt"), "--no-progress"]) == 1
     err = capsys.readouterr().err
     assert f"{path}: this .zst file" in err and "re-download it" in err and "Traceback" not in err
 

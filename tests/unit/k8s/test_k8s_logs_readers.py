@@ -3,35 +3,19 @@ LOG_READERS ahead (issue 45: one at a time, 1,024 pods at ~20 ms per API call to
 
 from __future__ import annotations
 
-import threading
 import time
 
 from mtk.k8s import backend as k8s_backend
 from mtk.k8s.backend import EksBackend
+from support.kube_boundary import PodsKube
 
 from mtk.runs import Run
 
 
-class SlowKube:
-    """The client at mtk's boundary: later pods answer sooner, so an unordered reader would be caught."""
-
-    def __init__(self, pods: int):
-        self.names = [f"big-worker-{i}" for i in range(pods)]
-        self.lock = threading.Lock()
-        self.active = self.most = self.started = 0
-
-    def list(self, kind, selector):
-        return [{"metadata": {"name": n, "labels": {}}} for n in self.names] if kind == "Pod" else []
-
-    def pod_log(self, pod, container=None):
-        with self.lock:
-            self.active += 1
-            self.started += 1
-            self.most = max(self.most, self.active)
-        time.sleep(0.002 * (len(self.names) - int(pod.rsplit("-", 1)[1])) / len(self.names))
-        with self.lock:
-            self.active -= 1
-        return f"{pod} line 1\n{pod} line 2\n"
+def slow_kube(pods: int) -> PodsKube:
+    """The client at mtk's boundary (support.kube_boundary): later pods answer sooner, so an unordered reader would
+    be caught."""
+    return PodsKube(pods, "big", delay=lambda i: 0.002 * (pods - i) / pods)
 
 
 def _run() -> Run:
@@ -40,7 +24,7 @@ def _run() -> Run:
 
 
 def test_logs_come_in_pod_order_read_several_at_a_time():
-    kube = SlowKube(200)
+    kube = slow_kube(200)
     lines = list(EksBackend(kube_factory=lambda ns: kube).logs(_run()))
     want = [f"[{n}] {n} line {k}\n" for n in sorted(kube.names) for k in (1, 2)]
     assert lines == want
@@ -48,7 +32,7 @@ def test_logs_come_in_pod_order_read_several_at_a_time():
 
 
 def test_a_slow_reader_holds_at_most_log_readers_ahead():
-    kube = SlowKube(200)
+    kube = slow_kube(200)
     stream = EksBackend(kube_factory=lambda ns: kube).logs(_run())
     next(stream)
     time.sleep(0.2)  # the consumer dawdles: the reads must not run away from it
@@ -57,6 +41,6 @@ def test_a_slow_reader_holds_at_most_log_readers_ahead():
 
 
 def test_one_pod_is_read_directly():
-    kube = SlowKube(1)
+    kube = slow_kube(1)
     assert list(EksBackend(kube_factory=lambda ns: kube).logs(_run())) == ["big-worker-0 line 1\n",
                                                                           "big-worker-0 line 2\n"]

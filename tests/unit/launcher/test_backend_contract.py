@@ -61,3 +61,14 @@ def test_nsys_is_refused_where_no_backend_wires_it():
     with pytest.raises(SpecError, match=r"wired into the slurm backend only, not eks"):
         validate({**data, "image": {"registry": "r.example"}}, backend="eks")
     assert validate({**data, "cluster": {**TINY["cluster"], "slurm": {"runtime": "bare"}}}, backend="slurm")
+
+
+@pytest.mark.parametrize("name", backend_names())
+def test_the_note_after_submit_does_not_repeat_the_step_id_lines(name):
+    """`mtk launch` prints each step's id once (``runner: 4242``); a backend's note explains, never says it again."""
+    from mtk.runs import Run
+
+    run = Run(backend=name, run_dir="/runs/r", name="r", ids={"runner": "4242", "train": "PyTorchJob/r"},
+              backend_notes={"namespace": "default", "run_id": "r"})
+    note = get_backend(name).submitted_note(run, {"wait": False}, None)
+    assert "runner:" not in note and "train:" not in note and "4242" not in note, note

@@ -61,3 +61,17 @@ def test_prune_removes_a_preview_only_with_yes(tmp_path, capsys, monkeypatch):
     assert f"removed {preview.name}" in capsys.readouterr().out
     assert not preview.exists() and shared.is_dir()
     assert main(["prune", "--older-than", "soon"]) == 2
+
+
+def test_each_run_says_its_age_since_it_started_in_a_unit_that_reads(tmp_path):
+    """The help says "started longer ago than this": the reason says "started ... ago" in that sense, in minutes
+    for a run of half an hour (not "ended 0 h ago"), in days for an old one."""
+    rows = [_run(tmp_path, "recent", "COMPLETED", 0.5 / 24), _run(tmp_path, "hours", "FAILED", 5 / 24),
+            _run(tmp_path, "old", "COMPLETED", 9), _run(tmp_path, "just", "STOPPED", 20 / 86400)]
+    why = {d.row.name: d.why for d in plan(rows, tmp_path, parse_duration("1h"), True, NOW)}
+    assert why == {"recent": "COMPLETED, started 30 min ago: newer than --older-than (1 h)",
+                   "hours": "FAILED, started 5 h ago", "old": "COMPLETED, started 9 d ago",
+                   "just": "STOPPED, started 20 s ago: newer than --older-than (1 h)"}
+    from mtk.launcher.cli.prune import command
+
+    assert "started longer ago than this" in next(p.help for p in command.params if p.name == "older_than")

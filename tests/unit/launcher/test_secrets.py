@@ -193,3 +193,48 @@ def test_fetch_urls_carrying_credentials_are_refused_without_echoing_them():
     assert out.returncode == 2 and "data.fetch.0.url" in out.stderr and "data.fetch.1.url" in out.stderr
     assert "data.fetch.2.url" not in out.stderr and "auth: HF_TOKEN" in out.stderr
     assert "9876" not in out.stderr + out.stdout
+
+
+def test_the_error_boundary_scrubs_a_secret_read_under_a_plain_name(capsys, monkeypatch):
+    """getdata reads data.fetch[].auth variables, named in cluster.secrets but maybe not like a credential
+    (CORPUS_ACCESS): it holds their values, and the one error boundary scrubs them from any error it prints."""
+    from mtk.data_jobs.sources import FetchError
+
+    from mtk import secrets
+    from mtk.failures import report
+
+    value = "plainly-named-0123456789"
+    monkeypatch.setenv("CORPUS_ACCESS", value)
+    assert not secrets.looks_secret("CORPUS_ACCESS")
+    error = FetchError(f"https://h.example/c.jsonl?x={value}: HTTP 500 the server echoed {value}")
+    assert report(error, "mtk-entrypoint getdata") == 1
+    assert value in capsys.readouterr().err  # not held yet: a plain name is not scrubbed by its look
+    monkeypatch.setattr(secrets, "_HELD", set())
+    secrets.hold([os.environ["CORPUS_ACCESS"], "short"])
+    assert report(error, "mtk-entrypoint getdata") == 1
+    err = capsys.readouterr().err
+    assert value not in err and "<redacted>" in err and "mtk-entrypoint getdata: error: " in err
+
+
+def test_getdata_holds_its_auth_values_for_the_boundary(tmp_path, capsys, monkeypatch):
+    from mtk.data_jobs import getdata
+    from mtk.launcher.entrypoint import main as entrypoint
+
+    from mtk import secrets
+    from mtk.spec import validate
+
+    value = "plainly-named-9876543210"
+    job = validate({"name": "auth", "model": {"preset": "tiny"}, "cluster": {"secrets": ["CORPUS_ACCESS"]},
+                    "data": {"dir": str(tmp_path / "data"), "fetch": [
+                        {"url": "https://h.example/c.jsonl", "auth": "CORPUS_ACCESS", "sha256": "a" * 64}]}})
+    (tmp_path / "job.json").write_text(job.to_json())
+    monkeypatch.setenv("CORPUS_ACCESS", value)
+    monkeypatch.setattr(secrets, "_HELD", set())
+
+    def refused(items, data_dir, log):
+        raise getdata.FetchError(f"https://h.example/c.jsonl: HTTP 403, the server said: bad token {value}")
+
+    monkeypatch.setattr(getdata, "fetch_all", refused)
+    assert entrypoint(["getdata", "--job", str(tmp_path / "job.json")]) == 1
+    err = capsys.readouterr().err
+    assert "HTTP 403" in err and value not in err and "Traceback" not in err

@@ -252,3 +252,118 @@ def test_a_typo_in_cluster_gets_the_owning_models_keys(cluster, named):
     with pytest.raises(SpecError) as err:
         validate({"name": "typo", "model": {"preset": "tiny"}, "cluster": {"device": "cpu", **cluster}})
     assert named in str(err.value)
+
+
+def _at(root: object, dotted: str) -> object:
+    """The value at a problem's path: attributes of a Job (or keys of a dict), list items by index."""
+    node = root
+    for part in dotted.split("."):
+        if isinstance(node, list):
+            node = node[int(part)]
+        elif isinstance(node, dict):
+            node = node[part]
+        else:
+            node = getattr(node, part)
+    return node
+
+
+@pytest.mark.parametrize(("changes", "backend", "path", "fragment"), CASES,
+                         ids=[c[2] + ("@" + c[1] if c[1] else "") for c in CASES])
+def test_the_value_shown_is_the_named_fields_own(changes, backend, path, fragment):
+    """``field (got X)``: X is what that field holds (a cross-field rule's product goes in its message), e.g.
+    ``cluster.procs_per_node (got 8)`` for 8 per node, never the 16 GPUs of two nodes."""
+    from pydantic import ValidationError
+
+    from mtk.spec import Job
+
+    data = copy.deepcopy(BASE)
+    for key, value in changes.items():
+        _set(data, key, value)
+    with pytest.raises(SpecError) as info:
+        validate(data, backend=backend)
+    try:
+        root: object = Job.model_validate(data)  # the fields are valid: a rule's value is the Job's
+    except ValidationError:
+        root = data  # a field error shows the input as given
+    for p in info.value.problems:
+        if p.value is None:
+            continue
+        try:
+            held = _at(root, p.path)
+        except (AttributeError, KeyError, IndexError, ValueError):
+            continue  # a path that is no field (a file, a line)
+        assert p.value == held, f"{p}: {p.path} holds {held!r}"
+
+
+def test_world_size_problem_shows_procs_per_node_not_the_total():
+    data = copy.deepcopy(BASE)
+    data["parallel"]["tp"] = 3
+    with pytest.raises(SpecError) as info:
+        validate(data)
+    assert "cluster.procs_per_node (got 8): nodes × procs_per_node = 2 × 8 = 16 GPUs" in str(info.value)
+
+
+def test_field_errors_and_rules_over_valid_sections_come_together():
+    """README: "every problem at once". A field error in one section no longer hides the cross-section rules over
+    the others; a rule that reads the failed section is left out (it would judge a stand-in)."""
+    data = copy.deepcopy(BASE)
+    data["parallel"]["tp"] = 3  # cluster × parallel: 16 GPUs not divisible by 3
+    data["model"]["num_layers"] = "many"  # a field error in model
+    data["train"] = {"precision": "fp16"}
+    data["cluster"]["device"] = "cpu"  # cluster × train: fp16 needs a GPU
+    with pytest.raises(SpecError) as info:
+        validate(data, backend="local")
+    paths = [p.path for p in info.value.problems]
+    assert paths[0] == "model.num_layers"  # the field errors first, as before
+    assert {"cluster.procs_per_node", "train.precision", "cluster.nodes"} <= set(paths), paths
+    assert "model.num_attention_heads" not in paths  # a rule over model (failed): skipped
+    assert paths.count("model.num_layers") == 1
+
+
+def test_rules_reading_a_failed_section_are_skipped_not_guessed():
+    data = copy.deepcopy(BASE)
+    data["cluster"] = {"nodes": "two", "procs_per_node": 8}  # cluster fails: every rule reading it is left out
+    data["parallel"]["tp"] = 5  # with a stand-in cluster this would be a world-size problem: it must not appear
+    data["train"]["min_lr"] = 1.0  # train alone: reported
+    with pytest.raises(SpecError) as info:
+        validate(data, backend="slurm")
+    paths = [p.path for p in info.value.problems]
+    assert paths == ["cluster", "model.num_attention_heads", "train.min_lr"], paths  # heads: model × parallel
+    assert "nodes 'two'" in str(info.value)
+
+
+def test_a_failed_required_section_and_a_top_level_error_still_report_their_fields():
+    data = copy.deepcopy(BASE)
+    data["name"] = "Bad_Name"
+    data["model"] = {"preset": "nope"}
+    data["cluster"]["device"] = "cpu"
+    data["train"]["precision"] = "fp16"  # cluster × train: reported
+    data["train"]["min_lr"] = 1.0  # train × model (the schedule's token count): model failed, left out
+    with pytest.raises(SpecError) as info:
+        validate(data)
+    paths = [p.path for p in info.value.problems]
+    assert paths == ["name", "model.preset", "train.precision"], paths
+    with pytest.raises(SpecError) as info:
+        validate(["not", "a", "mapping"])  # type: ignore[arg-type]
+    assert [p.path for p in info.value.problems] == ["(top level)"]
+
+
+def test_the_spec_guides_example_error_is_what_validate_prints(tmp_path):
+    """docs/spec-guide.md shows validate's answer to a spec with a typo and a GPU count tp does not divide: the
+    same lines, in the same order (its "..." elides)."""
+    from pathlib import Path
+
+    guide = (Path(__file__).resolve().parents[3] / "docs" / "spec-guide.md").read_text()
+    block = guide[guide.index("error: invalid job spec in job.yaml:"):]
+    block = block[:block.index("```")]
+    shown = [" ".join(item.split()) for item in block.split("\n  - ")[1:]]
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump({**copy.deepcopy(BASE), "parallel": {"tp": 3}, "train": {"itrations": 5},
+                                    "cluster": {"nodes": 2, "procs_per_node": 8, "slurm": {"runtime": "bare"}}}))
+    out = subprocess.run([sys.executable, "-m", "mtk", "validate", str(spec)], capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.startswith("error: invalid job spec in ")
+    printed = [line.removeprefix("  - ") for line in out.stderr.splitlines()[1:]]
+    assert [p[:len(s.removesuffix("...").rstrip())] for p, s in zip(printed, shown, strict=False)] == [
+        s.removesuffix("...").rstrip() for s in shown]
+    assert len(printed) == len(shown), printed

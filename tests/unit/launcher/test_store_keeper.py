@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 from mtk.launcher.store_keeper import store_place
-
-from tests.support.minicluster import free_ports
+from support.ports import free_ports
 
 SUPPORT = Path(__file__).resolve().parents[2] / "support"
 

@@ -135,21 +135,27 @@ def test_a_claim_handed_to_a_queued_job_is_judged_by_its_scheduler_not_the_launc
         lease.claim(root, "/runs/other")
 
 
-def test_a_zombie_holds_nothing():
+def test_a_zombie_holds_nothing(tmp_path):
     """A killed run's process that nobody reaped (its parent gone, an init that does not reap) is not alive: its
-    lease is taken over, as a dead pid's is."""
+    lease is taken over, as a dead pid's is; a live process of this host keeps its own."""
     import time
-    from pathlib import Path
 
-    from mtk.training.lease import _alive_here
+    from mtk.processes import state
 
+    root = tmp_path / "ckpt"
+    root.mkdir()
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     try:
         deadline = time.time() + 60  # only fails a hung test
-        while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        while state(child.pid) != "Z":
             assert time.time() < deadline, "the child never exited"
             time.sleep(0.05)
-        assert not _alive_here(child.pid)
-        assert _alive_here(os.getpid())
+        (root / lease.LEASE).write_text(json.dumps({"host": socket.gethostname(), "pid": child.pid,
+                                                    "run_dir": "/runs/killed", "since": 0}))
+        me = lease.claim(root, "/runs/next")
+        assert json.loads((root / lease.LEASE).read_text())["run_dir"] == "/runs/next"
+        with pytest.raises(lease.LeaseHeld, match=f"pid {os.getpid()}"):  # this process lives: refused
+            lease.claim(root, "/runs/third")
+        lease.release(root, me)
     finally:
         child.wait()
