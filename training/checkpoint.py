@@ -20,11 +20,14 @@ default ``nvrx`` strategy needs nvidia-resiliency-ext, which is not used here.
 Save coordination at scale (``train.checkpoint.assume_constant_structure``, on by default; issue 45): one
 save strategy lives for the whole run, so megatron-core's cached plans survive from save to save, and the
 sharding-integrity check (an ``all_gather_object`` of every rank's shard metadata to every rank: N² bytes
-in total, minutes at thousands of ranks) runs on the first save only. A run's model and layout never change
-between its saves, so the check cannot find anything new after the first; ``benchmarks/scale_checkpoint.py``
-measures both. Each save's phases (plan: state dict to write plan; write; publish) are timed and rank 0
-appends them to ``<run dir>/state/checkpoint_saves.jsonl`` (:data:`mtk.goodput.SAVES_FILE`), the save cost
-``mtk validate`` turns into a checkpoint interval.
+in total, minutes at thousands of ranks) runs on the first save only. The state dict can still change between
+saves (Adam's state appears at the first optimizer step that is not skipped), and megatron-core never compares
+the plans it reuses with it: before each reuse every rank compares its state dict's structure with the one the
+plans were made from and the ranks agree in one all-reduce (:mod:`mtk.training.save_structure`); a change makes a
+new strategy, so that save is planned and its sharding checked anew, and says so in one log line.
+``benchmarks/scale_checkpoint.py`` measures all three. Each save's phases (plan: the check and the state dict to
+write plan; write; publish) are timed and rank 0 appends them to ``<run dir>/state/checkpoint_saves.jsonl``
+(:data:`mtk.goodput.SAVES_FILE`), the save cost ``mtk validate`` turns into a checkpoint interval.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ from .optimizer_state import (
     prefill_adam_state,
     restore_adam_steps,
 )
+from .save_structure import StructureCheck
 
 
 def _fork_results_queue() -> None:
@@ -151,7 +155,8 @@ class CheckpointManager:
         self.in_flight: int | None = None
         self._side_files: dict[int, dict[str, str]] = {}
         self._strategy: Any = None  # one save strategy for the run: its cached plans outlive a save
-        self.saves = 0  # saves planned by this manager (the first one validates the sharding)
+        self._structure = StructureCheck()  # what the cached plans were made from, checked before each reuse
+        self.saves = 0  # saves planned by this manager (the first one, and one whose structure changed, validate)
         self.timings: dict[int, dict[str, Any]] = {}  # iteration -> phase seconds, until recorded
 
     # every rank
@@ -241,12 +246,20 @@ class CheckpointManager:
         partial = self.root / (iter_dir_name(iteration) + PARTIAL_SUFFIX)
         validate = self.saves == 0 or not self.assume_constant_structure
         t0 = time.perf_counter()
-        request = dist_checkpointing.save(sd, str(partial), self.strategy(), validate_access_integrity=validate,
+        changed = self._structure_changed(iteration, sd) if self.assume_constant_structure else None
+        if changed is not None:  # every rank: a plan is global
+            self._strategy = None
+            validate = True
+        strategy = self.strategy()
+        cached_plan = bool(getattr(getattr(strategy, "base_strategy", strategy), "validated_cache_reuse", False))
+        checked = time.perf_counter()
+        request = dist_checkpointing.save(sd, str(partial), strategy, validate_access_integrity=validate,
                                           content_metadata=metadata, async_sharded_save=True,
                                           async_strategy="mcore")
         self.saves += 1
-        timing: dict[str, Any] = {"iteration": iteration, "plan_s": time.perf_counter() - t0,
-                                  "validated": validate, "ranks": dist.get_world_size()}
+        timing: dict[str, Any] = {"iteration": iteration, "plan_s": time.perf_counter() - t0, "check_s": checked - t0,
+                                  "validated": validate, "structure_changed": changed is not None,
+                                  "cached_plan": cached_plan, "ranks": dist.get_world_size()}
         self.timings[iteration] = timing
         if self.async_save and not blocking:
             from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
@@ -268,6 +281,19 @@ class CheckpointManager:
         timing.update(mode="sync", write_s=t2 - t1, publish_s=t3 - t2, blocking_s=t3 - t0)
         self._record(iteration)
         return self.root / iter_dir_name(iteration)
+
+    def _structure_changed(self, iteration: int, sd: dict[str, Any]) -> str | None:
+        """Whether the cached save plans no longer fit ``sd`` on some rank (:mod:`.save_structure`; one
+        all-reduce once plans are cached); said in one log line. Applies the state dict's factories first, as the
+        save would: what they build is what the plans describe."""
+        from megatron.core.dist_checkpointing.mapping import apply_factories
+
+        apply_factories(sd)
+        changed = self._structure.changed(sd)
+        if changed is not None:
+            self.log(f"[checkpoint] iteration {iteration}: {changed}: planning this save anew and checking its "
+                     "sharding again")
+        return changed
 
     def _record(self, iteration: int) -> None:
         """Rank 0 appends the save's timing to the run's saves file (one line per save, one append)."""
