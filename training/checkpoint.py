@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mtk.files import atomic_write
+from mtk.files import atomic_write, open_append
 
 from . import lease
 from .checkpoint_layout import (  # noqa: F401  (re-exported: the layout's names as checkpoint.X)
@@ -204,16 +204,21 @@ class CheckpointManager:
 
     def begin(self, iteration: int) -> None:
         """Finish any save in flight (one at most, never two writers on one partial dir), then make ``iter_N``'s
-        empty partial dir (rank 0) and sync."""
+        empty partial dir (rank 0; 0700 until published) and sync."""
         import torch.distributed as dist
 
         self.wait()
         _fork_results_queue()
         partial = self.root / (iter_dir_name(iteration) + PARTIAL_SUFFIX)
         if dist.get_rank() == 0:
-            if partial.exists():
+            if partial.is_symlink() or partial.is_file():
+                partial.unlink()
+            elif partial.exists():
                 shutil.rmtree(partial)
-            partial.mkdir(parents=True)
+            self.root.mkdir(parents=True, exist_ok=True)
+            # Private until published (checkpoint_layout.publish opens it): megatron-core writes its shards and
+            # .metadata by path, so a link another user planted in it (a shared checkpoint dir) would redirect them.
+            partial.mkdir(mode=0o700)
         dist.barrier()
 
     def strategy(self) -> Any:
@@ -310,7 +315,7 @@ class CheckpointManager:
         path = self.run_dir / SAVES_FILE
         with contextlib.suppress(OSError):  # a missing record costs only advice, never the save
             path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("a") as fh:
+            with open_append(path) as fh:
                 fh.write(json.dumps({k: round(v, 4) if isinstance(v, float) else v
                                      for k, v in timing.items()}) + "\n")
 

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from mtk.files import open_mode
+
 from . import hf_tokenizer
 from .hf_tables import TABLES, Row, Shape, from_hf, to_hf
 from .megatron_lm import recorded_vocab_size
@@ -251,7 +253,8 @@ def export_hf(checkpoint: str | Path, out: str | Path, *, dtype: str | None = No
         rows = [r for r in table if r.megatron in meta or not r.optional]
         tmp = out.with_name(out.name + ".partial")
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir(mode=0o700)  # private until renamed: nothing in it can be redirected by another user's link
         writer = ShardWriter(tmp, max_shard_bytes)
         out_dtype = getattr(torch, dtype) if dtype else None
         with _progress(len(rows), f"export {arch}", progress) as bar:
@@ -272,6 +275,7 @@ def export_hf(checkpoint: str | Path, out: str | Path, *, dtype: str | None = No
             (tmp / GENERATION_CONFIG).write_text(json.dumps(hf_tokenizer.generation_config(ids), indent=1))
         if out.exists():
             out.rmdir()
+        open_mode(tmp)
         os.replace(tmp, out)
     log(f"[convert] wrote {arch} ({s.num_layers} layers, hidden {s.hidden_size}) from {path} "
         f"(iteration {iteration}) to {out}")
@@ -410,7 +414,9 @@ def import_hf(hf_dir: str | Path, out_root: str | Path, *, make_vocab_size_divis
     release = out_root / checkpoint_layout.RELEASE
     tmp = out_root.with_name(out_root.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / checkpoint_layout.RELEASE).mkdir(parents=True)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    tmp.mkdir(mode=0o700)  # private until renamed: nothing in it can be redirected by another user's link
+    (tmp / checkpoint_layout.RELEASE).mkdir()
     with single_process_group():
         model: dict[str, Any] = {}
         shape = None
@@ -429,6 +435,7 @@ def import_hf(hf_dir: str | Path, out_root: str | Path, *, make_vocab_size_divis
     (tmp / checkpoint_layout.TRACKER).write_text(checkpoint_layout.RELEASE + "\n")
     if out_root.exists():
         out_root.rmdir()
+    open_mode(tmp)
     os.replace(tmp, out_root)
     log(f"[convert] wrote a weights-only checkpoint ({release}) from {hf_dir} with "
         f"{hf_tokenizer.describe(tokenizer)}")
