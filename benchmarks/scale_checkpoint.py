@@ -6,7 +6,7 @@ rank, then rank 0 checks every tensor's coverage; each rank's local write plan; 
 dedup, metadata, validation), **write** (each rank its own shards) and **publish** (the coordinator gathers the
 write results and writes ``.metadata``; rank 0 renames the partial dir and moves the tracker).
 
-Two parts:
+Three parts:
 
 * in-process, N nodes up to 1,024 (8,192 ranks): the coordinator's work given N ranks' inputs, through the real
   classes (``MCoreSavePlanner.create_global_plan`` + ``FileSystemWriterAsync.prepare_global_plan``; megatron's
@@ -16,10 +16,18 @@ Two parts:
   rank. 2 cores cannot run 8,192 ranks; one coordinator given their inputs is what is measured.
 * real gloo ranks (1 … 16, fewer in --quick): three saves of a sharded state dict through CheckpointManager
   (begin + save_sharded, the code the engine runs), with ``assume_constant_structure`` off (mtk before issue 45)
-  and on (mtk's default now): each save's plan / write / publish seconds, first vs later saves.
+  and on (mtk's default now): each save's plan / write / publish seconds, first vs later saves; and with it on,
+  four saves of a state dict that gains a tensor at the third (Adam's state appearing): that save is planned and
+  checked anew, the fourth is cached again.
+* the check that makes the cache safe (issue 49, ``training/save_structure.py``): before a save reuses the
+  cached plans every rank compares its state dict's structure with the plans' — local, in-process here for one
+  rank's shards of the layout above (constant in N: a rank's shard count does not grow with the nodes) — and the
+  ranks agree in one all-reduce of one number (in the gloo records' ``check_s``; the loop already all-reduces a
+  few numbers every iteration, so a save adds one such collective).
 
     python benchmarks/scale.py --only checkpoint [--quick]
     python benchmarks/scale_checkpoint.py [--quick]      # this component alone, table printed
+    python benchmarks/scale_checkpoint.py --gloo 1,2,4   # the real ranks' per-save records alone, as a table
 """
 
 from __future__ import annotations
@@ -98,6 +106,37 @@ def local_plans(ranks: int) -> list:
     return plans
 
 
+def rank_state_dict(rank: int, ranks: int) -> dict:
+    """One rank's sharded state dict for the layout (tensors on the meta device: the check reads no data)."""
+    import torch
+    from megatron.core.dist_checkpointing.mapping import ShardedObject, ShardedTensor
+
+    tp, dp = rank % TP, rank // TP
+    local = torch.empty(4096, 4096, dtype=torch.bfloat16, device="meta")
+    sd: dict = {f"decoder.t{k}.weight": ShardedTensor.from_rank_offsets(f"decoder.t{k}.weight", local, (0, tp, TP),
+                                                                        replica_id=dp)
+                for k in range(MODEL_TENSORS)}
+    sd["optimizer"] = [ShardedObject(f"optimizer.bucket_{k}", None, (TP, max(1, ranks // TP)), (tp, dp))
+                       for k in range(OPTIM_OBJECTS)]
+    return sd
+
+
+def structure_check_seconds(ranks: int, repeats: int = 20) -> float:
+    """The check's local part on one rank (its shards' structure, compared with the cached one): best of
+    ``repeats``. The all-reduce that follows is one number (timed on real ranks in the gloo records)."""
+    from mtk.training.save_structure import structure
+
+    sd = rank_state_dict(min(ranks - 1, TP + 1), ranks)
+    cached = structure(sd)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        same = structure(sd) == cached
+        best = min(best, time.perf_counter() - t0)
+    assert same
+    return best
+
+
 def global_plan_seconds(ranks: int, repeats: int = 1) -> tuple[float, float]:
     """(create_global_plan + prepare_global_plan seconds, .metadata pickle seconds) for `ranks` local plans."""
     from megatron.core.dist_checkpointing.strategies.filesystem_async import FileSystemWriterAsync
@@ -174,21 +213,25 @@ from megatron.core.dist_checkpointing.mapping import ShardedObject, ShardedTenso
 from mtk.training.checkpoint import CheckpointManager
 rank, world = dist.get_rank(), dist.get_world_size()
 root = os.environ["CKPT_ROOT"]
-def state():
+def state(extra=False):
     sd = {f"decoder.t{k}.weight": ShardedTensor.from_rank_offsets(f"decoder.t{k}.weight",
           torch.full((64, 64), float(rank)), (0, rank, world)) for k in range(int(os.environ["TENSORS"]))}
+    if extra:  # a tensor that appears mid-run (Adam's state after a save before the first step)
+        sd["optimizer.exp_avg"] = ShardedTensor.from_rank_offsets("optimizer.exp_avg", torch.zeros(64, 64),
+                                                                  (0, rank, world))
     sd["optimizer"] = ShardedObject("optimizer.bucket_0", {"r": rank}, (world,), (rank,))
     return sd
 result = {}
-for cached in (False, True):  # one set of processes for both: the imports are most of the wall time here
-    base = f"{root}/{int(cached)}"
+# one set of processes for all: the imports are most of the wall time here
+for name, cached, saves in (("off", False, 3), ("on", True, 3), ("changed", True, 4)):
+    base = f"{root}/{name}"
     mgr = CheckpointManager(base + "/ckpt", owner=base + "/run", log=lambda m: None,
                             assume_constant_structure=cached)
-    for it in (1, 2, 3):
+    for it in range(1, saves + 1):
         mgr.begin(it)
-        mgr.save_sharded(it, state(), None)
+        mgr.save_sharded(it, state(extra=name == "changed" and it >= 3), None)
     if rank == 0:
-        result[str(int(cached))] = [json.loads(l) for l in open(base + "/run/state/checkpoint_saves.jsonl")]
+        result[name] = [json.loads(l) for l in open(base + "/run/state/checkpoint_saves.jsonl")]
 if rank == 0:
     json.dump(result, open(root + "/result.json", "w"))
 dist.barrier()
@@ -196,9 +239,9 @@ dist.destroy_process_group()
 """
 
 
-def gloo_saves(world: int, tensors: int = 64) -> dict[bool, list[dict]]:
-    """Three saves with assume_constant_structure off, then three with it on, on `world` real gloo ranks (separate
-    processes): the records CheckpointManager wrote, by setting."""
+def gloo_saves(world: int, tensors: int = 64) -> dict[str, list[dict]]:
+    """Three saves with assume_constant_structure off, three with it on, four with it on and a tensor added at the
+    third, on `world` real gloo ranks (separate processes): the records CheckpointManager wrote, by run."""
     with tempfile.TemporaryDirectory(prefix="mtk-scale-ckpt-") as tmp:
         env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": str(world),
                "CKPT_ROOT": tmp, "TENSORS": str(tensors), "MTK_REPO": str(REPO), "OMP_NUM_THREADS": "1"}
@@ -208,8 +251,7 @@ def gloo_saves(world: int, tensors: int = 64) -> dict[bool, list[dict]]:
         outs = [p.communicate(timeout=900)[0] for p in procs]
         if any(p.returncode for p in procs):
             raise RuntimeError(f"gloo save at {world} ranks failed:\n" + "\n".join(o[-2000:] for o in outs))
-        got = json.loads((Path(tmp) / "result.json").read_text())
-        return {False: got["0"], True: got["1"]}
+        return json.loads((Path(tmp) / "result.json").read_text())
 
 
 # --------------------------------------------------------------------------- measure
@@ -223,6 +265,7 @@ def measure(quick: bool) -> list[Series]:
         p, m = global_plan_seconds(n * RANKS_PER_NODE, repeats=3)
         plan_s.append(p)
         meta_s.append(m)
+    check_s = [structure_check_seconds(n * RANKS_PER_NODE) for n in plan_nodes]
     mb, unpickle, validate = [], [], []
     for n in check_nodes:
         a, b, c = sharding_check(n * RANKS_PER_NODE)
@@ -257,6 +300,9 @@ def measure(quick: bool) -> list[Series]:
                     "the cache"),
         Series("checkpoint", "blocking coordination, third save on (mtk now)", "s", plan_nodes, meta_s,
                target=TARGET_S, note="cached central plan: only the coordinator's .metadata"),
+        Series("checkpoint", "structure check before a cached save, local part (every rank)", "s", plan_nodes,
+               check_s, note=f"training/save_structure.py on one rank's {MODEL_TENSORS + OPTIM_OBJECTS} shards, "
+                             "in-process; then one all-reduce of one number (gloo records: check_s)"),
     ]
     out += _gloo_series(quick)
     return out
@@ -265,7 +311,7 @@ def measure(quick: bool) -> list[Series]:
 def _gloo_series(quick: bool) -> list[Series]:
     worlds = [1, 2, 4] if quick else [1, 2, 4, 8, 16]
     done, stopped = [], ""
-    per: dict[int, dict[bool, list[dict]]] = {}
+    per: dict[int, dict[str, list[dict]]] = {}
     for world in worlds:
         try:
             per[world] = gloo_saves(world)
@@ -274,16 +320,26 @@ def _gloo_series(quick: bool) -> list[Series]:
             break
         done.append(world)
     series = []
-    for cached in (False, True):
-        tag = "assume_constant_structure=" + ("true (mtk's default)" if cached else "false (mtk before)")
-        for idx, which in ((0, "first save"), (2, "third save")):
-            recs = [per[w][cached][idx] for w in done]
+    for run, tag in (("off", "assume_constant_structure=false (mtk before)"),
+                     ("on", "assume_constant_structure=true (mtk's default)")):
+        for idx, which in ((0, "first save"), (1, "second save"), (2, "third save")):
+            recs = [per[w][run][idx] for w in done]
             series.append(Series("checkpoint", f"gloo {which} plan, {tag} (n = ranks, 2 cores: no law)", "s", done,
                                  [r["plan_s"] for r in recs],
-                                 note=f"real gloo processes on 2 cores, CheckpointManager.save_sharded; write "
+                                 note=f"real gloo processes on 2 cores, CheckpointManager.save_sharded; of it the "
+                                      f"structure check {[round(r.get('check_s', 0.0), 4) for r in recs]} s; write "
                                       f"{[round(r['write_s'], 3) for r in recs]} s, publish "
-                                      f"{[round(r['publish_s'], 3) for r in recs]} s, validated "
-                                      f"{[r['validated'] for r in recs]}{stopped}"))
+                                      f"{[round(r['publish_s'], 3) for r in recs]} s, sharding checked "
+                                      f"{[r['validated'] for r in recs]}, cached central plan "
+                                      f"{[r.get('cached_plan') for r in recs]}{stopped}"))
+    for idx in range(4):
+        recs = [per[w]["changed"][idx] for w in done]
+        series.append(Series("checkpoint", f"gloo save {idx + 1} plan, a tensor added at save 3 (n = ranks, 2 "
+                             "cores: no law)", "s", done, [r["plan_s"] for r in recs],
+                             note=f"structure check {[round(r['check_s'], 4) for r in recs]} s; changed "
+                                  f"{[r['structure_changed'] for r in recs]}, sharding checked "
+                                  f"{[r['validated'] for r in recs]}, cached central plan "
+                                  f"{[r['cached_plan'] for r in recs]}{stopped}"))
     return series
 
 
@@ -300,9 +356,27 @@ def coordination_at(nodes: int, all_series: list[Series]) -> dict[str, float]:
             "after, third save on (cached plan)": meta}
 
 
+def gloo_table(world_list: list[int]) -> str:
+    """Per-save records of the real gloo ranks as a markdown table: plan (its structure check), sharding checked,
+    cached central plan."""
+    rows = ["| ranks | run | save | plan s | of it: check s | sharding checked | cached central plan |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
+    for world in world_list:
+        got = gloo_saves(world)
+        for run in ("off", "on", "changed"):
+            for i, r in enumerate(got[run]):
+                rows.append(f"| {world} | {run} | {i + 1} | {r['plan_s']:.4f} | {r.get('check_s', 0.0):.5f} | "
+                            f"{r['validated']} | {r.get('cached_plan')} |")
+    return "\n".join(rows)
+
+
 if __name__ == "__main__":
     from scale_core import table
 
+    if "--gloo" in sys.argv:  # the real-rank records alone: python scale_checkpoint.py --gloo 1,2,4
+        _quiet_megatron()
+        print(gloo_table([int(x) for x in sys.argv[sys.argv.index("--gloo") + 1].split(",")]))
+        sys.exit(0)
     got = measure("--quick" in sys.argv)
     print(table(got))
     for k, v in coordination_at(1024, got).items():

@@ -12,11 +12,21 @@ import contextlib
 import os
 import shutil
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import IO, Any
+
+from mtk.files import open_nofollow
 
 from .preprocess_worker import PreprocessError
 
 Log = Callable[[str], Any]
+
+
+def _lock_file(path: str, writable: bool = True) -> IO[str]:
+    """A lock file, created if missing (when ``writable``), never through a symlink planted in the shared data dir
+    (:func:`mtk.files.open_nofollow`: a lock opened through a link could create the file it names)."""
+    if writable:
+        return os.fdopen(open_nofollow(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666), "a+")
+    return os.fdopen(open_nofollow(path, os.O_RDONLY), "r")
 
 
 @contextlib.contextmanager
@@ -25,7 +35,7 @@ def exclusive(path: str) -> Iterator[None]:
     import errno
     import fcntl
 
-    with open(path, "a+") as fh:
+    with _lock_file(path) as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -98,10 +108,10 @@ def _waited(path: str, log: Log, held_by: str) -> Iterator[None]:
     import fcntl
 
     try:
-        fh = open(path, "a+")  # noqa: SIM115 - closed below
+        fh = _lock_file(path)
     except OSError:  # a dataset this user may only read: its lock file (flock needs no write access), or none
         try:
-            fh = open(path)  # noqa: SIM115 - closed below
+            fh = _lock_file(path, writable=False)
         except OSError:
             log(f"preprocess: cannot open {path}; going on without it")
             yield

@@ -109,14 +109,18 @@ def done_path(parts_dir: str, index: int) -> str:
 
 
 class _KeyBuffer:
-    """Ids and index data of one key for one shard, flushed to disk in batches."""
+    """Ids and index data of one key for one shard, flushed to disk in batches: into a new temp file beside
+    ``dest`` (never through a link planted in a shared data dir), renamed onto it by the caller."""
 
-    def __init__(self, path: str, dtype: str):
+    def __init__(self, dest: str, dtype: str):
         import numpy as np
+
+        from mtk.files import temp_beside
 
         self.np = np
         self.dtype = dtype
-        self.fh = open(path, "wb")  # noqa: SIM115 - closed in finish()
+        fd, self.tmp = temp_beside(dest, 0o666)
+        self.fh = os.fdopen(fd, "wb")  # closed in finish()
         self.lengths: list[int] = []
         self.doc_seqs: list[int] = []
         self.tokens = 0
@@ -163,6 +167,12 @@ class _KeyBuffer:
         return self.np.asarray(self.lengths, dtype=self.np.int32), self.np.asarray(self.doc_seqs, dtype=self.np.int64)
 
 
+def _discard(bufs: Any) -> None:
+    for buf in bufs:
+        buf.fh.close()
+        buf.tmp.unlink(missing_ok=True)
+
+
 def process_shard(shard: Shard, parts_dir: str, keys: list[str], append_eod: bool, skip_bad: bool,
                   max_line: int, tok: Tokenizer | None = None) -> ShardResult:
     """Tokenize one shard into its part files and mark it done. Raises PreprocessError on a bad line."""
@@ -173,7 +183,13 @@ def process_shard(shard: Shard, parts_dir: str, keys: list[str], append_eod: boo
     eod = tok.eod if append_eod else None
     res = ShardResult(shard.index)
     parts = {k: part_files(parts_dir, shard.index, k) for k in keys}
-    bufs = {k: _KeyBuffer(parts[k].bin + ".tmp", tok.dtype) for k in keys}
+    bufs: dict[str, _KeyBuffer] = {}
+    try:
+        for k in keys:
+            bufs[k] = _KeyBuffer(parts[k].bin, tok.dtype)
+    except BaseException:
+        _discard(bufs.values())
+        raise
     batch: list[list[str]] = []
     chars = 0
 
@@ -224,16 +240,14 @@ def process_shard(shard: Shard, parts_dir: str, keys: list[str], append_eod: boo
                 flush()
         flush()
     except InputError as exc:
-        for buf in bufs.values():
-            buf.fh.close()
+        _discard(bufs.values())
         raise PreprocessError(f"{exc} (shard {shard.index})") from None
     except BaseException:
-        for buf in bufs.values():
-            buf.fh.close()
+        _discard(bufs.values())
         raise
     for key in keys:
         lengths, doc_seqs = bufs[key].finish()
-        os.replace(parts[key].bin + ".tmp", parts[key].bin)
+        os.replace(bufs[key].tmp, parts[key].bin)
         write_part(parts[key], lengths, doc_seqs)
         res.tokens += bufs[key].tokens
     atomic_json(done_path(parts_dir, shard.index), asdict(res))

@@ -22,6 +22,7 @@ from pathlib import Path
 from mtk import processes, run_layout
 from mtk.backends import Artifacts, Backend, LogsError, StepStatus
 from mtk.failures import debug_enabled
+from mtk.files import open_append
 from mtk.netenv import network_env
 from mtk.runs import Run
 from mtk.spec import Job
@@ -102,7 +103,7 @@ class LocalBackend(Backend):
     def submit(self, job: Job, artifacts: Artifacts, options: Mapping[str, object] | None = None) -> Run:
         run_dir = Path(artifacts.run_dir)
         (run_dir / run_layout.LOGS_DIR).mkdir(parents=True, exist_ok=True)
-        with open(run_dir / run_layout.LOGS_DIR / "runner.log", "ab") as out:
+        with open_append(run_dir / run_layout.LOGS_DIR / "runner.log", binary=True) as out:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "mtk.launcher.local_runner", str(run_dir)],
                 stdout=out,

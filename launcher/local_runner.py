@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from mtk import exitcodes, run_layout, run_outcome
-from mtk.files import atomic_write
+from mtk.files import atomic_write, open_append
 from mtk.steps import StepState
 
 
@@ -81,7 +81,7 @@ def run(run_dir: Path) -> int:
             continue
         log = run_dir / run_layout.LOGS_DIR / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "ab", buffering=0) as out:
+        with open_append(log, binary=True, buffering=0) as out:  # never through a link planted in the run dir
             proc = subprocess.Popen(_resolve(step["argv"]), stdout=out, stderr=subprocess.STDOUT, env=env, cwd=run_dir)
             current["proc"] = proc
             if current.get("cancelled"):  # the stop came while the step was starting: it still reaches it

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from mtk import checkpoint_paths, exitcodes, run_layout
-from mtk.files import atomic_write
+from mtk.files import atomic_write, temp_beside
 
 INIT_TIMEOUT_S = 120
 
@@ -58,7 +58,8 @@ def storage_problems(paths: dict[str, str]) -> list[str]:
         probe = Path(path) / f".mtk-preflight-{socket.gethostname()}-{os.getpid()}"
         try:
             Path(path).mkdir(parents=True, exist_ok=True)
-            with open(probe, "wb") as fh:
+            fd, probe = temp_beside(probe)  # a new file: never through a link planted in a shared dir
+            with os.fdopen(fd, "wb") as fh:
                 fh.write(os.urandom(4096))
                 fh.flush()
                 os.fsync(fh.fileno())

@@ -20,11 +20,14 @@ default ``nvrx`` strategy needs nvidia-resiliency-ext, which is not used here.
 Save coordination at scale (``train.checkpoint.assume_constant_structure``, on by default; issue 45): one
 save strategy lives for the whole run, so megatron-core's cached plans survive from save to save, and the
 sharding-integrity check (an ``all_gather_object`` of every rank's shard metadata to every rank: N² bytes
-in total, minutes at thousands of ranks) runs on the first save only. A run's model and layout never change
-between its saves, so the check cannot find anything new after the first; ``benchmarks/scale_checkpoint.py``
-measures both. Each save's phases (plan: state dict to write plan; write; publish) are timed and rank 0
-appends them to ``<run dir>/state/checkpoint_saves.jsonl`` (:data:`mtk.goodput.SAVES_FILE`), the save cost
-``mtk validate`` turns into a checkpoint interval.
+in total, minutes at thousands of ranks) runs on the first save only. The state dict can still change between
+saves (Adam's state appears at the first optimizer step that is not skipped), and megatron-core never compares
+the plans it reuses with it: before each reuse every rank compares its state dict's structure with the one the
+plans were made from and the ranks agree in one all-reduce (:mod:`mtk.training.save_structure`); a change makes a
+new strategy, so that save is planned and its sharding checked anew, and says so in one log line.
+``benchmarks/scale_checkpoint.py`` measures all three. Each save's phases (plan: the check and the state dict to
+write plan; write; publish) are timed and rank 0 appends them to ``<run dir>/state/checkpoint_saves.jsonl``
+(:data:`mtk.goodput.SAVES_FILE`), the save cost ``mtk validate`` turns into a checkpoint interval.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mtk.files import atomic_write
+from mtk.files import atomic_write, open_append
 
 from . import lease
 from .checkpoint_layout import (  # noqa: F401  (re-exported: the layout's names as checkpoint.X)
@@ -61,6 +64,7 @@ from .optimizer_state import (
     prefill_adam_state,
     restore_adam_steps,
 )
+from .save_structure import StructureCheck
 
 
 def _fork_results_queue() -> None:
@@ -151,7 +155,8 @@ class CheckpointManager:
         self.in_flight: int | None = None
         self._side_files: dict[int, dict[str, str]] = {}
         self._strategy: Any = None  # one save strategy for the run: its cached plans outlive a save
-        self.saves = 0  # saves planned by this manager (the first one validates the sharding)
+        self._structure = StructureCheck()  # what the cached plans were made from, checked before each reuse
+        self.saves = 0  # saves planned by this manager (the first one, and one whose structure changed, validate)
         self.timings: dict[int, dict[str, Any]] = {}  # iteration -> phase seconds, until recorded
 
     # every rank
@@ -199,16 +204,21 @@ class CheckpointManager:
 
     def begin(self, iteration: int) -> None:
         """Finish any save in flight (one at most, never two writers on one partial dir), then make ``iter_N``'s
-        empty partial dir (rank 0) and sync."""
+        empty partial dir (rank 0; 0700 until published) and sync."""
         import torch.distributed as dist
 
         self.wait()
         _fork_results_queue()
         partial = self.root / (iter_dir_name(iteration) + PARTIAL_SUFFIX)
         if dist.get_rank() == 0:
-            if partial.exists():
+            if partial.is_symlink() or partial.is_file():
+                partial.unlink()
+            elif partial.exists():
                 shutil.rmtree(partial)
-            partial.mkdir(parents=True)
+            self.root.mkdir(parents=True, exist_ok=True)
+            # Private until published (checkpoint_layout.publish opens it): megatron-core writes its shards and
+            # .metadata by path, so a link another user planted in it (a shared checkpoint dir) would redirect them.
+            partial.mkdir(mode=0o700)
         dist.barrier()
 
     def strategy(self) -> Any:
@@ -241,12 +251,20 @@ class CheckpointManager:
         partial = self.root / (iter_dir_name(iteration) + PARTIAL_SUFFIX)
         validate = self.saves == 0 or not self.assume_constant_structure
         t0 = time.perf_counter()
-        request = dist_checkpointing.save(sd, str(partial), self.strategy(), validate_access_integrity=validate,
+        changed = self._structure_changed(iteration, sd) if self.assume_constant_structure else None
+        if changed is not None:  # every rank: a plan is global
+            self._strategy = None
+            validate = True
+        strategy = self.strategy()
+        cached_plan = bool(getattr(getattr(strategy, "base_strategy", strategy), "validated_cache_reuse", False))
+        checked = time.perf_counter()
+        request = dist_checkpointing.save(sd, str(partial), strategy, validate_access_integrity=validate,
                                           content_metadata=metadata, async_sharded_save=True,
                                           async_strategy="mcore")
         self.saves += 1
-        timing: dict[str, Any] = {"iteration": iteration, "plan_s": time.perf_counter() - t0,
-                                  "validated": validate, "ranks": dist.get_world_size()}
+        timing: dict[str, Any] = {"iteration": iteration, "plan_s": time.perf_counter() - t0, "check_s": checked - t0,
+                                  "validated": validate, "structure_changed": changed is not None,
+                                  "cached_plan": cached_plan, "ranks": dist.get_world_size()}
         self.timings[iteration] = timing
         if self.async_save and not blocking:
             from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
@@ -269,6 +287,19 @@ class CheckpointManager:
         self._record(iteration)
         return self.root / iter_dir_name(iteration)
 
+    def _structure_changed(self, iteration: int, sd: dict[str, Any]) -> str | None:
+        """Whether the cached save plans no longer fit ``sd`` on some rank (:mod:`.save_structure`; one
+        all-reduce once plans are cached); said in one log line. Applies the state dict's factories first, as the
+        save would: what they build is what the plans describe."""
+        from megatron.core.dist_checkpointing.mapping import apply_factories
+
+        apply_factories(sd)
+        changed = self._structure.changed(sd)
+        if changed is not None:
+            self.log(f"[checkpoint] iteration {iteration}: {changed}: planning this save anew and checking its "
+                     "sharding again")
+        return changed
+
     def _record(self, iteration: int) -> None:
         """Rank 0 appends the save's timing to the run's saves file (one line per save, one append)."""
         import torch.distributed as dist
@@ -284,7 +315,7 @@ class CheckpointManager:
         path = self.run_dir / SAVES_FILE
         with contextlib.suppress(OSError):  # a missing record costs only advice, never the save
             path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("a") as fh:
+            with open_append(path) as fh:
                 fh.write(json.dumps({k: round(v, 4) if isinstance(v, float) else v
                                      for k, v in timing.items()}) + "\n")
 

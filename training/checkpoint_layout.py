@@ -24,7 +24,7 @@ from pathlib import Path
 
 from mtk.checkpoint_paths import TRACKER
 from mtk.exitcodes import BadInput
-from mtk.files import atomic_write
+from mtk.files import atomic_write, open_mode
 
 # mtk's namespace in a checkpoint's common state (Megatron-LM ignores keys it does not know).
 MTK_KEY = "mtk"
@@ -147,6 +147,7 @@ def publish(root: str | Path, iteration: int) -> Path:
     final = root / iter_dir_name(iteration)
     if final.exists():  # a re-save of the same iteration (e.g. after a resume): replace it
         shutil.rmtree(final)
+    open_mode(partial)  # written private (CheckpointManager.begin): readable as the umask says once published
     os.replace(partial, final)
     _fsync_dir(root)
     atomic_write(root / TRACKER, f"{iteration}\n")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mtk import run_layout
-from mtk.files import atomic_write
+from mtk.files import atomic_write, written_by_path
 from mtk.secrets import redact_env
 
 
@@ -104,9 +104,8 @@ class ProfilerWindow:
         prof, self._prof = self._prof, None
         prof.__exit__(None, None, None)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp.json")
-        prof.export_chrome_trace(str(tmp))
-        os.replace(tmp, self.path)
+        with written_by_path(self.path) as tmp:  # torch writes by path: into a folder only this user can enter
+            prof.export_chrome_trace(str(tmp))
         self.enabled = False
 
 

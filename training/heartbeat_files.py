@@ -15,6 +15,7 @@ interval plus the judge's 2 per node (benchmarks/scale_fs.py measures both).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -24,9 +25,18 @@ import tempfile
 from pathlib import Path
 
 from mtk import run_layout
+from mtk.files import NOFOLLOW, temp_beside
+
+from .refusal import Refused
 
 LOCAL_VERDICT = "hang.json"
+LOCAL_PREFIX = "mtk-heartbeats-"
 _CHUNK = 1 << 16
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+class LocalFolderTaken(Refused):
+    """The node-local heartbeat folder's name is taken by another user or by something not a folder."""
 
 
 def heartbeat_dir(run_dir: str | Path) -> Path:
@@ -49,18 +59,97 @@ def _local_base() -> Path:
 
 def local_dir(run_dir: str | Path, host: str) -> Path:
     """This node's heartbeat folder for ``run_dir`` on node-local storage. The host is in the name because some
-    clusters run several "nodes" of one job on one machine (their own hostnames, one /dev/shm)."""
+    clusters run several "nodes" of one job on one machine (their own hostnames, one /dev/shm); the user's uid is,
+    because two users may run one shared run dir on one host (each gets a folder of their own)."""
     key = hashlib.sha1(str(Path(run_dir).resolve()).encode()).hexdigest()[:16]
-    return _local_base() / f"mtk-heartbeats-{key}-{host}"
+    return _local_base() / f"{_own_prefix()}{key}-{host}"
+
+
+def _own_prefix() -> str:
+    return f"{LOCAL_PREFIX}{os.getuid()}-"
 
 
 def ensure_local(folder: Path) -> None:
-    """Create the node-local folder private to this user. /dev/shm is writable by everyone and the name is
-    predictable: a folder another user made there could feed the monitor false heartbeats, so it is refused."""
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """Create the node-local folder private to this user (one atomic mkdir, 0700). /dev/shm is writable by
+    everyone: a folder, file or link another user put at the name first could feed the monitor false heartbeats or
+    redirect its writes, so it is refused in one line."""
+    with contextlib.suppress(FileExistsError):
+        folder.mkdir(mode=0o700)
     if not owned_here(folder):
-        raise PermissionError(f"heartbeat folder {folder} exists and belongs to another user (uid "
-                              f"{folder.lstat().st_uid}); remove it or run as its owner")
+        try:
+            st = folder.lstat()
+        except OSError as exc:
+            raise LocalFolderTaken(f"node-local heartbeat folder {folder} cannot be made: {exc.strerror}") from None
+        what = ("a symlink" if stat.S_ISLNK(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode)
+                else "a file")
+        raise LocalFolderTaken(
+            f"node-local heartbeat folder {folder} is {what} of uid {st.st_uid}, not a folder of this user (uid "
+            f"{os.getuid()}): another user made it first; have it removed (it holds only heartbeats), or set "
+            "resilience.watchdog.enabled: false")
+
+
+def hold_local(folder: Path) -> int:
+    """Create the node-local folder (:func:`ensure_local`) and hold it while this process lives: a shared lock on
+    it, which the kernel drops however the process ends (SIGKILL included), is how the next start on this host tells
+    a live run's folder from a killed run's leftovers (:func:`remove_leftovers`). Returns the descriptor to close."""
+    for _ in range(100):
+        ensure_local(folder)
+        try:
+            fd = os.open(folder, _DIR_FLAGS)
+        except FileNotFoundError:  # removed as a leftover between the two calls: make it again
+            continue
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        held = os.fstat(fd)
+        try:
+            now = os.lstat(folder)
+        except FileNotFoundError:
+            now = None
+        if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+            return fd
+        os.close(fd)  # removed as a leftover before the lock was taken: make it again
+    raise LocalFolderTaken(f"node-local heartbeat folder {folder} kept disappearing while it was made")
+
+
+_swept = False
+
+
+def remove_leftovers(base: Path | None = None) -> list[Path]:
+    """This user's heartbeat folders on this host that no live process holds (:func:`hold_local`): what runs
+    killed here (SIGKILL after Slurm's kill wait, the OOM killer) left in RAM. Whose lock is held stays."""
+    removed: list[Path] = []
+    prefix = _own_prefix()
+    try:
+        with os.scandir(base or _local_base()) as it:
+            names = [e.path for e in it if e.name.startswith(prefix)]
+    except OSError:
+        return removed
+    for path in names:
+        try:
+            fd = os.open(path, _DIR_FLAGS)
+        except OSError:  # gone, or not a folder
+            continue
+        try:
+            if os.fstat(fd).st_uid != os.getuid():
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # held: a live run's
+                continue
+            # /dev/shm and the temp dir are sticky: only this user can rename or remove its entries there
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(Path(path))
+        finally:
+            os.close(fd)
+    return removed
+
+
+def remove_leftovers_once() -> list[Path]:
+    """:func:`remove_leftovers`, once per process (a process may start many heartbeats: the benchmarks')."""
+    global _swept
+    if _swept:
+        return []
+    _swept = True
+    return remove_leftovers()
 
 
 def owned_here(folder: Path) -> bool:
@@ -74,9 +163,10 @@ def owned_here(folder: Path) -> bool:
 
 def write_small(path: Path, text: str) -> None:
     """Atomic (temp then rename) in three system calls: open, write, rename. No mkdir, no chmod (``os.open``'s
-    mode honours the umask already), a temp name fixed per process. The folder must exist."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    mode honours the umask already). The temp name is new each time and created ``O_EXCL|O_NOFOLLOW``
+    (:func:`mtk.files.temp_beside`): the shared heartbeats folder may be writable by others, and a file or link
+    planted at a fixed temp name would be written through. The folder must exist."""
+    fd, tmp = temp_beside(path)
     try:
         data = text.encode()
         while data:

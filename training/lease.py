@@ -24,9 +24,9 @@ import json
 import os
 import socket
 import time
-import uuid
 from pathlib import Path
 
+from mtk.files import temp_beside
 from mtk.processes import alive
 
 from .refusal import Refused
@@ -100,8 +100,9 @@ def _read(path: Path) -> tuple[dict | None, bytes | None]:
 
 
 def _temp(path: Path, holder: dict) -> Path:
-    tmp = path.with_name(f"{path.name}.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_text(json.dumps(holder) + "\n")
+    fd, tmp = temp_beside(path)  # a new file: never through a link planted in the (shared) checkpoint dir
+    with os.fdopen(fd, "w") as fh:
+        fh.write(json.dumps(holder) + "\n")
     return tmp
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from mtk import checkpoint_paths, exitcodes
 
 from . import compat
-from .refusal import Refused
+from .refusal import Refused, refuse_together
 
 if TYPE_CHECKING:
     from mtk.spec import Job
@@ -118,10 +118,15 @@ class Trainer:
         # Handlers go in before the slow imports and setup: a SIGUSR2 during setup must not kill the rank.
         self.control = Control(self.run_dir, int(os.environ.get("RANK", "0")))
         self.control.install()
+        from .heartbeat_files import LocalFolderTaken
         from .watchdog import Heartbeat
 
         self.heartbeat = Heartbeat(self.run_dir, int(os.environ.get("RANK", "0")), job.resilience.watchdog)
-        self.heartbeat.start()
+        self.refusal: str | None = None  # found before the process group exists: every rank refuses in setup
+        try:
+            self.heartbeat.start()
+        except LocalFolderTaken as exc:
+            self.refusal = str(exc)
         from .gc_control import ManualGC
 
         self.gc = ManualGC(job.train.manual_gc, job.train.manual_gc_interval)
@@ -147,6 +152,7 @@ class Trainer:
         self.use_te = device_plan.have_transformer_engine()
         preflight(job, self.cpu, self.use_te)
         distributed.init(job, self.cpu)
+        refuse_together(self.refusal)
         self.rank = dist.get_rank()
         self.world = dist.get_world_size()
         self.dp_rank = ps.get_data_parallel_rank()

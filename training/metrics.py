@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mtk import run_layout
+from mtk.files import open_append
 
 if TYPE_CHECKING:
     from mtk.spec import Job
@@ -159,7 +160,8 @@ class MetricsWriter:
         self._reset()
         if self.enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(self.path, "a", buffering=1)  # noqa: SIM115 - lives as long as the run; line-buffered: tail -f and crash safe per line
+            # lives as long as the run; line-buffered: tail -f and crash safe per line; never through a link
+            self._fh = open_append(self.path, buffering=1)
             if tensorboard:
                 self.tb = _summary_writer(Path(run_dir) / run_layout.TENSORBOARD_DIR)
 

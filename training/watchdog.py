@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import IO
 
 from mtk import run_layout
-from mtk.files import atomic_write
+from mtk.files import atomic_write, open_append
 
 from .hang_monitor import (  # noqa: F401 - the monitor's names, where callers have always imported them
     DUMP_GRACE_S,
@@ -49,12 +49,14 @@ from .hang_monitor import (  # noqa: F401 - the monitor's names, where callers h
     read_verdict,
     verdict_from,
 )
-from .heartbeat_files import (  # noqa: F401 - heartbeat_dir: where callers have always imported it
+from .heartbeat_files import (  # noqa: F401 - heartbeat_dir, ensure_local: where callers have always imported them
     LOCAL_VERDICT,
     ensure_local,
     heartbeat_dir,
+    hold_local,
     local_dir,
     read_json,
+    remove_leftovers_once,
     stacks_path,
     write_small,
 )
@@ -109,6 +111,7 @@ class Heartbeat:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._stacks: IO[str] | None = None
+        self._held: int | None = None  # the node-local folder's descriptor, locked while this rank lives
         self._flight_dumped = False
         self._started = time.time()
 
@@ -131,13 +134,16 @@ class Heartbeat:
 
     # ----------------------------------------------------------- lifecycle
     def start(self) -> None:
-        """Open the stack file, register the dump signal, publish once and start the publisher thread."""
+        """Remove what killed runs left on this host's node-local storage, make and hold this run's folder (a
+        :class:`~mtk.training.heartbeat_files.LocalFolderTaken` when another user took its name), open the stack
+        file, register the dump signal, publish once and start the publisher thread."""
         if not self.enabled:
             return
-        ensure_local(self.local)
+        remove_leftovers_once()
+        self._held = hold_local(self.local)
         path = stacks_path(self.run_dir, self.host, self.rank)
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._stacks = open(path, "a")  # noqa: SIM115 - faulthandler writes into it from a signal handler
+        self._stacks = open_append(path)  # faulthandler writes into it from a signal handler
         faulthandler.register(DUMP_SIGNAL, file=self._stacks, all_threads=True, chain=False)
         self.publish()
         self._thread = threading.Thread(target=self._publisher, name="mtk-heartbeat", daemon=True)
@@ -158,6 +164,9 @@ class Heartbeat:
             signal.signal(DUMP_SIGNAL, signal.SIG_IGN)
         if self._stacks is not None:
             self._stacks.close()
+        if self._held is not None:
+            os.close(self._held)
+            self._held = None
         self._thread = None
 
     def record(self) -> dict:

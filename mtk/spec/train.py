@@ -27,9 +27,11 @@ class CheckpointSpec(Section):
     async_save: bool = Field(False, description="Write checkpoints in the background where supported.")
     assume_constant_structure: bool = Field(
         True, description="Keep megatron-core's save plans from save to save and check the sharding on the first "
-        "save only (Megatron-LM's --ckpt-assume-constant-structure; a run's model and layout never change between "
-        "its saves). false re-plans and re-checks every save: an all-gather of every rank's shard metadata to every "
-        "rank, minutes per save at thousands of ranks (benchmarks/scale_checkpoint.py).")
+        "save only (Megatron-LM's --ckpt-assume-constant-structure). Before each reuse every rank compares its state "
+        "dict's keys, shapes, dtypes and sharding with the plans' (one all-reduce): a changed one (Adam's state "
+        "appearing after the first save) is planned and checked anew. false re-plans and re-checks every save: an "
+        "all-gather of every rank's shard metadata to every rank, minutes per save at thousands of ranks "
+        "(benchmarks/scale_checkpoint.py).")
     fully_parallel_save: bool = Field(
         False, description="Spread the writing of replicated shards (the model's weights, the same on every "
         "data-parallel rank) over all data-parallel ranks (Megatron-LM's --ckpt-fully-parallel-save). Without it "

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mtk.exitcodes import BadInput
+from mtk.files import open_mode
 
 from . import hf_tokenizer
 from .hf_tables import TABLES, Row, Shape, from_hf, to_hf
@@ -253,7 +254,8 @@ def export_hf(checkpoint: str | Path, out: str | Path, *, dtype: str | None = No
         rows = [r for r in table if r.megatron in meta or not r.optional]
         tmp = out.with_name(out.name + ".partial")
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir(mode=0o700)  # private until renamed: nothing in it can be redirected by another user's link
         writer = ShardWriter(tmp, max_shard_bytes)
         out_dtype = getattr(torch, dtype) if dtype else None
         with _progress(len(rows), f"export {arch}", progress) as bar:
@@ -274,6 +276,7 @@ def export_hf(checkpoint: str | Path, out: str | Path, *, dtype: str | None = No
             (tmp / GENERATION_CONFIG).write_text(json.dumps(hf_tokenizer.generation_config(ids), indent=1))
         if out.exists():
             out.rmdir()
+        open_mode(tmp)
         os.replace(tmp, out)
     log(f"[convert] wrote {arch} ({s.num_layers} layers, hidden {s.hidden_size}) from {path} "
         f"(iteration {iteration}) to {out}")
@@ -412,7 +415,9 @@ def import_hf(hf_dir: str | Path, out_root: str | Path, *, make_vocab_size_divis
     release = out_root / checkpoint_layout.RELEASE
     tmp = out_root.with_name(out_root.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / checkpoint_layout.RELEASE).mkdir(parents=True)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    tmp.mkdir(mode=0o700)  # private until renamed: nothing in it can be redirected by another user's link
+    (tmp / checkpoint_layout.RELEASE).mkdir()
     with single_process_group():
         model: dict[str, Any] = {}
         shape = None
@@ -431,6 +436,7 @@ def import_hf(hf_dir: str | Path, out_root: str | Path, *, make_vocab_size_divis
     (tmp / checkpoint_layout.TRACKER).write_text(checkpoint_layout.RELEASE + "\n")
     if out_root.exists():
         out_root.rmdir()
+    open_mode(tmp)
     os.replace(tmp, out_root)
     log(f"[convert] wrote a weights-only checkpoint ({release}) from {hf_dir} with "
         f"{hf_tokenizer.describe(tokenizer)}")

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mtk.exitcodes import BadInput
+from mtk.files import replacing
 
 if TYPE_CHECKING:
     from mtk.spec.data import TokenizerSpec
@@ -180,16 +180,11 @@ def describe(rec: dict[str, Any] | None) -> str:
 
 
 def _write(path: Path, blob: bytes) -> None:
-    """Temp-then-rename, so a reader never sees half a file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(blob)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Temp-then-rename, so a reader never sees half a file (a new temp file, never through a link); 0644 whatever
+    the umask, as the model files beside it (a model directory is for sharing)."""
+    with replacing(path) as fh:
+        fh.write(blob)
+        os.fchmod(fh.fileno(), 0o644)
 
 
 def inherited(source: str | Path) -> dict[str, Any] | None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from mtk.training.hang_monitor import HangMonitor
-from mtk.training.heartbeat_files import heartbeat_dir
+from mtk.training.heartbeat_files import LocalFolderTaken, heartbeat_dir
 from mtk.training.watchdog import Heartbeat
 
 from mtk import run_layout
@@ -109,7 +109,7 @@ def test_a_node_local_folder_that_is_not_this_users_own_is_refused(tmp_path):
     (planted / "rank0.json").write_text(json.dumps({"rank": 0, "alive": time.time() + 3600}))
     beat.local.symlink_to(planted)
     try:
-        with pytest.raises(PermissionError, match="belongs to another user"):
+        with pytest.raises(LocalFolderTaken, match="is a symlink of uid"):
             beat.start()
         assert monitor.poll() is None and not monitor.judging
         monitor.stop()
