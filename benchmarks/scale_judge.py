@@ -56,7 +56,8 @@ def _before_module(tmp: Path):
     src = subprocess.run(["git", "-C", str(ROOT), "show", f"{_before_commit()}:training/hang_monitor.py"],
                          check=True, capture_output=True, text=True).stdout
     (pkg / "hang_monitor.py").write_text(src)
-    (pkg / "heartbeat_files.py").write_text((ROOT / "training" / "heartbeat_files.py").read_text())
+    for today in ("heartbeat_files.py", "refusal.py"):  # today's summaries and what they import
+        (pkg / today).write_text((ROOT / "training" / today).read_text())
     sys.path.insert(0, str(tmp))
     import judge_before.hang_monitor as old
 
