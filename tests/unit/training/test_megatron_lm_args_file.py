@@ -18,13 +18,14 @@ from mtk.training import checkpoint
 from mtk.training.interop import megatron_lm
 from support.megatron_args_file import read_args_file
 
+from mtk import megatron_flags
 from mtk.spec.loader import apply_overrides, validate
 from mtk.vocabulary import padded_vocab
 
 REPO = Path(__file__).resolve().parents[3]
 LLAMA = ("model.arch=llama", "model.position_embedding=rope", "model.normalization=RMSNorm",
          "model.activation=swiglu", "model.add_bias_linear=false", "model.num_query_groups=2",
-         "model.untie_embeddings=true", "model.rotary_base=500000")
+         "model.untie_embeddings=true", "model.rotary_base=500000", "model.norm_epsilon=1e-6")
 CASES = {
     "gpt_tp2": ("parallel.tp=2", "model.vocab_size=1000"),
     "llama_hf_blend_distopt_bf16": (*LLAMA, "parallel.tp=1", "parallel.distributed_optimizer=true",
@@ -50,7 +51,7 @@ def _job(tmp: Path, sets: tuple[str, ...]):
 @pytest.fixture(scope="module")
 def parsed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("mlm_args")
-    cases, files = [], {}
+    cases, files, expected = [], {}, {}
     for name, sets in CASES.items():
         job = _job(tmp, sets)
         p = job.parallel
@@ -62,18 +63,31 @@ def parsed(tmp_path_factory):
                                          consumed_train_samples=16, iteration=2)
         argv = megatron_lm.pretrain_gpt_argv(args, job, str(tmp / name / "checkpoints"))
         files[name] = megatron_lm.args_file_text(argv, 2, job)
-        cases.append((name, files[name], args, job.cluster.world_size))
+        expected[name] = _written_core(job)
+        cases.append((name, files[name], args, job.cluster.world_size, sorted(expected[name])))
     (tmp / "cases.pkl").write_bytes(pickle.dumps(cases))
     res = subprocess.run([sys.executable, str(Path(__file__).parent / "megatron_lm" / "parse_args_file.py"),
                           str(tmp / "cases.pkl"), str(tmp / "out.json")], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    return json.loads((tmp / "out.json").read_text()), files, tmp
+    return json.loads((tmp / "out.json").read_text()), files, tmp, expected
+
+
+def _written_core(job) -> dict[str, object]:
+    """What mtk's engine gives each megatron-core argument that a recorded or written row reaches (its configs and
+    LR scheduler), for this job and the device plan its args file is written with."""
+    from mtk.training.device_plan import plan
+
+    device = plan(job, gpu=job.cluster.device == "gpu", te=False)
+    owners = (megatron_flags.TC, megatron_flags.OC, megatron_flags.DDP, megatron_flags.SCHEDULER)
+    return {target: flag.core_value(job, device) for flag in megatron_flags.FLAGS
+            if flag.written in ("args", "record", "job") and megatron_flags.applies(flag, job, device)
+            for target in flag.core if target.partition(".")[0] in owners}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 @pytest.mark.megatron  # Megatron-LM's own parser in a child (the module fixture)
 def test_args_file_passes_megatron_lm_parser_and_checkpoint_checks(parsed, name):
-    out, files, tmp = parsed
+    out, files, tmp, _expected = parsed
     r = out[name]
     assert r["error"] is None, r["error"]
     assert r["differ"] == {}, r["differ"]
@@ -82,9 +96,23 @@ def test_args_file_passes_megatron_lm_parser_and_checkpoint_checks(parsed, name)
                 "--use-checkpoint-args"} & set(read_args_file(files[name]))
 
 
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.megatron  # the module fixture runs Megatron-LM's parser and argument code in a child
+def test_each_written_flag_reaches_megatron_core_as_mtks_engine_sets_it(parsed, name):
+    """The table's two directions agree with Megatron-LM's own code: every megatron-core argument a written (or
+    recorded) row reaches — TransformerConfig, OptimizerConfig, DDP config, LR scheduler — has the value mtk's engine
+    gives it (:func:`megatron_flags.core_kwargs`) when Megatron-LM builds it from the args file mtk wrote."""
+    out, _files, _tmp, expected = parsed
+    theirs = out[name]["core"]
+    assert len(expected[name]) >= 40
+    differ = {t: (ours, theirs[t]) for t, ours in expected[name].items() if ours != theirs[t]}
+    assert differ == {}, differ
+    assert theirs["TransformerConfig.layernorm_epsilon"] == (1e-6 if "llama" in name else 1e-5)
+
+
 @pytest.mark.megatron  # the module fixture runs Megatron-LM's parser in a child
 def test_rope_runs_carry_no_position_embedding_and_learned_ones_do_not(parsed):
-    out, files, _tmp = parsed
+    out, files, _tmp, _expected = parsed
     llama = out["llama_hf_blend_distopt_bf16"]["parsed"]
     assert llama["position_embedding_type"] == "rope" and llama["add_position_embedding"] is False
     assert llama["rotary_base"] == 500000
@@ -98,7 +126,7 @@ def test_rope_runs_carry_no_position_embedding_and_learned_ones_do_not(parsed):
 def test_recipe_settings_reach_megatron_lm_as_mtk_trains_them(parsed):
     """The args file continues a run with the numerics it trained with (#26): Megatron-LM's own parser and
     validate_args read every recipe flag back to the value mtk used."""
-    out, _files, _tmp = parsed
+    out, _files, _tmp, _expected = parsed
     r = out["recipe_bf16"]["parsed"]
     assert r["layernorm_zero_centered_gamma"] is True and r["calculate_per_token_loss"] is True
     assert (r["decoupled_lr"], r["decoupled_min_lr"]) == (5e-4, 4.5e-5)
@@ -115,7 +143,7 @@ def test_recipe_settings_reach_megatron_lm_as_mtk_trains_them(parsed):
 
 @pytest.mark.megatron  # the module fixture runs Megatron-LM's parser in a child
 def test_data_and_tokenizer_come_from_the_job(parsed):
-    out, _files, tmp = parsed
+    out, _files, tmp, _expected = parsed
     gpt, llama = out["gpt_tp2"]["parsed"], out["llama_hf_blend_distopt_bf16"]["parsed"]
     assert gpt["mock_data"] and gpt["tokenizer_type"] == "NullTokenizer" and gpt["vocab_size"] == 1000
     assert llama["tokenizer_type"] == "HuggingFaceTokenizer" and not llama["mock_data"]
