@@ -211,6 +211,8 @@ def _scheduler_problems(job: Job) -> list[tuple[str, str]]:
 
     from mtk.training import optim
 
+    from mtk.megatron_flags import names_to_fields
+
     fake = types.SimpleNamespace(param_groups=[{"lr": 0.0, "weight_decay": 0.0, "params": []}])
     try:
         optim.build_scheduler(job, fake)
@@ -219,7 +221,8 @@ def _scheduler_problems(job: Job) -> list[tuple[str, str]]:
         detail = _first_line(exc) if str(exc).strip() else (
             f"lr_warmup_iters ({t.lr_warmup_iters}) must be below the decay horizon "
             f"(lr_decay_iters or iterations = {t.lr_decay_iters or t.iterations})")
-        name = "train.lr_warmup_iters" if "warmup" in detail or not str(exc).strip() else field_of(detail)
+        warmup = names_to_fields(job)["lr_warmup_steps"]  # lr_warmup_iters, or the fraction where the job sets it
+        name = warmup if "warmup" in detail or not str(exc).strip() else field_of(detail, job=job)
         return [(name, f"megatron-core's LR scheduler refuses: {detail}")]
     return []
 

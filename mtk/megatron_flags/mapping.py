@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from .row import SCHEDULER, Flag, holds, spec_value
-from .table import BY_NAME, DERIVED, FLAGS, PRECISION_DTYPE, in_samples
+from .table import BY_NAME, DERIVED, FLAGS, PRECISION_DTYPE
 
 
 def rows(written: str | None = None) -> list[Flag]:
@@ -130,8 +130,9 @@ def record_schedule(args: Any, scheduler: Any, gbs: int) -> None:
         arguments = [t.partition(".")[2] for t in flag.core if t.partition(".")[0] == SCHEDULER]
         if not arguments or not hasattr(args, flag.name):
             continue
-        value = getattr(scheduler, arguments[0])
-        setattr(args, flag.name, value // gbs if flag.to_core is in_samples else value)
+        value = getattr(scheduler, arguments[0]) if flag.from_schedule is None else \
+            flag.from_schedule(scheduler, gbs, args)
+        setattr(args, flag.name, value)
 
 
 # --------------------------------------------------------------------------- reading Megatron's words back

@@ -52,7 +52,9 @@ class Flag:
     it where ``absent_needs`` hold too).
 
     ``core``: the megatron-core arguments (``Owner.argument``, owners in :data:`TARGETS`) that take the value,
-    through ``to_core`` (value, job → argument) where they differ (a negation, iterations → samples).
+    through ``to_core`` (value, job → argument) where they differ (a negation, iterations → samples);
+    ``from_schedule`` (scheduler, global batch, args → value) is the way back from the LR scheduler's state, where
+    it is not the argument as it stands.
     """
 
     flag: str
@@ -74,6 +76,7 @@ class Flag:
     runtime: str = ""
     aliases: tuple[str, ...] = ()
     derived_from: str = ""
+    from_schedule: Callable[[Any, int, Any], Any] | None = None
 
     @property
     def name(self) -> str:

@@ -21,6 +21,27 @@ def in_samples(iterations: Any, job: Any) -> Any:
     return iterations * job.train.global_batch_size
 
 
+def _decay_iters(job: Any) -> int:
+    return job.train.lr_decay_iters or job.train.iterations
+
+
+def _fraction_of_decay(fraction: float, job: Any) -> float:
+    """Megatron-LM's ``lr_warmup_fraction * lr_decay_steps`` (samples, a float)."""
+    return fraction * in_samples(_decay_iters(job), job)
+
+
+def _warmup_iters(scheduler: Any, gbs: int, args: Any) -> int:
+    """A schedule's warmup in iterations; 0 where the args give it as a fraction (Megatron-LM takes one of them)."""
+    return 0 if getattr(args, "lr_warmup_fraction", None) else scheduler.lr_warmup_steps // gbs
+
+
+def _warmup_fraction(scheduler: Any, gbs: int, args: Any) -> float | None:
+    """A schedule's warmup as a fraction of its decay horizon, where the args give it so."""
+    if not getattr(args, "lr_warmup_fraction", None):
+        return None
+    return scheduler.lr_warmup_steps / scheduler.lr_decay_steps
+
+
 def _tokenizer_file(job: Any, path: str | None) -> str | None:
     return None if path is None else job.data.resolve(path)
 
@@ -179,10 +200,14 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--lr", "train.lr", (f"{OC}.lr", f"{SCHEDULER}.max_lr")),
     Flag("--min-lr", "train.min_lr", (f"{OC}.min_lr", f"{SCHEDULER}.min_lr"), absent=0.0),
     Flag("--lr-decay-style", "train.lr_decay_style", (f"{SCHEDULER}.lr_decay_style",), absent="linear"),
-    Flag("--lr-warmup-iters", "train.lr_warmup_iters", (f"{SCHEDULER}.lr_warmup_steps",), to_core=in_samples),
+    Flag("--lr-warmup-iters", "train.lr_warmup_iters", (f"{SCHEDULER}.lr_warmup_steps",), to_core=in_samples,
+         needs=(("train.lr_warmup_fraction", (None,)),), from_schedule=_warmup_iters),
+    Flag("--lr-warmup-fraction", "train.lr_warmup_fraction", (f"{SCHEDULER}.lr_warmup_steps",),
+         only="lr_warmup_fraction", to_core=_fraction_of_decay, from_schedule=_warmup_fraction,
+         why="warmup steps: the fraction × the decay horizon in samples, as Megatron-LM computes them"),
     Flag("--lr-warmup-samples", "train.lr_warmup_iters", written="", why="÷ the global batch, as Megatron-LM counts"),
     Flag("--lr-decay-iters", "train.lr_decay_iters", (f"{SCHEDULER}.lr_decay_steps",), to_core=in_samples,
-         read=lambda j: j.train.lr_decay_iters or j.train.iterations, why="unset: train.iterations"),
+         from_schedule=lambda s, gbs, a: s.lr_decay_steps // gbs, read=_decay_iters, why="unset: train.iterations"),
     Flag("--lr-decay-samples", "train.lr_decay_iters", written="", why="÷ the global batch, as Megatron-LM counts"),
     Flag("--lr-warmup-init", core=(f"{SCHEDULER}.init_lr",), fixed=0.0, written="", derived_from="train.lr",
          why="warmup starts from 0"),

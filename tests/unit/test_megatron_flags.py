@@ -168,6 +168,20 @@ def test_megatrons_names_map_back_to_the_spec_field_they_are_about():
     assert not {"seed", "split", "save", "load"} & set(fields)  # plain words are too likely to be prose
 
 
+def test_the_warmup_is_one_row_or_the_other_in_every_direction():
+    """train.lr_warmup_fraction and train.lr_warmup_iters reach the same scheduler argument through two rows that
+    never both apply: the engine's scheduler gets the fraction's samples, the check names the field the job uses."""
+    frac = validate({"name": "t", "model": {"preset": "tiny"},
+                     "train": {"global_batch_size": 8, "iterations": 100, "lr_warmup_fraction": 0.05}})
+    iters = validate({"name": "t", "model": {"preset": "tiny"},
+                      "train": {"global_batch_size": 8, "iterations": 100, "lr_warmup_iters": 5}})
+    assert megatron_flags.core_kwargs(frac, megatron_flags.SCHEDULER)["lr_warmup_steps"] == pytest.approx(40.0)
+    assert megatron_flags.core_kwargs(iters, megatron_flags.SCHEDULER)["lr_warmup_steps"] == 40
+    assert megatron_flags.names_to_fields(frac)["lr_warmup_steps"] == "train.lr_warmup_fraction"
+    assert megatron_flags.names_to_fields(iters)["lr_warmup_steps"] == "train.lr_warmup_iters"
+    assert megatron_flags.suggestion("train.lr_warmup_fraction") == ""  # its own name: nothing to suggest
+
+
 def test_a_resumed_schedule_is_recorded_under_megatron_lms_names():
     from types import SimpleNamespace
 
@@ -178,3 +192,9 @@ def test_a_resumed_schedule_is_recorded_under_megatron_lms_names():
     megatron_flags.record_schedule(args, scheduler, 8)
     assert (args.lr, args.min_lr, args.lr_decay_style, args.lr_warmup_iters, args.lr_decay_iters) == \
         (1e-3, 1e-5, "linear", 5, 100)
+    assert args.lr_warmup_fraction is None
+    # a run whose spec gives the warmup as a fraction records the checkpoint's warmup as one (Megatron-LM refuses
+    # --lr-warmup-iters beside --lr-warmup-fraction)
+    args.lr_warmup_fraction = 0.1
+    megatron_flags.record_schedule(args, scheduler, 8)
+    assert (args.lr_warmup_fraction, args.lr_warmup_iters) == (0.05, 0)

@@ -32,6 +32,9 @@ CASES = {
                                     "train.precision=bf16", "data.tokenizer.type=HuggingFaceTokenizer",
                                     "data.tokenizer.model=tok/tokenizer.json", "train.eval_interval=5"),
     "moe_ep2": ("parallel.tp=1", "parallel.ep=2", "model.moe.num_experts=4", "model.moe.router_topk=2"),
+    # warmup as a fraction of a decay horizon shorter than the run: 0.3 × 8 iterations × 8 samples = 19.2 samples
+    "gpt_warmup_fraction": ("parallel.tp=2", "train.lr_warmup_iters=0", "train.lr_warmup_fraction=0.3",
+                            "train.lr_decay_iters=8"),
     "recipe_bf16": ("parallel.tp=2", "model.layernorm_1p=true", "train.precision=bf16", "train.grad_reduce_dtype=bf16",
                     "train.cross_entropy_fusion=true", "train.per_token_loss=true", "train.decoupled_lr=5e-4",
                     "train.decoupled_min_lr=4.5e-5", "train.manual_gc_interval=10", "train.check_nan_in_grad=false",
@@ -108,6 +111,27 @@ def test_each_written_flag_reaches_megatron_core_as_mtks_engine_sets_it(parsed, 
     differ = {t: (ours, theirs[t]) for t, ours in expected[name].items() if ours != theirs[t]}
     assert differ == {}, differ
     assert theirs["TransformerConfig.layernorm_epsilon"] == (1e-6 if "llama" in name else 1e-5)
+
+
+@pytest.mark.megatron  # the module fixture runs Megatron-LM's parser and get_optimizer_param_scheduler in a child
+def test_a_warmup_fraction_is_megatron_lms_fraction_of_the_decay_horizon(parsed, tmp_path):
+    """train.lr_warmup_fraction reaches Megatron-LM as --lr-warmup-fraction (without --lr-warmup-iters, which it
+    refuses beside it), and mtk's engine schedules the warmup Megatron-LM's own get_optimizer_param_scheduler
+    computes from it: fraction × lr_decay_iters × global batch samples, not rounded to iterations."""
+    import types
+
+    from mtk.training import compat, optim
+
+    compat.install()  # megatron-core's imports on this CPU host
+    out, files, _tmp, _expected = parsed
+    assert out["gpt_warmup_fraction"]["parsed"] is not None and out["gpt_warmup_fraction"]["error"] is None
+    argv = read_args_file(files["gpt_warmup_fraction"])
+    assert argv[argv.index("--lr-warmup-fraction") + 1] == "0.3" and "--lr-warmup-iters" not in argv
+    theirs = out["gpt_warmup_fraction"]["core"]["OptimizerParamScheduler.lr_warmup_steps"]
+    fake = types.SimpleNamespace(param_groups=[{"lr": 0.0, "weight_decay": 0.0, "params": []}])
+    ours = optim.build_scheduler(_job(tmp_path, CASES["gpt_warmup_fraction"]), fake)
+    assert theirs == ours.lr_warmup_steps == pytest.approx(0.3 * 8 * 8)
+    assert out["gpt_tp2"]["core"]["OptimizerParamScheduler.lr_warmup_steps"] == 2 * 8  # the iterations' case
 
 
 @pytest.mark.megatron  # the module fixture runs Megatron-LM's parser in a child
