@@ -47,8 +47,8 @@ def reference_markdown() -> str:
         else:
             spec = "set by mtk" + (f" from `{f.derived_from}`" if f.derived_from else "")
         core = ", ".join(f"`{c}`" for c in f.core)
-        conditions = [f"only with {BY_NAME[f.only].flag}"] if f.only else []
-        conditions += [f"with {path} " + ("set" if values == SET else " or ".join(map(show, values)))
+        conditions = [("when set" if BY_NAME[f.only] is f else f"only with {BY_NAME[f.only].flag}")] if f.only else []
+        conditions += [f"with {path} " + ("set" if values == SET else " or ".join(map(_shown, values)))
                        for path, values in f.needs]
         note = "; ".join(x for x in (f.why, *conditions) if x)
         absent = "" if f.absent is None else f"`{show(f.absent)}`"
@@ -65,6 +65,10 @@ def reference_markdown() -> str:
     lines += [f"| `{spec}` | {_cell(why)} |" for spec, why in SPEC_ONLY.items()]
     lines.append("")
     return "\n".join(lines)
+
+
+def _shown(value: Any) -> str:
+    return "unset" if value is None else show(value)
 
 
 def show(value: Any) -> str:

@@ -111,8 +111,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--init-method-std", "model.init_method_std", (f"{TC}.init_method_std",)),
     Flag("--make-vocab-size-divisible-by", "model.make_vocab_size_divisible_by"),
     Flag("--vocab-size", "model.vocab_size", runtime="vocab_size", needs=(("data.tokenizer.type", ("NullTokenizer",)),),
-         why="the vocabulary the model was built with; written with NullTokenizer (mock data), other tokenizers "
-             "bring their own"),
+         why="the vocabulary the model was built with (written for mock data: other tokenizers bring their own)"),
     Flag("--padded-vocab-size", written="record", runtime="padded_vocab_size", derived_from="model.vocab_size",
          why="the built vocabulary, padded to make_vocab_size_divisible_by × tp"),
     # --- mixture of experts
