@@ -54,6 +54,7 @@ def _tokenizer_model(job: Any) -> str | None:
     return model
 
 
+CHECKPOINT_FORMAT = "torch_dist"  # megatron-core's distributed checkpoint, the one format mtk writes
 PRECISION_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}  # fp8 trains on bf16 weights
 LOW = ("bf16", "fp8")
 NOT_FP16 = ("fp32", "bf16", "fp8")
@@ -291,7 +292,7 @@ FLAGS: tuple[Flag, ...] = (
          why="unset: <runs_dir>/<name>/checkpoints"),
     Flag("--load", "train.checkpoint.dir", written="job", runtime="checkpoint_root",
          why="mtk resumes from where it saves"),
-    Flag("--ckpt-format", fixed="torch_dist", derived_from="train.checkpoint"),
+    Flag("--ckpt-format", fixed=CHECKPOINT_FORMAT, derived_from="train.checkpoint"),
     Flag("--no-save-optim", form="true", fixed=False, runtime="weights_only", derived_from="train.checkpoint",
          why="a converted checkpoint holds weights only"),
     Flag("--no-save-rng", form="true", fixed=False, runtime="weights_only", derived_from="train.checkpoint",

@@ -160,7 +160,8 @@ def rerun_state() -> dict[str, Any] | None:
     """megatron-core's rerun-state-machine entry, as Megatron-LM writes it (a template when idle)."""
     from megatron.core.rerun_state_machine import get_rerun_state_machine
 
-    return get_rerun_state_machine().state_dict(data_iterator=None, ckpt_format="torch_dist", force=True)
+    return get_rerun_state_machine().state_dict(data_iterator=None, ckpt_format=megatron_flags.CHECKPOINT_FORMAT,
+                                                force=True)
 
 
 def saved_topology(common: dict[str, Any]) -> dict[str, int]:
