@@ -236,7 +236,8 @@ def _init_fake_world(job: Job) -> None:
     # torch's "fake" backend (no communication, one process plays rank 0 of the world): without a store,
     # init_process_group sets up the backend and its store itself.
     dist.init_process_group("fake", rank=0, world_size=job.cluster.world_size)
-    ps.initialize_model_parallel(**megatron_flags.core_kwargs(job, megatron_flags.GROUPS),
+    # the layout's groups (the table's parallel rows); the fake world has no timeout to keep
+    ps.initialize_model_parallel(**megatron_flags.core_kwargs(job, megatron_flags.GROUPS, sections=("parallel",)),
                                  create_gloo_process_groups=False)
 
 

@@ -25,12 +25,13 @@ def applies(flag: Flag, job: Any, plan: Any = None) -> bool:
 # --------------------------------------------------------------------------- megatron-core
 
 
-def core_kwargs(job: Any, target: str, plan: Any = None, convert: Mapping[str, Callable[[Any], Any]] | None = None
-                ) -> dict[str, Any]:
+def core_kwargs(job: Any, target: str, plan: Any = None, convert: Mapping[str, Callable[[Any], Any]] | None = None,
+                sections: Collection[str] | None = None) -> dict[str, Any]:
     """The keyword arguments of ``target`` (one of :data:`TARGETS`) that the job and its device plan set: every
     applying row whose ``core`` names an argument of ``target``, and the :data:`DERIVED` ones (their ``kind``
     converted by ``convert``, e.g. ``{"dtype": torch dtype by name}``). Without ``plan`` the rows the device plan
-    decides are left out. Two rows setting one argument is a table error, raised."""
+    decides are left out; ``sections`` keeps the rows about those spec sections (the pre-submit check builds the
+    layout's process groups without the run's timeout). Two rows setting one argument is a table error, raised."""
     out: dict[str, Any] = {}
 
     def put(argument: str, value: Any, who: str) -> None:
@@ -40,7 +41,8 @@ def core_kwargs(job: Any, target: str, plan: Any = None, convert: Mapping[str, C
 
     for flag in FLAGS:
         arguments = [t.partition(".")[2] for t in flag.core if t.partition(".")[0] == target]
-        if not arguments or (flag.resolve is not None and plan is None) or not applies(flag, job, plan):
+        if not arguments or (flag.resolve is not None and plan is None) or not applies(flag, job, plan) or \
+                not _in(flag.field, sections):
             continue
         value = flag.core_value(job, plan)
         for argument in arguments:
@@ -50,9 +52,14 @@ def core_kwargs(job: Any, target: str, plan: Any = None, convert: Mapping[str, C
         if derived.kind and convert is not None:
             value = convert[derived.kind](value)
         for t in derived.core:
-            if t.partition(".")[0] == target:
+            if t.partition(".")[0] == target and _in(derived.field, sections):
                 put(t.partition(".")[2], value, derived.why)
     return out
+
+
+def _in(field: str, sections: Collection[str] | None) -> bool:
+    """Whether a spec field is in one of ``sections`` (None: every field)."""
+    return sections is None or any(field == s or field.startswith(s + ".") for s in sections)
 
 
 def dtype_name(precision: str) -> str:
@@ -77,7 +84,7 @@ def args_values(job: Any, runtime: Mapping[str, Any] | None = None, sections: Co
     for flag in FLAGS:
         if flag.written not in ("args", "record"):
             continue
-        if sections is not None and not any(flag.field == s or flag.field.startswith(s + ".") for s in sections):
+        if not _in(flag.field, sections):
             continue
         value = flag.resolved(job, None, runtime)
         for name in (flag.name, *flag.aliases):
