@@ -104,14 +104,15 @@ def argv_from_args(args: Any, job: Any = None) -> list[str]:
     """The Megatron-LM flags for a checkpoint's args Namespace (the ``args`` rows, in table order): a value row when
     the Namespace holds one, a flag-only row when its field says so; guarded rows when ``only`` holds (and, given
     the job, ``needs``)."""
-    out: list[str] = []
-    for flag in rows("args"):
-        if not hasattr(args, flag.name) or (flag.only and not getattr(args, flag.only, None)):
-            continue
-        if job is not None and not holds(flag.needs, job):
-            continue
-        out += _words(flag, getattr(args, flag.name))
-    return out
+    return [word for flag in rows("args") if _recorded_applies(flag, args, job)
+            for word in _words(flag, getattr(args, flag.name))]
+
+
+def _recorded_applies(flag: Flag, args: Any, job: Any) -> bool:
+    """An ``args`` row is written when the Namespace records it, its guard field there is on and (given the job) its
+    ``needs`` hold."""
+    return hasattr(args, flag.name) and not (flag.only and not getattr(args, flag.only, None)) and \
+        (job is None or holds(flag.needs, job))
 
 
 def pretrain_argv(args: Any, job: Any, plan: Any, runtime: Mapping[str, Any]) -> list[str]:
@@ -120,10 +121,7 @@ def pretrain_argv(args: Any, job: Any, plan: Any, runtime: Mapping[str, Any]) ->
     device plan and ``runtime`` (``checkpoint_root``, the data's ``blend``/``split``/``cache_dir``/``mock``)."""
     out: list[str] = []
     for flag in FLAGS:
-        if flag.written == "args":
-            if not hasattr(args, flag.name) or (flag.only and not getattr(args, flag.only, None)) or \
-                    not holds(flag.needs, job):
-                continue
+        if flag.written == "args" and _recorded_applies(flag, args, job):
             out += _words(flag, getattr(args, flag.name))
         elif flag.written == "job" and applies(flag, job, plan):
             out += _words(flag, flag.resolved(job, plan, runtime))
