@@ -193,8 +193,7 @@ def settings_diff(job, argv: list[str], world: int) -> dict[str, list]:
     global_vars._GLOBAL_ARGS = args
     dp = world // (job.parallel.tp * job.parallel.pp * job.parallel.cp)
     plan = device_plan.plan_for_here(job, gpu=False, dp_size=dp)
-    ours_opt = optim.optimizer_config(job)
-    ours_opt.overlap_param_gather = plan.overlap_param_gather  # as optim.build_optimizer sets it
+    ours_opt = optim.optimizer_config(job, plan)  # as optim.build_optimizer builds it
     pairs = {
         "transformer": (_fields(model.transformer_config(job, plan)),
                         _fields(core_transformer_config_from_args(args))),

@@ -53,7 +53,7 @@ def bare_loop(job_path: str, out_path: str, iters: int) -> None:
     plan = device_plan.plan(job, gpu=False, te=False)
     config = model.transformer_config(job, plan)
     chunks = optim.wrap_ddp(job, config, model.build_model(job, config, info.vocab_size, plan), plan)
-    opt = optim.build_optimizer(job, chunks)
+    opt = optim.build_optimizer(job, chunks, plan)
     config.no_sync_func = chunks[0].no_sync
     config.finalize_model_grads_func = finalize_model_grads
     train_ds, _ = data.build_datasets(job, info)

@@ -30,36 +30,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from mtk.spec import Job
 
-# megatron-core's argument names -> the job spec field that sets them (first named in a message wins).
-FIELDS: dict[str, str] = {
-    "expert_tensor_parallel_size": "parallel.tp",
-    "expert_model_parallel_size": "parallel.ep",
-    "tensor_model_parallel_size": "parallel.tp",
-    "virtual_pipeline_model_parallel_size": "parallel.virtual_pp",
-    "pipeline_model_parallel_size": "parallel.pp",
-    "context_parallel_size": "parallel.cp",
-    "sequence_parallel": "parallel.sequence_parallel",
-    "num_moe_experts": "model.moe.num_experts",
-    "moe_router_topk": "model.moe.router_topk",
-    "moe_ffn_hidden_size": "model.moe.ffn_hidden_size",
-    "moe_expert_capacity_factor": "model.moe.capacity_factor",
-    "add_bias_linear": "model.add_bias_linear",
-    "num_query_groups": "model.num_query_groups",
-    "num_attention_heads": "model.num_attention_heads",
-    "ffn_hidden_size": "model.ffn_hidden_size",
-    "hidden_size": "model.hidden_size",
-    "num_layers": "model.num_layers",
-    "recompute_num_layers": "train.recompute_num_layers",
-    "recompute_granularity": "train.recompute",
-    "recompute_method": "train.recompute",
-    "lr_warmup_steps": "train.lr_warmup_iters",
-    "lr_decay_steps": "train.lr_decay_iters",
-    "fp8": "train.precision",
-    "fp16": "train.precision",
-    "bf16": "train.precision",
-    "vocab_size": "model.vocab_size",
-    "max_sequence_length": "model.max_position_embeddings",
-}
 # Refusals whose text names no argument: (pattern, field). Checked before the argument names.
 _KNOWN: tuple[tuple[str, str], ...] = (
     (r"Bias in Mo[Ee]", "model.add_bias_linear"),
@@ -111,16 +81,20 @@ def available() -> bool:
 
 def field_of(message: str, default: str = "model", job: Job | None = None) -> str:
     """The spec field a megatron-core message is about: a spec path it starts with, a known message, the first
-    megatron argument it names, or the spec size a bare "N is not divisible by M" is about."""
+    megatron argument it names (the flag table's reverse map, :func:`mtk.megatron_flags.names_to_fields`), or the
+    spec size a bare "N is not divisible by M" is about."""
+    from mtk.megatron_flags import names_to_fields
+
     m = _SPEC_FIELD.match(message)
     if m:
         return m.group(1).rstrip(".")
     for pattern, name in _KNOWN:
         if re.search(pattern, message):
             return name
-    hits = [(pos, name) for name in FIELDS if (pos := _find_word(message, name)) >= 0]
+    fields = names_to_fields(job)
+    hits = [(pos, name) for name in fields if (pos := _find_word(message, name)) >= 0]
     if hits:
-        return FIELDS[min(hits)[1]]
+        return fields[min(hits)[1]]
     bare = re.search(r"(\d+) is not divisible by (\d+)", message)
     if bare and job is not None:
         return _field_with_value(job, int(bare.group(1))) or default
@@ -163,7 +137,7 @@ def check(job: Job, timeout: float = 300, recheck: bool = False) -> MegatronVerd
         return MegatronVerdict(True, [(name, msg) for name, msg in hit["problems"]], hit["parameters_per_rank"],
                        cached=True, seconds=hit["seconds"])
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "mtk.launcher.megatron_check", "--vocab-size", str(vocab_size)],
+    proc = subprocess.run([sys.executable, "-m", "mtk.launcher.megatron_check", "--tokenizer-vocab", str(vocab_size)],
                           input=job.to_json(), capture_output=True, text=True, timeout=timeout)
     seconds = time.perf_counter() - start
     try:
@@ -237,6 +211,8 @@ def _scheduler_problems(job: Job) -> list[tuple[str, str]]:
 
     from mtk.training import optim
 
+    from mtk.megatron_flags import names_to_fields
+
     fake = types.SimpleNamespace(param_groups=[{"lr": 0.0, "weight_decay": 0.0, "params": []}])
     try:
         optim.build_scheduler(job, fake)
@@ -245,7 +221,8 @@ def _scheduler_problems(job: Job) -> list[tuple[str, str]]:
         detail = _first_line(exc) if str(exc).strip() else (
             f"lr_warmup_iters ({t.lr_warmup_iters}) must be below the decay horizon "
             f"(lr_decay_iters or iterations = {t.lr_decay_iters or t.iterations})")
-        name = "train.lr_warmup_iters" if "warmup" in detail or not str(exc).strip() else field_of(detail)
+        warmup = names_to_fields(job)["lr_warmup_steps"]  # lr_warmup_iters, or the fraction where the job sets it
+        name = warmup if "warmup" in detail or not str(exc).strip() else field_of(detail, job=job)
         return [(name, f"megatron-core's LR scheduler refuses: {detail}")]
     return []
 
@@ -254,14 +231,14 @@ def _init_fake_world(job: Job) -> None:
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
 
-    p = job.parallel
+    from mtk import megatron_flags
+
     # torch's "fake" backend (no communication, one process plays rank 0 of the world): without a store,
     # init_process_group sets up the backend and its store itself.
     dist.init_process_group("fake", rank=0, world_size=job.cluster.world_size)
-    ps.initialize_model_parallel(
-        tensor_model_parallel_size=p.tp, pipeline_model_parallel_size=p.pp,
-        virtual_pipeline_model_parallel_size=p.virtual_pp, context_parallel_size=p.cp,
-        expert_model_parallel_size=p.ep if job.model.moe.num_experts else 1, create_gloo_process_groups=False)
+    # the layout's groups (the table's parallel rows); the fake world has no timeout to keep
+    ps.initialize_model_parallel(**megatron_flags.core_kwargs(job, megatron_flags.GROUPS, sections=("parallel",)),
+                                 create_gloo_process_groups=False)
 
 
 def _model_problems(job: Job, config, vocab_size: int) -> tuple[int | None, list[tuple[str, str]]]:
@@ -307,13 +284,13 @@ def main(argv: list[str] | None = None) -> None:
     import warnings
 
     parser = argparse.ArgumentParser(prog="python -m mtk.launcher.megatron_check")
-    parser.add_argument("--vocab-size", type=int, required=True, help="the tokenizer's vocabulary (unpadded)")
+    parser.add_argument("--tokenizer-vocab", type=int, required=True, help="the tokenizer's vocabulary (unpadded)")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
     noise = io.StringIO()
     with contextlib.redirect_stdout(noise):
-        result = run_child(sys.stdin.read(), args.vocab_size)
+        result = run_child(sys.stdin.read(), args.tokenizer_vocab)
     print(json.dumps(result))
 
 

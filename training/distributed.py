@@ -6,6 +6,8 @@ import os
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from mtk import megatron_flags
+
 if TYPE_CHECKING:
     from mtk.spec import Job
 
@@ -32,16 +34,9 @@ def init(job: Job, cpu: bool) -> None:
         if not cpu:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(backend="gloo" if cpu else "nccl", timeout=timedelta(seconds=timeout_s))
-    p = job.parallel
-    ps.initialize_model_parallel(
-        tensor_model_parallel_size=p.tp,
-        pipeline_model_parallel_size=p.pp,
-        virtual_pipeline_model_parallel_size=p.virtual_pp,
-        context_parallel_size=p.cp,
-        expert_model_parallel_size=p.ep if job.model.moe.num_experts else 1,
-        distributed_timeout_minutes=max(1, -(-timeout_s // 60)),
-        create_gloo_process_groups=True,
-    )
+    # tp/pp/vpp/cp/ep and the groups' timeout (cluster.pg_timeout_s in whole minutes): the flag table's
+    ps.initialize_model_parallel(**megatron_flags.core_kwargs(job, megatron_flags.GROUPS),
+                                 create_gloo_process_groups=True)
     seed(job.train.seed, cpu)
 
 

@@ -47,6 +47,7 @@ def _initialize_from_hf(src: Path, model: list, job) -> None:
             "vocab_size": (shape.vocab_size, built(job).size),  # the tokenizer's where one is named
             "position_embedding": ("rope" if shape.rope else "learned_absolute", m.position_embedding),
             "normalization": ("RMSNorm" if shape.rmsnorm else "LayerNorm", m.normalization),
+            "norm_epsilon": (shape.norm_epsilon, m.norm_epsilon),
             "activation": ("swiglu" if shape.swiglu else "gelu", m.activation),
             "add_bias_linear": (shape.bias, m.add_bias_linear), "untie_embeddings": (shape.untie, m.untie_embeddings)}
     field = {"vocab_size": "the vocabulary (data.tokenizer's)"} if job.data.tokenizer.type != "NullTokenizer" else {}

@@ -89,6 +89,6 @@ def record_in_args(args: Any, scheduler: Any, gbs: int) -> None:
     """Make a checkpoint's Megatron-LM ``args`` name the schedule the run follows (after a ``keep`` resume that is
     the checkpoint's, not the spec's), so ``megatron_lm_args.txt`` continues it without Megatron-LM's mismatch
     assertion."""
-    args.lr, args.min_lr, args.lr_decay_style = scheduler.max_lr, scheduler.min_lr, scheduler.lr_decay_style
-    args.lr_warmup_iters = scheduler.lr_warmup_steps // gbs
-    args.lr_decay_iters = scheduler.lr_decay_steps // gbs
+    from mtk.megatron_flags import record_schedule
+
+    record_schedule(args, scheduler, gbs)  # lr, min_lr, style, warmup and decay: the flag table's rows

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mtk.megatron_flags import TC as TRANSFORMER_CONFIG
-from mtk.megatron_flags import core_kwargs
+from mtk import megatron_flags
 from mtk.vocabulary import built
 
 from .device_plan import DevicePlan, have_apex, plan_for_here
@@ -27,49 +26,27 @@ if TYPE_CHECKING:
 def params_dtype(precision: str) -> torch.dtype:
     import torch
 
-    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}.get(precision, torch.float32)
+    return getattr(torch, megatron_flags.dtype_name(precision))
+
+
+def torch_values() -> dict[str, Any]:
+    """The engine's side of the table's plain values: a dtype and an activation by name (``Derived.kind``)."""
+    import torch
+    import torch.nn.functional as F
+
+    return {"dtype": lambda name: getattr(torch, name), "function": lambda name: getattr(F, name)}
+
+
+def core_kwargs(job: Job, target: str, plan: DevicePlan | None = None) -> dict[str, Any]:
+    """``target``'s arguments from the flag table, with torch's values where the table names them."""
+    return megatron_flags.core_kwargs(job, target, plan, torch_values())
 
 
 def transformer_config_kwargs(job: Job, cpu: bool, plan: DevicePlan | None = None) -> dict[str, Any]:
-    """The TransformerConfig arguments for this job (plain data, testable without torch.distributed).
-
-    Fusions come from ``plan`` (default: the plan for this machine's libraries).
-    """
-    import torch.nn.functional as F
-
-    plan = plan or plan_for_here(job, gpu=not cpu)
-    t = job.train
-    swiglu = job.model.activation == "swiglu"
-    dtype = params_dtype(t.precision)
-    kw: dict[str, Any] = dict(
-        # sizes, parallelism, bf16/fp16 and MoE (its fixed defaults too): the flag table's one-to-one fields
-        core_kwargs(job, TRANSFORMER_CONFIG),
-        activation_func=F.silu if swiglu else F.gelu,
-        params_dtype=dtype,
-        pipeline_dtype=dtype,
-        use_cpu_initialization=cpu,
-        # megatron-core 0.19's default "full" warns that it is deprecated; [] is its replacement, same meaning
-        cuda_graph_modules=[],
-        gradient_accumulation_fusion=plan.gradient_accumulation_fusion,
-        bias_activation_fusion=plan.bias_activation_fusion,
-        bias_dropout_fusion=plan.bias_dropout_fusion,
-        masked_softmax_fusion=plan.masked_softmax_fusion,
-        apply_rope_fusion=plan.apply_rope_fusion,
-        persist_layer_norm=plan.persist_layer_norm,
-        deallocate_pipeline_outputs=True,
-        cross_entropy_loss_fusion=plan.cross_entropy_loss_fusion,
-    )
-    if t.precision == "fp8":
-        f = t.fp8_settings
-        kw.update(fp8=f.format, fp8_recipe=f.recipe, fp8_param=plan.fp8_param)
-        if f.recipe == "delayed":
-            kw.update(fp8_amax_history_len=f.amax_history_len, fp8_amax_compute_algo=f.amax_compute_algo)
-    if t.recompute == "selective":
-        kw.update(recompute_granularity="selective")
-    elif t.recompute == "full":
-        kw.update(recompute_granularity="full", recompute_method="uniform",
-                  recompute_num_layers=t.recompute_num_layers)
-    return kw
+    """The TransformerConfig arguments for this job (plain data, testable without torch.distributed): every one from
+    the flag table — the spec's sizes and recipe, and the fusions, precision and recompute the device plan
+    (default: the plan for this machine's libraries) resolves."""
+    return core_kwargs(job, megatron_flags.TC, plan or plan_for_here(job, gpu=not cpu))
 
 
 def transformer_config(job: Job, plan: DevicePlan):
@@ -88,13 +65,11 @@ def layer_spec(job: Job, use_te: bool, config=None, vp_stage: int | None = None,
     """
     from megatron.core.models.gpt import gpt_layer_specs as specs
 
-    experts = job.model.moe.num_experts or None
     if use_te:
-        spec = specs.get_gpt_layer_with_transformer_engine_spec(num_experts=experts, moe_grouped_gemm=False)
+        spec = specs.get_gpt_layer_with_transformer_engine_spec(**core_kwargs(job, megatron_flags.TE_SPEC))
         set_core_attention(spec, attention)
         return spec
-    spec = specs.get_gpt_layer_local_spec(num_experts=experts, moe_grouped_gemm=False,
-                                          normalization=job.model.normalization)
+    spec = specs.get_gpt_layer_local_spec(**core_kwargs(job, megatron_flags.LOCAL_SPEC))
     set_core_attention(spec, attention)
     if not ((job.parallel.sequence_parallel and not have_apex()) or job.model.layernorm_1p):
         return spec
@@ -142,8 +117,8 @@ def build_model(job: Job, config, vocab_size: int | None, plan: DevicePlan, on_d
     from megatron.core import parallel_state as ps
     from megatron.core.models.gpt import GPTModel
 
-    m = job.model
     vp = job.parallel.virtual_pp
+    settings = core_kwargs(job, megatron_flags.GPT)  # positions, RoPE, tied embeddings: the flag table's
     chunks = []
     for stage in range(vp or 1):
         spec = layer_spec(job, plan.layer_spec == "transformer_engine", config, stage if vp else None,
@@ -154,14 +129,10 @@ def build_model(job: Job, config, vocab_size: int | None, plan: DevicePlan, on_d
             config=config,
             transformer_layer_spec=spec,
             vocab_size=model_vocab_size(job, vocab_size),
-            max_sequence_length=m.max_positions,
             pre_process=pre,
             post_process=post,
-            share_embeddings_and_output_weights=not m.untie_embeddings,
-            position_embedding_type=m.position_embedding,
-            rotary_base=int(m.rotary_base),
-            parallel_output=True,
             vp_stage=stage if vp else None,
+            **settings,
         ))
     if on_device:
         for chunk in chunks:

@@ -6,9 +6,9 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from mtk.megatron_flags import DDP as DDP_CONFIG
-from mtk.megatron_flags import OC as OPTIMIZER_CONFIG
-from mtk.megatron_flags import core_kwargs
+from mtk import megatron_flags
+
+from .model import core_kwargs
 
 if TYPE_CHECKING:
     from mtk.spec import Job
@@ -41,21 +41,12 @@ def wrap_ddp(job: Job, config, chunks: list, plan: DevicePlan) -> list:
 
 
 def ddp_config(job: Job, plan: DevicePlan):
-    """Megatron DDP's config: overlap, gradient buffer dtype and the NaN/Inf check from the device plan."""
+    """Megatron DDP's config, from the flag table: the distributed optimizer, and what the device plan resolves —
+    overlap, gradient buffer dtype, the NaN/Inf check, FP8 param gather (Megatron-LM sets the DDP flag and
+    TransformerConfig.fp8_param both from --fp8-param-gather) and megatron-core's own bucket size."""
     from megatron.core.distributed import DistributedDataParallelConfig
 
-    return DistributedDataParallelConfig(
-        **core_kwargs(job, DDP_CONFIG),  # use_distributed_optimizer
-        grad_reduce_in_fp32=plan.grad_reduce_in_fp32,
-        overlap_grad_reduce=plan.overlap_grad_reduce,
-        overlap_param_gather=plan.overlap_param_gather,
-        align_param_gather=plan.align_param_gather,
-        check_for_nan_in_grad=plan.check_for_nan_in_grad,
-        # Megatron-LM sets both from --fp8-param-gather: the distributed optimizer's copy of main params into
-        # the model's branches on the DDP flag, the model's fp8 weights on TransformerConfig.fp8_param
-        fp8_param_gather=plan.fp8_param,
-        bucket_size=None,
-    )
+    return DistributedDataParallelConfig(**core_kwargs(job, megatron_flags.DDP, plan))
 
 
 def set_sync_funcs(config, model: list, plan: DevicePlan) -> None:
@@ -91,25 +82,22 @@ def params_synced(model: list, optimizer, plan: DevicePlan) -> Iterator[None]:
             chunk.enable_forward_pre_hook()
 
 
-def optimizer_config(job: Job):
+def optimizer_config(job: Job, plan: DevicePlan | None = None):
+    """megatron-core's OptimizerConfig from the flag table: Adam, lr, clipping, precision and parameter dtype, the
+    loss scale, the distributed optimizer, decoupled_lr/min_lr (which megatron-core's standard param-group overrides
+    give the embedding and output layers as their max_lr/min_lr) and, with ``plan``, the overlapped param gather
+    (megatron wants it to agree with the DDP config's)."""
     from megatron.core.optimizer import OptimizerConfig
 
-    from .model import params_dtype
-
-    # Adam, lr, clipping, bf16/fp16, the loss scale, the distributed optimizer and decoupled_lr/min_lr (which
-    # megatron-core's standard param-group overrides give the embedding and output layers as their max_lr/min_lr)
-    # are the flag table's one-to-one fields
-    return OptimizerConfig(params_dtype=params_dtype(job.train.precision), **core_kwargs(job, OPTIMIZER_CONFIG))
+    return OptimizerConfig(**core_kwargs(job, megatron_flags.OC, plan))
 
 
-def build_optimizer(job: Job, model: list, plan: DevicePlan | None = None):
+def build_optimizer(job: Job, model: list, plan: DevicePlan):
     """megatron-core's optimizer; with ``plan.adam == "torch-fused"`` its torch Adam steps in one fused kernel."""
     from megatron.core.optimizer import get_megatron_optimizer
 
-    config = optimizer_config(job)
-    config.overlap_param_gather = model[0].ddp_config.overlap_param_gather  # megatron wants both to agree
-    optimizer = get_megatron_optimizer(config, model)
-    if plan is not None and plan.adam == "torch-fused":
+    optimizer = get_megatron_optimizer(optimizer_config(job, plan), model)
+    if plan.adam == "torch-fused":
         from .fused_adam import use_fused_kernel
 
         use_fused_kernel(optimizer)
@@ -127,21 +115,6 @@ def build_scheduler(job: Job, optimizer):
     """
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
-    t = job.train
-    gbs = t.global_batch_size
-    keep = t.lr_schedule_on_resume == "keep"
-    return OptimizerParamScheduler(
-        optimizer,
-        init_lr=0.0,
-        max_lr=t.lr,
-        min_lr=t.min_lr,
-        lr_warmup_steps=t.lr_warmup_iters * gbs,
-        lr_decay_steps=(t.lr_decay_iters or t.iterations) * gbs,
-        lr_decay_style=t.lr_decay_style,
-        start_wd=t.weight_decay,
-        end_wd=t.weight_decay,
-        wd_incr_steps=t.iterations * gbs,
-        wd_incr_style="constant",
-        use_checkpoint_opt_param_scheduler=keep,
-        override_opt_param_scheduler=not keep,
-    )
+    # peak/final LR, warmup and decay in samples, style, weight decay and its (constant) schedule, and whose
+    # schedule wins on resume: the flag table's, as Megatron-LM's get_optimizer_param_scheduler computes them
+    return OptimizerParamScheduler(optimizer, **core_kwargs(job, megatron_flags.SCHEDULER))

@@ -83,6 +83,10 @@ def schedule_is_sane(job: Job, backend) -> list[Problem]:
     out = []
     if t.min_lr > t.lr:
         out.append(Problem("train.min_lr", f"is above train.lr ({t.lr})", t.min_lr))
+    if t.lr_warmup_fraction is not None and t.lr_warmup_iters:
+        out.append(Problem("train.lr_warmup_fraction", f"is set with train.lr_warmup_iters ({t.lr_warmup_iters}); "
+                           "give the warmup one way: Megatron-LM accepts only one of --lr-warmup-fraction and "
+                           "--lr-warmup-iters", t.lr_warmup_fraction))
     if t.lr_warmup_iters and t.lr_warmup_iters >= (t.lr_decay_iters or t.iterations):
         # Megatron-Core's scheduler asserts warmup < decay on every rank at start-up.
         out.append(Problem("train.lr_warmup_iters", f"is as long as or longer than the decay horizon "

@@ -41,6 +41,10 @@ class ModelSpec(Section):
     position_embedding: Literal["learned_absolute", "rope"] = "learned_absolute"
     rotary_base: float = Field(10000.0, gt=0, description="RoPE base.")
     normalization: Literal["LayerNorm", "RMSNorm"] = "LayerNorm"
+    norm_epsilon: float = Field(
+        1e-5, gt=0, lt=1, description="Epsilon of every LayerNorm/RMSNorm (--norm-epsilon; megatron-core's "
+        "layernorm_epsilon). A Hugging Face export writes it as rms_norm_eps / layer_norm_epsilon and an import "
+        "reads it from there.")
     activation: Literal["gelu", "swiglu"] = "gelu"
     untie_embeddings: bool = Field(False, description="Separate output layer weights.")
     layernorm_1p: bool = Field(

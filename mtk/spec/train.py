@@ -93,6 +93,10 @@ class TrainSpec(Section):
     lr: float = Field(3e-4, gt=0, description="Peak learning rate.", json_schema_extra=READ_BY_CHECK)
     min_lr: float = Field(3e-5, ge=0, description="Learning rate at the end of decay.", json_schema_extra=READ_BY_CHECK)
     lr_warmup_iters: int = Field(0, ge=0, description="Linear warmup steps.", json_schema_extra=READ_BY_CHECK)
+    lr_warmup_fraction: float | None = Field(
+        None, gt=0, lt=1, description="Linear warmup as a fraction of the decay horizon (--lr-warmup-fraction): "
+        "fraction × (lr_decay_iters or iterations) steps, as Megatron-LM computes them (not rounded to whole "
+        "iterations). Instead of lr_warmup_iters.", json_schema_extra=READ_BY_CHECK)
     lr_decay_style: Literal["cosine", "linear", "constant"] = Field("cosine", json_schema_extra=READ_BY_CHECK)
     lr_decay_iters: int | None = Field(None, ge=1, description="Decay horizon (default: iterations).",
                                        json_schema_extra=READ_BY_CHECK)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from mtk import megatron_flags
 from mtk.exitcodes import BadInput
 from mtk.files import open_mode
 
@@ -34,7 +35,9 @@ GENERATION_CONFIG = "generation_config.json"
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
 LAYER_PREFIX = "decoder.layers."
-NORM_EPS = 1e-5  # megatron-core's TransformerConfig.layernorm_epsilon default, which mtk uses
+# transformers' defaults (LlamaConfig, GPT2Config) for a config.json that leaves its norm epsilon out
+HF_NORM_EPS_DEFAULT = {"LlamaForCausalLM": 1e-6, "GPT2LMHeadModel": 1e-5}
+HF_NORM_EPS_KEY = {"LlamaForCausalLM": "rms_norm_eps", "GPT2LMHeadModel": "layer_norm_epsilon"}
 
 
 class ConversionError(BadInput, ValueError):
@@ -64,6 +67,9 @@ def shape_from_args(args: Any, *, tokenizer_recorded: bool = False) -> Shape:
         rope=g("position_embedding_type", "learned_absolute") == "rope", rotary_base=float(g("rotary_base", 10000)),
         rmsnorm=g("normalization", "LayerNorm") == "RMSNorm", swiglu=bool(g("swiglu", False)),
         bias=bool(g("add_bias_linear", True)), untie=bool(g("untie_embeddings_and_output_weights", False)),
+        # a checkpoint that does not record it trained with the spec's default (mtk before --norm-epsilon)
+        norm_epsilon=float(g(megatron_flags.recorded_name("model.norm_epsilon"),
+                             megatron_flags.spec_default("model.norm_epsilon"))),
         num_experts=g("num_experts") or 0,
         layernorm_1p=bool(g("apply_layernorm_1p", False) or g("layernorm_zero_centered_gamma", False)))
 
@@ -101,14 +107,14 @@ def hf_config(s: Shape, arch: str, dtype: str) -> dict[str, Any]:
                 "num_hidden_layers": s.num_layers, "num_attention_heads": s.num_attention_heads,
                 "num_key_value_heads": s.num_query_groups, "head_dim": s.kv_channels,
                 "max_position_embeddings": s.max_position_embeddings, "hidden_act": "silu",
-                "rms_norm_eps": NORM_EPS, "rope_theta": s.rotary_base,
+                HF_NORM_EPS_KEY[arch]: s.norm_epsilon, "rope_theta": s.rotary_base,
                 "rope_parameters": {"rope_type": "default", "rope_theta": s.rotary_base},
                 "attention_bias": s.bias, "mlp_bias": s.bias, "tie_word_embeddings": not s.untie,
                 "torch_dtype": dtype, "dtype": dtype}
     return {"architectures": [arch], "model_type": "gpt2", "vocab_size": s.vocab_size,
             "n_positions": s.max_position_embeddings, "n_embd": s.hidden_size, "n_layer": s.num_layers,
             "n_head": s.num_attention_heads, "n_inner": s.ffn_hidden_size, "activation_function": "gelu",
-            "layer_norm_epsilon": NORM_EPS, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
+            HF_NORM_EPS_KEY[arch]: s.norm_epsilon, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
             "tie_word_embeddings": True, "torch_dtype": dtype, "dtype": dtype}
 
 
@@ -133,7 +139,7 @@ def shape_from_hf_config(cfg: dict[str, Any], make_vocab_size_divisible_by: int 
                   max_position_embeddings=cfg["max_position_embeddings"], rope=True,
                   rotary_base=float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0))), rmsnorm=True,
                   swiglu=True, bias=bool(cfg.get("attention_bias", False)),
-                  untie=not cfg.get("tie_word_embeddings", False))
+                  untie=not cfg.get("tie_word_embeddings", False), norm_epsilon=_norm_epsilon(cfg, arch))
     else:
         if cfg.get("activation_function", "gelu_new") != "gelu":
             raise ConversionError(f"{CONFIG}: activation_function={cfg.get('activation_function', 'gelu_new')!r}"
@@ -145,8 +151,12 @@ def shape_from_hf_config(cfg: dict[str, Any], make_vocab_size_divisible_by: int 
                   vocab_size=cfg["vocab_size"],
                   padded_vocab_size=padded_vocab(cfg["vocab_size"], make_vocab_size_divisible_by, 1),
                   max_position_embeddings=cfg["n_positions"], rope=False, rotary_base=10000.0, rmsnorm=False,
-                  swiglu=False, bias=True, untie=False)
+                  swiglu=False, bias=True, untie=False, norm_epsilon=_norm_epsilon(cfg, arch))
     return s, arch
+
+
+def _norm_epsilon(cfg: dict[str, Any], arch: str) -> float:
+    return float(cfg.get(HF_NORM_EPS_KEY[arch], HF_NORM_EPS_DEFAULT[arch]))
 
 
 # --------------------------------------------------------------------------- plumbing
@@ -383,21 +393,29 @@ def megatron_tensors_from_hf(hf_dir: str | Path, make_vocab_size_divisible_by: i
                               f"{arch} mapping")
 
 
-def megatron_args_for(s: Shape) -> argparse.Namespace:
-    """Megatron-LM args describing an imported model (TP=PP=1, weights only)."""
-    return argparse.Namespace(
-        num_layers=s.num_layers, hidden_size=s.hidden_size, ffn_hidden_size=s.ffn_hidden_size,
-        num_attention_heads=s.num_attention_heads, num_query_groups=s.num_query_groups,
-        group_query_attention=s.num_query_groups != s.num_attention_heads, kv_channels=s.kv_channels,
-        max_position_embeddings=s.max_position_embeddings, seq_length=s.max_position_embeddings,
-        position_embedding_type="rope" if s.rope else "learned_absolute", add_position_embedding=not s.rope,
-        use_rotary_position_embeddings=s.rope, rotary_base=int(s.rotary_base), rotary_percent=1.0,
-        normalization="RMSNorm" if s.rmsnorm else "LayerNorm", swiglu=s.swiglu, add_bias_linear=s.bias,
-        add_qkv_bias=s.bias, untie_embeddings_and_output_weights=s.untie, vocab_size=s.vocab_size,
-        padded_vocab_size=s.padded_vocab_size, tensor_model_parallel_size=1, pipeline_model_parallel_size=1,
-        world_size=1, data_parallel_size=1, ckpt_format="torch_dist", use_dist_ckpt=True, no_save_optim=True,
-        no_save_rng=True, consumed_train_samples=0, skipped_train_samples=0, consumed_valid_samples=0,
-        num_experts=None, use_distributed_optimizer=False)
+def spec_of_shape(s: Shape, make_vocab_size_divisible_by: int = 128) -> dict[str, Any]:
+    """The ``model`` spec fields of an imported model (what a run training it sets)."""
+    return {"num_layers": s.num_layers, "hidden_size": s.hidden_size, "ffn_hidden_size": s.ffn_hidden_size,
+            "num_attention_heads": s.num_attention_heads, "num_query_groups": s.num_query_groups,
+            "seq_length": s.max_position_embeddings, "max_position_embeddings": s.max_position_embeddings,
+            "position_embedding": "rope" if s.rope else "learned_absolute", "rotary_base": s.rotary_base,
+            "normalization": "RMSNorm" if s.rmsnorm else "LayerNorm", "norm_epsilon": s.norm_epsilon,
+            "activation": "swiglu" if s.swiglu else "gelu", "add_bias_linear": s.bias, "untie_embeddings": s.untie,
+            "vocab_size": s.vocab_size, "make_vocab_size_divisible_by": make_vocab_size_divisible_by}
+
+
+def megatron_args_for(s: Shape, make_vocab_size_divisible_by: int = 128) -> argparse.Namespace:
+    """Megatron-LM args describing an imported model (TP=PP=1, weights only): the flag table's model, layout and
+    checkpoint rows for the model's spec fields, and the checkpoint's state."""
+    from mtk.spec.job import Job
+
+    job = Job.model_validate({"name": "hf-import", "model": spec_of_shape(s, make_vocab_size_divisible_by)})
+    values = megatron_flags.args_values(
+        job, runtime={"vocab_size": s.vocab_size, "padded_vocab_size": s.padded_vocab_size, "head_dim": s.kv_channels,
+                      "weights_only": True}, sections=("model", "parallel", "train.checkpoint"))
+    return argparse.Namespace(**values, world_size=1, data_parallel_size=1,
+                              use_dist_ckpt=True, consumed_train_samples=0, skipped_train_samples=0,
+                              consumed_valid_samples=0)
 
 
 def import_hf(hf_dir: str | Path, out_root: str | Path, *, make_vocab_size_divisible_by: int = 128,
@@ -429,7 +447,8 @@ def import_hf(hf_dir: str | Path, out_root: str | Path, *, make_vocab_size_divis
         extras: dict[str, Any] = {"imported_from": str(Path(hf_dir).resolve())}
         if tokenizer is not None:
             extras[hf_tokenizer.KEY] = tokenizer
-        sd = {"model": model, "args": megatron_args_for(shape), "checkpoint_version": megatron_lm.CHECKPOINT_VERSION,
+        sd = {"model": model, "args": megatron_args_for(shape, make_vocab_size_divisible_by),
+              "checkpoint_version": megatron_lm.CHECKPOINT_VERSION,
               "iteration": 0, "num_floating_point_operations_so_far": 0.0, megatron_lm.MTK_KEY: extras}
         meta = megatron_lm.content_metadata(False)
         dist_checkpointing.save(sd, str(tmp / checkpoint_layout.RELEASE), content_metadata=meta)

@@ -44,6 +44,7 @@ class Shape:
     swiglu: bool
     bias: bool
     untie: bool
+    norm_epsilon: float
     num_experts: int = 0
     layernorm_1p: bool = False
 

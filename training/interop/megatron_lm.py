@@ -18,7 +18,6 @@ The reverse direction (reading a checkpoint written by Megatron-LM) uses the sam
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mtk import megatron_flags
@@ -68,38 +67,20 @@ def recorded_vocab_size(args: Any) -> int | None:
     return int(vocab) if padded_vocab(int(vocab), divisible, tp) == int(padded) else None
 
 
-def tokenizer_type(job: Job) -> str:
-    return job.data.tokenizer.type
-
-
 def megatron_args(job: Job, *, data_parallel_size: int, vocab_size: int, padded_vocab_size: int,
                   consumed_train_samples: int, iteration: int) -> argparse.Namespace:
     """The ``args`` Namespace Megatron-LM stores in (and checks against) a checkpoint, from the job spec.
 
-    Field names and meanings are Megatron-LM's command-line arguments (``--num-layers`` -> num_layers).
+    Every field named after a Megatron-LM argument comes from the flag table (:func:`megatron_flags.args_values`);
+    the rest is the checkpoint's state: the padded vocabulary, the sizes of this run and its data position.
     ``vocab_size``/``padded_vocab_size`` are the vocabulary the model was *built* with (the tokenizer's, or
     ``model.vocab_size`` for mock data), never the spec's default: the resume check, reshard, ``init_from``,
     export and Megatron-LM's ``--use-checkpoint-args`` all read them back.
     """
-    m, t = job.model, job.train
     return argparse.Namespace(
-        # model sizes, RoPE, MoE, parallel sizes, batch, schedule, Adam and bf16/fp16: the flag table's fields
-        **megatron_flags.args_values(job),
-        rotary_interleaved=False,
-        # --apply-layernorm-1p: megatron-core 0.19's parser stores it as layernorm_zero_centered_gamma (the table's
-        # name), older Megatron-LM as apply_layernorm_1p; both recorded so either reads it
-        apply_layernorm_1p=m.layernorm_1p,
-        squared_relu=False, add_qkv_bias=m.add_bias_linear, apply_query_key_layer_scaling=False, moe_layer_freq=1,
-        # vocabulary / tokenizer
-        vocab_size=vocab_size, padded_vocab_size=padded_vocab_size, tokenizer_type=tokenizer_type(job),
-        # parallelism
-        world_size=job.cluster.world_size, data_parallel_size=data_parallel_size, data_parallel_random_init=False,
-        # checkpoint format
-        ckpt_format="torch_dist", use_dist_ckpt=True, ckpt_fully_parallel_save=False,
-        distrib_optim_fully_reshardable_mem_efficient=False, no_save_optim=False, no_save_rng=False,
-        # schedule
-        start_weight_decay=t.weight_decay, end_weight_decay=t.weight_decay, weight_decay_incr_style="constant",
-        # data position
+        **megatron_flags.args_values(job, runtime={"vocab_size": vocab_size, "padded_vocab_size": padded_vocab_size}),
+        world_size=job.cluster.world_size,
+        data_parallel_size=data_parallel_size, use_dist_ckpt=True,
         iteration=iteration, consumed_train_samples=consumed_train_samples, skipped_train_samples=0,
         consumed_valid_samples=0,
     )
@@ -179,7 +160,8 @@ def rerun_state() -> dict[str, Any] | None:
     """megatron-core's rerun-state-machine entry, as Megatron-LM writes it (a template when idle)."""
     from megatron.core.rerun_state_machine import get_rerun_state_machine
 
-    return get_rerun_state_machine().state_dict(data_iterator=None, ckpt_format="torch_dist", force=True)
+    return get_rerun_state_machine().state_dict(data_iterator=None, ckpt_format=megatron_flags.CHECKPOINT_FORMAT,
+                                                force=True)
 
 
 def saved_topology(common: dict[str, Any]) -> dict[str, int]:
@@ -232,98 +214,24 @@ ARGS_ARRAY = "MEGATRON_LM_ARGS"
 def pretrain_gpt_argv(args: argparse.Namespace, job: Job, checkpoint_root: str) -> list[str]:
     """The ``pretrain_gpt.py`` arguments that continue the run whose checkpoint records ``args``.
 
-    Built from the checkpoint's own ``args`` (what Megatron-LM's loader compares its flags with), so every flag
-    that ``check_checkpoint_args`` reads agrees — RoPE runs get ``--no-position-embedding``, because mtk
-    records ``add_position_embedding=False`` as Megatron-LM's ``--no-position-embedding`` runs do and
-    Megatron-LM's default is True. The data, tokenizer files and evaluation come from the job spec. No
-    override flag (``--override-opt-param-scheduler``, ``--no-load-optim``, ``--no-load-rng``, ``--finetune``)."""
-    # the table's flags, from the checkpoint's own args; then what the job and its device plan decide
-    argv: list[Any] = [*megatron_flags.argv_from_args(args), *_tokenizer_flags(args, job)]
-    argv += _recompute_flags(job)
-    argv += _recipe_flags(job)
-    argv += _data_flags(job)
-    t = job.train
-    argv += ["--ckpt-format", "torch_dist", "--load", checkpoint_root, "--save", checkpoint_root,
-             "--save-interval", t.checkpoint.save_interval or t.iterations, "--log-interval", t.log_interval]
-    return [str(x) for x in argv]
-
-
-def _tokenizer_flags(a: argparse.Namespace, job: Job) -> list[Any]:
-    tok = job.data.tokenizer
-    if tok.type == "NullTokenizer":  # megatron-core's NullTokenizer(V): V ids, EOD V-1, as mtk's mock data
-        return ["--tokenizer-type", "NullTokenizer", "--vocab-size", a.vocab_size]
-    def resolve(path: str | None) -> str:  # present for these types: the run built its tokenizer from them
-        assert path is not None, tok.type
-        return job.data.resolve(path)
-
-    if tok.type == "GPT2BPETokenizer":
-        return ["--tokenizer-type", tok.type, "--vocab-file", resolve(tok.vocab_file), "--merge-file",
-                resolve(tok.merge_file)]
-    model = resolve(tok.model)
-    if tok.type == "HuggingFaceTokenizer":  # Megatron-LM loads it with AutoTokenizer: the folder holding it
-        model = str(Path(model).parent)
-    return ["--tokenizer-type", tok.type, "--tokenizer-model", model]
-
-
-def _recompute_flags(job: Job) -> list[Any]:
-    """Activation recomputation as the run trains (memory only: a checkpoint does not depend on it)."""
-    t = job.train
-    if t.recompute == "selective":
-        return ["--recompute-granularity", "selective"]
-    if t.recompute == "full":
-        return ["--recompute-granularity", "full", "--recompute-method", "uniform",
-                "--recompute-num-layers", t.recompute_num_layers]
-    return []
-
-
-def _recipe_flags(job: Job) -> list[Any]:
-    """NVIDIA's H100-recipe settings as this run resolved them (``device_plan``): same numerics in Megatron-LM."""
+    The flag table writes them (:func:`megatron_flags.pretrain_argv`): the model, layout, schedule and optimizer
+    from the checkpoint's own ``args`` (what Megatron-LM's loader compares its flags with, so every flag
+    ``check_checkpoint_args`` reads agrees — RoPE runs get ``--no-position-embedding``, because mtk records
+    ``add_position_embedding=False`` as Megatron-LM's ``--no-position-embedding`` runs do and Megatron-LM's default
+    is True); the recipe, recompute, evaluation, data and tokenizer files from the job and the device plan it
+    trained with; the checkpoint directory and the data's prefixes from here. No override flag
+    (``--override-opt-param-scheduler``, ``--no-load-optim``, ``--no-load-rng``, ``--finetune``)."""
+    from mtk.training import data
     from mtk.training.device_plan import plan
 
-    t, p = job.train, plan(job, gpu=job.cluster.device == "gpu", te=False)
-    out: list[Any] = []
-    if t.precision == "fp8":
-        f = t.fp8_settings
-        out += ["--fp8-format", f.format, "--fp8-recipe", f.recipe]
-        if f.recipe == "delayed":
-            out += ["--fp8-amax-history-len", f.amax_history_len, "--fp8-amax-compute-algo", f.amax_compute_algo]
-        if p.fp8_param:
-            out.append("--fp8-param-gather")
-    if not p.grad_reduce_in_fp32:
-        out.append("--grad-reduce-in-bf16")
-    if p.cross_entropy_loss_fusion:
-        out += ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "native"]
-    if t.per_token_loss:
-        out.append("--calculate-per-token-loss")
-    if t.precision == "fp16":  # Megatron-LM's default starts at 2**32
-        out += ["--initial-loss-scale", t.initial_loss_scale]
-    if t.manual_gc:
-        out += ["--manual-gc", "--manual-gc-interval", t.manual_gc_interval]
-    if t.decoupled_lr is not None:
-        out += ["--decoupled-lr", t.decoupled_lr]
-    if t.decoupled_min_lr is not None:
-        out += ["--decoupled-min-lr", t.decoupled_min_lr]
-    if not p.check_for_nan_in_grad:
-        out.append("--no-check-for-nan-in-loss-and-grad")
-    return out
-
-
-def _data_flags(job: Job) -> list[Any]:
-    from mtk.training import data
-
-    t = job.train
-    sizes = data.split_sizes(job)
-    evals = ["--eval-iters", t.eval_iters, "--eval-interval", t.eval_interval] if t.eval_interval else \
-        ["--eval-iters", 0, "--eval-interval", t.iterations + 1]
-    evals += ["--num-workers", job.data.num_workers]
     prefixes, weights = data.blend(job)
-    if not prefixes:
-        return ["--mock-data", *evals]
-    path: list[Any] = []
-    for prefix, weight in zip(prefixes, weights, strict=True):
-        path += [weight, prefix]
-    return ["--data-path", *path, "--split", data.effective_split(job, sizes),
-            "--data-cache-path", data.cache_dir(job), *evals]
+    runtime: dict[str, Any] = {"checkpoint_root": checkpoint_root, "mock": not prefixes,
+                               "blend": None, "split": None, "cache_dir": None}
+    if prefixes:
+        runtime.update(blend=[x for pair in zip(weights, prefixes, strict=True) for x in pair],
+                       split=data.effective_split(job, data.split_sizes(job)), cache_dir=data.cache_dir(job))
+    device = plan(job, gpu=job.cluster.device == "gpu", te=False)  # the recipe numerics this run resolved
+    return megatron_flags.pretrain_argv(args, job, device, runtime)
 
 
 ATTENTION_NOTES = {

@@ -1,9 +1,9 @@
 """``mtk convert`` between mtk checkpoints and Hugging Face directories, checked with transformers itself.
 
 A tiny GPT (GPT-2 architecture) and a tiny Llama (RoPE, RMSNorm, SwiGLU, GQA 4 heads / 2 groups, untied
-output layer) are trained by mtk at TP=2, PP=2 (torchrun, 4 CPU ranks, gloo, fp32) and exported; the HF
-directories load with ``transformers.AutoModelForCausalLM`` and give mtk's logits (megatron-core's model
-loading the same checkpoint at TP=PP=1) within 1e-4. HF → mtk → HF is bitwise per tensor.
+output layer, Llama-2's norm epsilon 1e-6) are trained by mtk at TP=2, PP=2 (torchrun, 4 CPU ranks, gloo, fp32)
+and exported; the HF directories load with ``transformers.AutoModelForCausalLM`` and give mtk's logits
+(megatron-core's model loading the same checkpoint at TP=PP=1) within 1e-4. HF → mtk → HF is bitwise per tensor.
 
 The export carries the run's tokenizer: a GPT trained on a small corpus of real text (CPython's own library
 sources) tokenized by mtk's preprocess step with a byte-level BPE trained here (1,501 tokens, not the preset's
@@ -28,7 +28,7 @@ ARCHS = {
     "gpt": (),
     "llama": ("model.arch=llama", "model.position_embedding=rope", "model.normalization=RMSNorm",
               "model.activation=swiglu", "model.add_bias_linear=false", "model.num_query_groups=2",
-              "model.untie_embeddings=true"),
+              "model.untie_embeddings=true", "model.norm_epsilon=1e-6"),  # Llama-2's rms_norm_eps, not the default
 }
 TRAIN = ("train.precision=fp32", "train.iterations=3", "train.lr_warmup_iters=1", "train.lr=0.01")
 BPE_VOCAB = 1500  # + <|endoftext|>: 1,501 tokens, padded to 1,536 rows at tp=2
@@ -75,6 +75,9 @@ def test_export_from_tp2_pp2_matches_transformers_logits(exported):
     arch, _run, hf_dir, logits = exported
     cfg = json.loads((hf_dir / "config.json").read_text())
     assert cfg["architectures"] == [{"gpt": "GPT2LMHeadModel", "llama": "LlamaForCausalLM"}[arch]]
+    # the spec's epsilon, trained with and exported: transformers' logits below agree only if both used it
+    assert {"gpt": cfg.get("layer_norm_epsilon"), "llama": cfg.get("rms_norm_eps")}[arch] == \
+        {"gpt": 1e-5, "llama": 1e-6}[arch]
     assert logits["shape"] == [2, 64, 1024]
     assert logits["logit_scale"] > 0.1  # real logits, not zeros
     assert logits["max_abs_diff"] <= 1e-4, logits

@@ -1,4 +1,4 @@
-"""The flag table (mtk/megatron_flags.py) against Megatron-LM's and megatron-core's own code: every flag is one
+"""The flag table (mtk/megatron_flags/) against Megatron-LM's and megatron-core's own code: every flag is one
 Megatron-LM's parser has, under the attribute the table says; what the import gives a field when a command leaves
 the flag out is that parser's default; every config field named is a field of megatron-core's config class."""
 
@@ -37,7 +37,8 @@ def test_every_flag_is_megatron_lms_under_the_tables_name(parser):
     # validate_args stores this flag under the older name, which checkpoints record
     renamed = {"--num-virtual-stages-per-pipeline-rank": "virtual_pipeline_model_parallel_size"}
     wrong = {f.flag: (f.name, _action(parser, f.flag).dest) for f in megatron_flags.FLAGS
-             if f.written == "args" and _action(parser, f.flag).dest != f.name and renamed.get(f.flag) != f.name}
+             if f.written in ("args", "record") and _action(parser, f.flag).dest != f.name
+             and renamed.get(f.flag) != f.name}
     assert wrong == {}, "the args Namespace and megatron_lm_args.txt use the table's name: fix dest="
     by_mtk = [flag for flag in megatron_flags.SET_BY_MTK if flag not in parser._option_string_actions]
     assert by_mtk == []
@@ -61,20 +62,35 @@ def test_without_the_flag_the_import_reads_megatron_lms_default(parser):
     assert checked >= 15
 
 
-@pytest.mark.megatron  # megatron-core's config dataclasses
-def test_every_config_field_is_megatron_cores():
+@pytest.mark.megatron  # megatron-core's config dataclasses and the signatures the engine calls
+def test_every_core_argument_is_megatron_cores():
+    """Each ``core`` target of a row or a derived value names a field of megatron-core's config class, or a parameter
+    of the constructor or function the engine calls with it."""
+    import inspect
+
     from mtk.training import compat
 
     compat.install()
+    from megatron.core import parallel_state
     from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.models.gpt import GPTModel, gpt_layer_specs
     from megatron.core.optimizer import OptimizerConfig
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    fields = {cls.__name__: {f.name for f in dataclasses.fields(cls)}
-              for cls in (TransformerConfig, OptimizerConfig, DistributedDataParallelConfig)}
-    missing = [target for f in megatron_flags.FLAGS for target in f.core
-               if target.partition(".")[2] not in fields[target.partition(".")[0]]]
-    assert missing == []
+    names = {cls.__name__: {f.name for f in dataclasses.fields(cls)}
+             for cls in (TransformerConfig, OptimizerConfig, DistributedDataParallelConfig)}
+    # the layer-spec builders take **kwargs and hand them to their *_submodules functions
+    for target, fn in ((megatron_flags.SCHEDULER, OptimizerParamScheduler.__init__),
+                       (megatron_flags.GPT, GPTModel.__init__),
+                       (megatron_flags.LOCAL_SPEC, gpt_layer_specs.get_gpt_layer_local_submodules),
+                       (megatron_flags.TE_SPEC, gpt_layer_specs.get_gpt_layer_with_transformer_engine_submodules),
+                       (megatron_flags.GROUPS, parallel_state.initialize_model_parallel)):
+        names[target] = set(inspect.signature(fn).parameters)
+    assert set(names) == set(megatron_flags.TARGETS)
+    targets = [t for f in megatron_flags.FLAGS for t in f.core] + [t for d in megatron_flags.DERIVED for t in d.core]
+    missing = [t for t in targets if t.partition(".")[2] not in names[t.partition(".")[0]]]
+    assert missing == [] and len(targets) > 100
 
 
 @pytest.mark.megatron  # Megatron-LM's parser (the module fixture)
@@ -102,5 +118,7 @@ def test_where_defaults_differ_the_table_says_megatron_lms(parser):
         same = theirs == ours if f.form == "value" else bool(theirs) == (ours in f.when if f.form == "when" else ours)
         if not same and theirs is not None:
             differ.append((f.flag, theirs, ours))
-    # --num-query-groups: Megatron-LM's 1 is read only with --group-query-attention (the import handles both)
-    assert differ == [("--num-query-groups", 1, None)]
+    # --num-query-groups: Megatron-LM's 1 is read only with --group-query-attention (the import handles both).
+    # --use-checkpoint-opt_param-scheduler: without it (or --override-opt_param-scheduler) Megatron-LM asserts that the
+    # checkpoint's schedule equals the command's, a mode mtk does not offer (train.lr_schedule_on_resume says why)
+    assert differ == [("--num-query-groups", 1, None), ("--use-checkpoint-opt_param-scheduler", False, "keep")]

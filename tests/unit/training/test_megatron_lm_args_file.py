@@ -18,19 +18,23 @@ from mtk.training import checkpoint
 from mtk.training.interop import megatron_lm
 from support.megatron_args_file import read_args_file
 
+from mtk import megatron_flags
 from mtk.spec.loader import apply_overrides, validate
 from mtk.vocabulary import padded_vocab
 
 REPO = Path(__file__).resolve().parents[3]
 LLAMA = ("model.arch=llama", "model.position_embedding=rope", "model.normalization=RMSNorm",
          "model.activation=swiglu", "model.add_bias_linear=false", "model.num_query_groups=2",
-         "model.untie_embeddings=true", "model.rotary_base=500000")
+         "model.untie_embeddings=true", "model.rotary_base=500000", "model.norm_epsilon=1e-6")
 CASES = {
     "gpt_tp2": ("parallel.tp=2", "model.vocab_size=1000"),
     "llama_hf_blend_distopt_bf16": (*LLAMA, "parallel.tp=1", "parallel.distributed_optimizer=true",
                                     "train.precision=bf16", "data.tokenizer.type=HuggingFaceTokenizer",
                                     "data.tokenizer.model=tok/tokenizer.json", "train.eval_interval=5"),
     "moe_ep2": ("parallel.tp=1", "parallel.ep=2", "model.moe.num_experts=4", "model.moe.router_topk=2"),
+    # warmup as a fraction of a decay horizon shorter than the run: 0.3 × 8 iterations × 8 samples = 19.2 samples
+    "gpt_warmup_fraction": ("parallel.tp=2", "train.lr_warmup_iters=0", "train.lr_warmup_fraction=0.3",
+                            "train.lr_decay_iters=8"),
     "recipe_bf16": ("parallel.tp=2", "model.layernorm_1p=true", "train.precision=bf16", "train.grad_reduce_dtype=bf16",
                     "train.cross_entropy_fusion=true", "train.per_token_loss=true", "train.decoupled_lr=5e-4",
                     "train.decoupled_min_lr=4.5e-5", "train.manual_gc_interval=10", "train.check_nan_in_grad=false",
@@ -50,7 +54,7 @@ def _job(tmp: Path, sets: tuple[str, ...]):
 @pytest.fixture(scope="module")
 def parsed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("mlm_args")
-    cases, files = [], {}
+    cases, files, expected = [], {}, {}
     for name, sets in CASES.items():
         job = _job(tmp, sets)
         p = job.parallel
@@ -62,18 +66,31 @@ def parsed(tmp_path_factory):
                                          consumed_train_samples=16, iteration=2)
         argv = megatron_lm.pretrain_gpt_argv(args, job, str(tmp / name / "checkpoints"))
         files[name] = megatron_lm.args_file_text(argv, 2, job)
-        cases.append((name, files[name], args, job.cluster.world_size))
+        expected[name] = _written_core(job)
+        cases.append((name, files[name], args, job.cluster.world_size, sorted(expected[name])))
     (tmp / "cases.pkl").write_bytes(pickle.dumps(cases))
     res = subprocess.run([sys.executable, str(Path(__file__).parent / "megatron_lm" / "parse_args_file.py"),
                           str(tmp / "cases.pkl"), str(tmp / "out.json")], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    return json.loads((tmp / "out.json").read_text()), files, tmp
+    return json.loads((tmp / "out.json").read_text()), files, tmp, expected
+
+
+def _written_core(job) -> dict[str, object]:
+    """What mtk's engine gives each megatron-core argument that a recorded or written row reaches (its configs and
+    LR scheduler), for this job and the device plan its args file is written with."""
+    from mtk.training.device_plan import plan
+
+    device = plan(job, gpu=job.cluster.device == "gpu", te=False)
+    owners = (megatron_flags.TC, megatron_flags.OC, megatron_flags.DDP, megatron_flags.SCHEDULER)
+    return {target: flag.core_value(job, device) for flag in megatron_flags.FLAGS
+            if flag.written in ("args", "record", "job") and megatron_flags.applies(flag, job, device)
+            for target in flag.core if target.partition(".")[0] in owners}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 @pytest.mark.megatron  # Megatron-LM's own parser in a child (the module fixture)
 def test_args_file_passes_megatron_lm_parser_and_checkpoint_checks(parsed, name):
-    out, files, tmp = parsed
+    out, files, tmp, _expected = parsed
     r = out[name]
     assert r["error"] is None, r["error"]
     assert r["differ"] == {}, r["differ"]
@@ -82,9 +99,44 @@ def test_args_file_passes_megatron_lm_parser_and_checkpoint_checks(parsed, name)
                 "--use-checkpoint-args"} & set(read_args_file(files[name]))
 
 
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.megatron  # the module fixture runs Megatron-LM's parser and argument code in a child
+def test_each_written_flag_reaches_megatron_core_as_mtks_engine_sets_it(parsed, name):
+    """The table's two directions agree with Megatron-LM's own code: every megatron-core argument a written (or
+    recorded) row reaches — TransformerConfig, OptimizerConfig, DDP config, LR scheduler — has the value mtk's engine
+    gives it (:func:`megatron_flags.core_kwargs`) when Megatron-LM builds it from the args file mtk wrote."""
+    out, _files, _tmp, expected = parsed
+    theirs = out[name]["core"]
+    assert len(expected[name]) >= 40
+    differ = {t: (ours, theirs[t]) for t, ours in expected[name].items() if ours != theirs[t]}
+    assert differ == {}, differ
+    assert theirs["TransformerConfig.layernorm_epsilon"] == (1e-6 if "llama" in name else 1e-5)
+
+
+@pytest.mark.megatron  # the module fixture runs Megatron-LM's parser and get_optimizer_param_scheduler in a child
+def test_a_warmup_fraction_is_megatron_lms_fraction_of_the_decay_horizon(parsed, tmp_path):
+    """train.lr_warmup_fraction reaches Megatron-LM as --lr-warmup-fraction (without --lr-warmup-iters, which it
+    refuses beside it), and mtk's engine schedules the warmup Megatron-LM's own get_optimizer_param_scheduler
+    computes from it: fraction × lr_decay_iters × global batch samples, not rounded to iterations."""
+    import types
+
+    from mtk.training import compat, optim
+
+    compat.install()  # megatron-core's imports on this CPU host
+    out, files, _tmp, _expected = parsed
+    assert out["gpt_warmup_fraction"]["parsed"] is not None and out["gpt_warmup_fraction"]["error"] is None
+    argv = read_args_file(files["gpt_warmup_fraction"])
+    assert argv[argv.index("--lr-warmup-fraction") + 1] == "0.3" and "--lr-warmup-iters" not in argv
+    theirs = out["gpt_warmup_fraction"]["core"]["OptimizerParamScheduler.lr_warmup_steps"]
+    fake = types.SimpleNamespace(param_groups=[{"lr": 0.0, "weight_decay": 0.0, "params": []}])
+    ours = optim.build_scheduler(_job(tmp_path, CASES["gpt_warmup_fraction"]), fake)
+    assert theirs == ours.lr_warmup_steps == pytest.approx(0.3 * 8 * 8)
+    assert out["gpt_tp2"]["core"]["OptimizerParamScheduler.lr_warmup_steps"] == 2 * 8  # the iterations' case
+
+
 @pytest.mark.megatron  # the module fixture runs Megatron-LM's parser in a child
 def test_rope_runs_carry_no_position_embedding_and_learned_ones_do_not(parsed):
-    out, files, _tmp = parsed
+    out, files, _tmp, _expected = parsed
     llama = out["llama_hf_blend_distopt_bf16"]["parsed"]
     assert llama["position_embedding_type"] == "rope" and llama["add_position_embedding"] is False
     assert llama["rotary_base"] == 500000
@@ -98,7 +150,7 @@ def test_rope_runs_carry_no_position_embedding_and_learned_ones_do_not(parsed):
 def test_recipe_settings_reach_megatron_lm_as_mtk_trains_them(parsed):
     """The args file continues a run with the numerics it trained with (#26): Megatron-LM's own parser and
     validate_args read every recipe flag back to the value mtk used."""
-    out, _files, _tmp = parsed
+    out, _files, _tmp, _expected = parsed
     r = out["recipe_bf16"]["parsed"]
     assert r["layernorm_zero_centered_gamma"] is True and r["calculate_per_token_loss"] is True
     assert (r["decoupled_lr"], r["decoupled_min_lr"]) == (5e-4, 4.5e-5)
@@ -115,7 +167,7 @@ def test_recipe_settings_reach_megatron_lm_as_mtk_trains_them(parsed):
 
 @pytest.mark.megatron  # the module fixture runs Megatron-LM's parser in a child
 def test_data_and_tokenizer_come_from_the_job(parsed):
-    out, _files, tmp = parsed
+    out, _files, tmp, _expected = parsed
     gpt, llama = out["gpt_tp2"]["parsed"], out["llama_hf_blend_distopt_bf16"]["parsed"]
     assert gpt["mock_data"] and gpt["tokenizer_type"] == "NullTokenizer" and gpt["vocab_size"] == 1000
     assert llama["tokenizer_type"] == "HuggingFaceTokenizer" and not llama["mock_data"]

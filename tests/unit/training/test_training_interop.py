@@ -13,9 +13,9 @@ from mtk.spec.loader import apply_overrides, validate
 
 LLAMA = hf.Shape(num_layers=2, hidden_size=64, ffn_hidden_size=96, num_attention_heads=4, num_query_groups=2,
                  kv_channels=16, vocab_size=1000, padded_vocab_size=1024, max_position_embeddings=64, rope=True,
-                 rotary_base=10000.0, rmsnorm=True, swiglu=True, bias=False, untie=True)
+                 rotary_base=10000.0, rmsnorm=True, swiglu=True, bias=False, untie=True, norm_epsilon=1e-6)
 GPT = dataclasses.replace(LLAMA, num_query_groups=4, rope=False, rmsnorm=False, swiglu=False, bias=True,
-                          untie=False)
+                          untie=False, norm_epsilon=1e-5)
 
 
 def test_qkv_split_follows_megatrons_grouped_layout():
@@ -125,3 +125,38 @@ def test_export_vocabulary_is_the_recorded_tokenizers():
     assert hf._vocab_of_tokenizer(old, None, Path("ckpt"), notes.append) is old
     with pytest.raises(hf.ConversionError, match="tokenizer has 2000 tokens but the model only 1536"):
         hf._vocab_of_tokenizer(old, {"vocab_size": 2000}, Path("ckpt"), notes.append)
+
+
+def test_the_norm_epsilon_travels_from_the_spec_through_the_checkpoint_to_hugging_face_and_back():
+    """model.norm_epsilon is recorded in the checkpoint's args under Megatron-LM's name, exported as the HF config's
+    rms_norm_eps / layer_norm_epsilon and read back from it; a checkpoint or config that does not say keeps what its
+    writer used (mtk's default before the field existed; transformers' class default)."""
+    job = _job("model.norm_epsilon=1e-6", "model.position_embedding=rope", "model.normalization=RMSNorm",
+               "model.activation=swiglu", "model.add_bias_linear=false", "model.untie_embeddings=true")
+    args = megatron_lm.megatron_args(job, data_parallel_size=1, vocab_size=1000, padded_vocab_size=1024,
+                                     consumed_train_samples=0, iteration=1)
+    assert args.layernorm_epsilon == 1e-6  # --norm-epsilon's argparse name
+    shape = hf.shape_from_args(args)
+    assert shape.norm_epsilon == 1e-6
+    cfg = hf.hf_config(shape, hf.hf_architecture(shape), "float32")
+    assert cfg["rms_norm_eps"] == 1e-6 and hf.shape_from_hf_config(cfg)[0].norm_epsilon == 1e-6
+    assert hf.hf_config(GPT, "GPT2LMHeadModel", "float32")["layer_norm_epsilon"] == GPT.norm_epsilon
+    del args.layernorm_epsilon  # a checkpoint written before the field: it trained with the spec's default
+    assert hf.shape_from_args(args).norm_epsilon == 1e-5
+    del cfg["rms_norm_eps"]  # transformers' LlamaConfig default
+    assert hf.shape_from_hf_config(cfg)[0].norm_epsilon == 1e-6
+
+
+def test_an_imported_models_args_are_the_tables_model_layout_and_checkpoint_rows():
+    args = vars(hf.megatron_args_for(LLAMA))
+    want = {"num_layers": 2, "hidden_size": 64, "ffn_hidden_size": 96, "num_attention_heads": 4, "num_query_groups": 2,
+            "group_query_attention": True, "kv_channels": 16, "max_position_embeddings": 64, "seq_length": 64,
+            "position_embedding_type": "rope", "add_position_embedding": False, "use_rotary_position_embeddings": True,
+            "rotary_base": 10000, "rotary_percent": 1.0, "normalization": "RMSNorm", "layernorm_epsilon": 1e-6,
+            "swiglu": True, "add_bias_linear": False, "add_qkv_bias": False,
+            "untie_embeddings_and_output_weights": True, "vocab_size": 1000, "padded_vocab_size": 1024,
+            "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1, "world_size": 1,
+            "data_parallel_size": 1, "ckpt_format": "torch_dist", "use_dist_ckpt": True, "no_save_optim": True,
+            "no_save_rng": True, "consumed_train_samples": 0, "num_experts": None, "use_distributed_optimizer": False}
+    assert {k: args.get(k) for k in want} == want
+    assert not {"lr", "train_iters", "bf16", "tokenizer_type", "seed"} & set(args)  # no training settings: weights only

@@ -1,10 +1,13 @@
 """Megatron-LM's own argument parser reads mtk's megatron_lm_args.txt files (test scaffolding, one process).
 
 ``python parse_args_file.py CASES.pkl OUT.json``: CASES.pkl holds ``[(name, args file text, checkpoint args,
-world size), ...]``. Per case: ``megatron.training.arguments.parse_args`` + ``validate_args`` over the file's
-argv (WORLD_SIZE = the run's), then Megatron-LM's loader check ``check_checkpoint_args`` against the
-checkpoint's args, and every field both Namespaces share compared. Writes ``{name: {"error": str | None,
-"differ": {field: [checkpoint, parsed]}, "parsed": {field: value}}}``.
+world size, core targets), ...]``. Per case: ``megatron.training.arguments.parse_args`` + ``validate_args`` over
+the file's argv (WORLD_SIZE = the run's), then Megatron-LM's loader check ``check_checkpoint_args`` against the
+checkpoint's args, and every field both Namespaces share compared; then megatron-core's configs and LR scheduler
+as Megatron-LM's own code builds them from the parsed args (``core_transformer_config_from_args``,
+``get_megatron_ddp_config``, ``get_megatron_optimizer_config``, ``get_optimizer_param_scheduler``), and the value
+of each core target (``Owner.argument``) asked for. Writes ``{name: {"error": str | None, "differ": {field:
+[checkpoint, parsed]}, "parsed": {field: value}, "core": {target: value}}}``.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # tests/: run by path, not under pytest
     from support.megatron_args_file import read_args_file
 
-    for name, text, ckpt_args, world in cases:
+    for name, text, ckpt_args, world, targets in cases:
         os.environ["WORLD_SIZE"] = str(world)
         sys.argv = ["pretrain_gpt.py", *read_args_file(text)]
         error = None
@@ -55,7 +58,7 @@ def main() -> None:
             checkpointing.set_checkpoint_version(3.0)
             checkpointing.check_checkpoint_args(ckpt_args)
         except (AssertionError, SystemExit, RuntimeError, ValueError) as exc:
-            out[name] = {"error": f"{type(exc).__name__}: {exc}", "differ": {}, "parsed": {}}
+            out[name] = {"error": f"{type(exc).__name__}: {exc}", "differ": {}, "parsed": {}, "core": {}}
             continue
         unused = set()  # fields a model without the feature never reads (mtk records them anyway)
         if not ckpt_args.num_experts:
@@ -67,9 +70,32 @@ def main() -> None:
         differ = {k: [repr(v), repr(getattr(args, k))] for k, v in vars(ckpt_args).items()
                   if k not in RUNTIME | unused and hasattr(args, k) and getattr(args, k) != v}
         out[name] = {"error": error, "differ": differ,
-                     "parsed": {k: getattr(args, k, None) for k in SHOWN}}
+                     "parsed": {k: getattr(args, k, None) for k in SHOWN}, "core": _core(targets)}
     with open(out_file, "w") as fh:
         json.dump(out, fh, default=str)
+
+
+class _NoOptimizer:
+    """Enough of an optimizer for OptimizerParamScheduler's constructor (it sets lr/wd on each group)."""
+
+    param_groups: list = [{}]
+
+
+def _core(targets: list[str]) -> dict:
+    """megatron-core's objects as Megatron-LM builds them from the file's argv, and each target's value there. The
+    file is for a GPU with Transformer Engine; here they are built with the CPU's kernel choices added (the local
+    layers, no fused kernels: rows the file does not write)."""
+    from megatron.training import arguments, global_vars, training
+    from megatron.training.argument_utils import core_transformer_config_from_args
+    from support.megatron_lm_run import CPU_FLAGS
+
+    sys.argv = [*sys.argv, *CPU_FLAGS[:CPU_FLAGS.index("--log-interval")]]
+    args = global_vars._GLOBAL_ARGS = arguments.validate_args(arguments.parse_args(), {})
+    built = {"TransformerConfig": core_transformer_config_from_args(args),
+             "DistributedDataParallelConfig": training.get_megatron_ddp_config(args),
+             "OptimizerConfig": training.get_megatron_optimizer_config(args)[0],
+             "OptimizerParamScheduler": training.get_optimizer_param_scheduler(_NoOptimizer())}
+    return {t: getattr(built[t.partition(".")[0]], t.partition(".")[2]) for t in targets}
 
 
 if __name__ == "__main__":
