@@ -78,6 +78,7 @@ OPERATOR_INDEX_LABEL = "training.kubeflow.org/replica-index"
 C10D_JOIN_STAGGER_S = 0.025
 C10D_LONG_KEEP_ALIVE_ABOVE_NODES = 512
 C10D_LONG_KEEP_ALIVE_S = 15
+TORCH_KEEP_ALIVE_S = 5  # torch's own keep_alive_interval (dynamic_rendezvous.create_handler)
 
 
 @dataclass(frozen=True)
@@ -203,10 +204,17 @@ def c10d_rdzv_conf(job: Job) -> dict[str, str]:
     """The rendezvous conf of a c10d PyTorchJob (PET_RDZV_CONF): the join stagger per replica index, and above
     C10D_LONG_KEEP_ALIVE_ABOVE_NODES nodes the longer keep-alive interval (the constants say why)."""
     conf = {}
-    if job.cluster.nodes > C10D_LONG_KEEP_ALIVE_ABOVE_NODES:
-        conf["keep_alive_interval"] = str(C10D_LONG_KEEP_ALIVE_S)
+    keep_alive = c10d_keep_alive_s(job.cluster.nodes)
+    if keep_alive != TORCH_KEEP_ALIVE_S:
+        conf["keep_alive_interval"] = str(keep_alive)
     conf[JOIN_STAGGER_KEY] = f"{C10D_JOIN_STAGGER_S:g}"
     return conf
+
+
+def c10d_keep_alive_s(nodes: int) -> int:
+    """The keep-alive interval a c10d PyTorchJob of ``nodes`` runs with: torch's own up to
+    C10D_LONG_KEEP_ALIVE_ABOVE_NODES, the longer one above."""
+    return C10D_LONG_KEEP_ALIVE_S if nodes > C10D_LONG_KEEP_ALIVE_ABOVE_NODES else TORCH_KEEP_ALIVE_S
 
 
 def replica_index_env() -> dict:

@@ -69,22 +69,37 @@ def worker_pod_labels(job: dict, index: int) -> dict[str, str]:
 _LABEL_REF = re.compile(r"^metadata\.labels\['([^']+)'\]$")
 
 
-def worker_pod_env(job: dict, index: int) -> dict[str, str]:
-    """The full env of worker ``index``'s training container: the manifest's env, then the operator's.
-
-    Kubernetes also sets HOSTNAME to the pod name, which the operator makes ``<job>-worker-<index>``, and resolves
-    a reference to one of the pod's labels (the downward API); any other reference reads empty here (the tests that
-    run pods set what they need, e.g. MTK_NODE_NAME). Later duplicates win, as they do in a pod.
-    """
-    template = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
-    container = next(c for c in template["spec"]["containers"] if c["name"] == manifests.CONTAINER)
+def _resolved(job: dict, index: int, container: dict) -> dict[str, str]:
+    """A container's own env as the kubelet gives it in worker ``index``'s pod: plain values, and references to the
+    pod's labels (the downward API) resolved; any other reference reads empty here (the tests that run pods set
+    what they need, e.g. MTK_NODE_NAME)."""
     labels = worker_pod_labels(job, index)
-    env = {"HOSTNAME": worker_pod(job["metadata"]["name"], index)}
+    env = {}
     for e in container.get("env") or []:
         ref = _LABEL_REF.match(((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath", ""))
         env[e["name"]] = labels[ref[1]] if ref else str(e.get("value", ""))
+    return env
+
+
+def worker_pod_env(job: dict, index: int) -> dict[str, str]:
+    """The full env of worker ``index``'s training container: the manifest's env, then the operator's.
+
+    Kubernetes also sets HOSTNAME to the pod name, which the operator makes ``<job>-worker-<index>``. Later
+    duplicates win, as they do in a pod.
+    """
+    template = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    container = next(c for c in template["spec"]["containers"] if c["name"] == manifests.CONTAINER)
+    env = {"HOSTNAME": worker_pod(job["metadata"]["name"], index), **_resolved(job, index, container)}
     env.update(injected_env(job))
     return env
+
+
+def init_container_env(job: dict, index: int, name: str) -> dict[str, str]:
+    """The env of worker ``index``'s init container ``name``: its manifest env only (the operator injects its
+    PET_* into the containers, not the init containers), HOSTNAME the pod name."""
+    template = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    container = next(c for c in template["spec"].get("initContainers", []) if c["name"] == name)
+    return {"HOSTNAME": worker_pod(job["metadata"]["name"], index), **_resolved(job, index, container)}
 
 
 def worker_command(job: dict) -> list[str]:
