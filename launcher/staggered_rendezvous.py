@@ -3,10 +3,11 @@
 Why: torch's c10d rendezvous keeps the whole rendezvous (every participant and its heartbeat) in one store key that
 each join compare-and-sets. When a thousand agents join within torch's own 0.3 s jitter, ~700 contend for every
 write, a waiting agent's turn comes every ~20 s, and the joined agents' heartbeats expire (15 s) before they are
-renewed: the rendezvous never completes (benchmarks/scale_rendezvous.py, docs/scale.md). Joins that arrive a few
-milliseconds apart never contend. A node here waits ``index x stagger`` before every round it joins — the first, a
-restarted pod's, and every re-rendezvous after a failure — then runs torch's own c10d handler unchanged. The index
-is the node's own (a PyTorchJob pod's replica index): nothing shared is read to learn it.
+renewed: the rendezvous never completes (benchmarks/scale_rendezvous.py, docs/scale.md). Joins 25 ms apart (one
+link of that chain takes ~2.5 ms at 1,024) never contend. A node here waits ``index x stagger`` before every round
+it joins — the first, a restarted pod's, every re-rendezvous after a failure (whose leaving it spreads; torch still
+lets the waiting agents into the new round at once when the last has left: docs/scale.md) — then runs torch's own
+c10d handler unchanged. The index is the node's own (a PyTorchJob pod's replica index): nothing shared is read.
 
 torch's registry is the documented way to add a backend: :func:`register` adds ``mtk-c10d``, whose rendezvous conf
 carries ``mtk_join_stagger`` (seconds) and ``mtk_join_index``; everything else in it goes to torch's c10d handler.
