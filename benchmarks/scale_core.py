@@ -11,7 +11,8 @@ Series per metric, measured at growing node counts N (ranks = 8N). Three kinds o
   printed as it is, against its target;
 * ``reference`` (mtk's code before a fix, measured the same way for comparison): fitted like ``measured``, its
   target shown as what the fix was for, without a verdict (that is for mtk now). A measured series whose metric
-  names the old code ("mtk before", "BEFORE") is one.
+  names the old code ("mtk before", "BEFORE") is one; a derived one that names it keeps its derived figure and
+  shows its target without a verdict too.
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ def table(all_series: list[Series], nodes: int = TARGET_NODES) -> str:
         shown = "—" if at is None else _num(at)
         if s.target is None or at is None:
             tgt = ""
-        elif s.kind == "reference":
+        elif s.kind == "reference" or _BEFORE.search(s.metric):
             tgt = f"≤ {_num(s.target)} (the code before the fix: a reference, no verdict)"
         else:
             tgt = f"≤ {_num(s.target)} " + ("ok" if at <= s.target else "MISSED")

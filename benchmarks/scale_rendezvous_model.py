@@ -17,6 +17,12 @@ the same chain; one whose heartbeat is 15 s old is dropped from the state by the
 keep_alive_max_attempt), so a chain too slow to carry the keep-alives never completes. Agents arrive spread over
 a window (torch's own 0-0.3 s jitter when every node starts at once, longer when pods start over image pulls).
 :func:`c10d_join` steps that chain link by link.
+
+**mtk's c10d** (a PyTorchJob as mtk renders it): each agent joins ``stagger x its replica index`` after it is ready,
+so N agents arrive over ``(N - 1) x stagger`` (torch's 0.3 s jitter on top only smooths them; pods that start apart
+only spread them further: the rate of arrivals never exceeds one per stagger). :func:`staggered_holds` asks the
+chain whether that completes within the target at a given multiple of the measured costs, over the stagger's window
+and wider ones; :func:`highest_cost_factor` finds how far the costs may grow before it does not.
 """
 
 from __future__ import annotations
@@ -163,3 +169,43 @@ def uncontended_window_s(n: int, cycle_s: Callable[[float], float], cas_s: Calla
                          rtt_s: float) -> float:
     """The arrival window over which N agents never contend: one uncontended link per agent, back to back."""
     return sum(cycle_s(k) + rtt_s + cas_s(k) for k in range(1, n + 1))
+
+
+STAGGER_SPREADS = (1.0, 1.5, 2.0, 3.0)  # the stagger's own window, and wider ones (pods that start apart)
+Costs = tuple[Callable[[float], float], Callable[[float], float], Callable[[float], float], Callable[[float], float]]
+
+
+def stagger_window_s(n: int, stagger_s: float) -> float:
+    """The spread of N staggered agents' joins: the last waits (N - 1) x stagger after the first."""
+    return max(n - 1, 0) * stagger_s
+
+
+def staggered_join(n: int, stagger_s: float, costs: Costs, rtt_s: float, keep_alive_s: float,
+                   spread: float = 1.0) -> C10dResult:
+    """:func:`c10d_join` for N agents joining ``stagger_s`` apart (their window x ``spread``), heartbeats expiring
+    after 3 keep-alive intervals (torch's keep_alive_max_attempt)."""
+    cycle_s, cas_s, get_s, state_bytes = costs
+    return c10d_join(n, stagger_window_s(n, stagger_s) * spread, cycle_s, cas_s, get_s, state_bytes, rtt_s,
+                     keep_alive_s=keep_alive_s, expiry_s=3 * keep_alive_s)
+
+
+def staggered_holds(n: int, stagger_s: float, costs: Costs, rtt_s: float, keep_alive_s: float, post_s: float,
+                    target_s: float, spreads: tuple[float, ...] = STAGGER_SPREADS) -> bool:
+    """Whether N staggered agents complete, every rank assigned (``post_s`` after the last join), within
+    ``target_s`` of the first join — over the stagger's window and every wider one in ``spreads`` (the chain is
+    not monotone in the window near its capacity: one window that completes does not vouch for its neighbours)."""
+    window = stagger_window_s(n, stagger_s)
+    for spread in spreads:
+        res = staggered_join(n, stagger_s, costs, rtt_s, keep_alive_s, spread)
+        if res.seconds_after_last_arrival is None or window + res.seconds_after_last_arrival + post_s > target_s:
+            return False
+    return True
+
+
+def highest_cost_factor(holds: Callable[[float], bool], top: float = 8.0, step: float = 0.25) -> float:
+    """The largest multiple of the measured per-request costs (1, 1 + step, ... up to ``top``) up to which
+    ``holds(factor)`` stays true at every step; 0 when it fails at the measured costs themselves."""
+    best, factor = 0.0, 1.0
+    while factor <= top + 1e-9 and holds(factor):
+        best, factor = factor, factor + step
+    return best

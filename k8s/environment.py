@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from mtk.rendezvous import NodePlace, Rendezvous, RendezvousError, digits, index_var, int_var
+from mtk.rendezvous import NodePlace, Rendezvous, RendezvousError, digits, index_var, int_var, staggered_c10d
 
 if TYPE_CHECKING:
     from mtk.spec import Job
@@ -37,6 +37,9 @@ def rendezvous(job: Job, env: Mapping[str, str]) -> Rendezvous | None:
         nnodes = env.get("PET_NNODES")
         if not nnodes or not re.fullmatch(r"\d+(:\d+)?", nnodes):
             raise RendezvousError(f"PET_NNODES={nnodes!r} must be N or MIN:MAX")
+        # mtk's PyTorchJob asks c10d joins to come one node index apart (its rdzvConf): torch's own c10d never
+        # completes when a thousand agents join at once.
+        backend, conf = staggered_c10d(backend, env.get("PET_RDZV_CONF", ""), env, "PET_RDZV_CONF")
         args = [
             "--nnodes",
             nnodes,
@@ -51,8 +54,8 @@ def rendezvous(job: Job, env: Mapping[str, str]) -> Rendezvous | None:
             "--max-restarts",
             env.get("PET_MAX_RESTARTS") or str(job.cluster.eks.max_restarts),
         ]
-        if env.get("PET_RDZV_CONF"):
-            args += ["--rdzv-conf", env["PET_RDZV_CONF"]]
+        if conf:
+            args += ["--rdzv-conf", conf]
         return Rendezvous("kubeflow-elastic", args, node)
     nnodes = str(int_var(env, "PET_NNODES", 1))
     rank = int_var(env, "PET_NODE_RANK", 0)

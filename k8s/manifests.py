@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mtk.netenv import network_env
+from mtk.rendezvous import JOIN_STAGGER_KEY, REPLICA_INDEX_VAR
 from mtk.steps import DATA_STEPS, Step
 
 from . import names
@@ -62,10 +63,22 @@ C10D_PORT = 29400
 PREFLIGHT_C10D_PORT = 29401
 # preprocess's CPU request without data.corpus.workers (the Slurm backend's data step default too).
 DATA_CPUS = 8
-# The labels the training operator puts on every pod it creates (pkg/apis/kubeflow.org/v1, v1.9.0).
+# The labels the training operator puts on every pod it creates (pkg/apis/kubeflow.org/v1, v1.9.0;
+# pkg/controller.v1/common/pod.go sets the replica index on each pod it creates, a restarted one too).
 OPERATOR_JOB_LABEL = "training.kubeflow.org/job-name"
 OPERATOR_TYPE_LABEL = "training.kubeflow.org/replica-type"
 OPERATOR_INDEX_LABEL = "training.kubeflow.org/replica-index"
+# c10d at scale, from the model of torch's one-key compare-and-set chain with the measured per-request costs
+# (benchmarks/scale_rendezvous.py, docs/scale.md). Each worker joins every round C10D_JOIN_STAGGER_S x its replica
+# index after it is ready (25.6 s for the last of 1,024; 0.175 s for the last of 8): joins that come apart never
+# contend, where a thousand at once never complete. Above C10D_LONG_KEEP_ALIVE_ABOVE_NODES the joined agents'
+# keep-alives (N / interval compare-and-sets of the whole state per second, all through training) would take half
+# the chain at torch's 5 s at 1,024 nodes and all of it at twice the quietly measured cost: 15 s keeps them to a
+# sixth, and a dead node then leaves the rendezvous after 45 s (3 intervals), not 15.
+C10D_JOIN_STAGGER_S = 0.025
+C10D_LONG_KEEP_ALIVE_ABOVE_NODES = 512
+C10D_LONG_KEEP_ALIVE_S = 15
+TORCH_KEEP_ALIVE_S = 5  # torch's own keep_alive_interval (dynamic_rendezvous.create_handler)
 
 
 @dataclass(frozen=True)
@@ -187,11 +200,36 @@ def rdzv_service(job: Job, run: str) -> dict:
                                 "protocol": "TCP"}]}}
 
 
+def c10d_rdzv_conf(job: Job) -> dict[str, str]:
+    """The rendezvous conf of a c10d PyTorchJob (PET_RDZV_CONF): the join stagger per replica index, and above
+    C10D_LONG_KEEP_ALIVE_ABOVE_NODES nodes the longer keep-alive interval (the constants say why)."""
+    conf = {}
+    keep_alive = c10d_keep_alive_s(job.cluster.nodes)
+    if keep_alive != TORCH_KEEP_ALIVE_S:
+        conf["keep_alive_interval"] = str(keep_alive)
+    conf[JOIN_STAGGER_KEY] = f"{C10D_JOIN_STAGGER_S:g}"
+    return conf
+
+
+def c10d_keep_alive_s(nodes: int) -> int:
+    """The keep-alive interval a c10d PyTorchJob of ``nodes`` runs with: torch's own up to
+    C10D_LONG_KEEP_ALIVE_ABOVE_NODES, the longer one above."""
+    return C10D_LONG_KEEP_ALIVE_S if nodes > C10D_LONG_KEEP_ALIVE_ABOVE_NODES else TORCH_KEEP_ALIVE_S
+
+
+def replica_index_env() -> dict:
+    """A PyTorchJob worker's replica index, from the label the operator puts on its pod (the downward API): the
+    node's own place in the join stagger, known without reading anything shared."""
+    return {"name": REPLICA_INDEX_VAR,
+            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{OPERATOR_INDEX_LABEL}']"}}}
+
+
 def elastic_policy(job: Job, run: str) -> dict:
-    """Where the operator points every worker's torchrun (PET_RDZV_BACKEND/ENDPOINT/ID, PET_NNODES)."""
+    """Where the operator points every worker's torchrun (PET_RDZV_BACKEND/ENDPOINT/ID/CONF, PET_NNODES)."""
     c, e = job.cluster, job.cluster.eks
     if e.rendezvous == "c10d":
-        where = {"rdzvBackend": "c10d", "rdzvHost": rdzv_service_name(run), "rdzvPort": C10D_PORT}
+        where = {"rdzvBackend": "c10d", "rdzvHost": rdzv_service_name(run), "rdzvPort": C10D_PORT,
+                 "rdzvConf": [{"key": k, "value": v} for k, v in c10d_rdzv_conf(job).items()]}
     else:
         where = {"rdzvBackend": "etcd-v2", "rdzvHost": names.etcd(run), "rdzvPort": names.ETCD_PORT}
     return {**where, "rdzvId": run, "minReplicas": e.min_nodes or c.nodes, "maxReplicas": c.nodes,
@@ -201,14 +239,19 @@ def elastic_policy(job: Job, run: str) -> dict:
 def preflight_rdzv_env(job: Job, run: str) -> list[dict]:
     """The preflight's meeting across pods (the operator gives init containers no rank): the run's etcd, or
     worker 0's init container hosting a c10d store behind the rendezvous Service."""
+    conf = {}
     if job.cluster.eks.rendezvous == "c10d":
         endpoint, backend = f"{rdzv_service_name(run)}:{PREFLIGHT_C10D_PORT}", "c10d"
+        conf = c10d_rdzv_conf(job)  # the same joins as training's: staggered (init containers get no PET_*)
     else:
         endpoint, backend = f"{names.etcd(run)}:{names.ETCD_PORT}", "etcd-v2"
-    return [{"name": "MTK_PREFLIGHT_RDZV", "value": endpoint},
-            {"name": "MTK_PREFLIGHT_RDZV_BACKEND", "value": backend},
-            {"name": "MTK_PREFLIGHT_RDZV_ID", "value": f"{run}-preflight"},
-            {"name": "MTK_PREFLIGHT_NODES", "value": str(job.cluster.nodes)}]
+    env = [{"name": "MTK_PREFLIGHT_RDZV", "value": endpoint},
+           {"name": "MTK_PREFLIGHT_RDZV_BACKEND", "value": backend},
+           {"name": "MTK_PREFLIGHT_RDZV_ID", "value": f"{run}-preflight"},
+           {"name": "MTK_PREFLIGHT_NODES", "value": str(job.cluster.nodes)}]
+    if conf:
+        env.append({"name": "MTK_PREFLIGHT_RDZV_CONF", "value": ",".join(f"{k}={v}" for k, v in conf.items())})
+    return env
 
 
 def data_job(job: Job, run: str, run_dir: str, step: Step) -> dict:
@@ -261,7 +304,7 @@ def pytorchjob(job: Job, run: str, run_dir: str) -> dict:
     c, e = job.cluster, job.cluster.eks
     pod = train_pod(job, run, run_dir, CONTAINER, worker_env(job, run_dir),
                     [{"name": OPERATOR_PORT_NAME, "containerPort": OPERATOR_DEFAULT_PORT, "protocol": "TCP"}],
-                    preflight_rdzv_env(job, run))
+                    preflight_rdzv_env(job, run), [replica_index_env()] if e.rendezvous == "c10d" else [])
     return {
         "apiVersion": KUBEFLOW_API, "kind": "PyTorchJob",
         "metadata": _meta(job, run, names.pytorchjob(run), Step.TRAIN),

@@ -150,16 +150,17 @@ def worker_resources(job: Job) -> dict:
 
 
 def train_pod(job: Job, run: str, run_dir: str, container_name: str, env: dict[str, str], ports: list[dict],
-              preflight_env: list[dict]) -> dict:
+              preflight_env: list[dict], env_refs: list[dict] | None = None) -> dict:
     """The training pod both wrappers run (PyTorchJob, TrainJob): image, GPUs + EFA, FSx, ``/dev/shm``, secrets by
     reference, NCCL/EFA env, the wait for data and the preflight gate. The wrapper names the container (each
-    operator configures its own name), adds what its rendezvous needs to the env and ports, and says how the
-    preflight init containers meet (the operators give init containers no rank)."""
+    operator configures its own name), adds what its rendezvous needs to the env (``env_refs``: references the
+    kubelet resolves, in the preflight init container too) and ports, and says how the preflight init containers
+    meet (the operators give init containers no rank)."""
     c = job.cluster
     volumes, mounts = pod_volumes(job, run, shm=True)
     container: dict = {
         "name": container_name, "image": job.image.reference, "command": step_command(Step.TRAIN, run_dir),
-        "env": env_list(env) + secret_env(job),
+        "env": env_list(env) + secret_env(job) + list(env_refs or []),
         "securityContext": security_context(job, efa=job.cluster.device == "gpu" and efa_count(job) > 0),
     }
     if ports:

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from mtk import checkpoint_paths, exitcodes, run_layout
 from mtk.files import atomic_write, temp_beside
+from mtk.rendezvous import STAGGERED_C10D, parse_rdzv_conf, staggered_c10d
 
 INIT_TIMEOUT_S = 120
 
@@ -173,22 +174,27 @@ RDZV_BACKENDS = ("etcd-v2", "c10d")
 _RENDEZVOUS: list = []  # the handlers joined: a c10d host's store lives as long as its handler
 
 
-def rendezvous_from_environment(env: dict[str, str]) -> tuple[str, str, int, str] | None:
-    """(endpoint, rendezvous id, nodes, torch rendezvous backend) for pods that learn their rank from a rendezvous
-    (EKS: the preflight init container gets no rank from the operator): the run's etcd (``etcd-v2``, the default
-    when MTK_PREFLIGHT_RDZV_BACKEND is unset) or a c10d store that worker 0's init container hosts."""
+def rendezvous_from_environment(env: dict[str, str]) -> tuple[str, str, int, str, dict[str, str]] | None:
+    """(endpoint, rendezvous id, nodes, torch rendezvous backend, its conf) for pods that learn their rank from a
+    rendezvous (EKS: the preflight init container gets no rank from the operator): the run's etcd (``etcd-v2``,
+    the default when MTK_PREFLIGHT_RDZV_BACKEND is unset) or a c10d store that worker 0's init container hosts,
+    its joins staggered as training's are when MTK_PREFLIGHT_RDZV_CONF asks (``mtk.rendezvous.staggered_c10d``)."""
     if "MTK_PREFLIGHT_RDZV" in env and "MTK_PREFLIGHT_RDZV_ID" in env and "MTK_PREFLIGHT_NODES" in env:
         backend = env.get("MTK_PREFLIGHT_RDZV_BACKEND") or "etcd-v2"
         if backend not in RDZV_BACKENDS:
             raise ValueError(f"MTK_PREFLIGHT_RDZV_BACKEND={backend!r}: use one of {', '.join(RDZV_BACKENDS)}")
-        return env["MTK_PREFLIGHT_RDZV"], env["MTK_PREFLIGHT_RDZV_ID"], int(env["MTK_PREFLIGHT_NODES"]), backend
+        backend, conf = staggered_c10d(backend, env.get("MTK_PREFLIGHT_RDZV_CONF", ""), env,
+                                       "MTK_PREFLIGHT_RDZV_CONF")
+        return (env["MTK_PREFLIGHT_RDZV"], env["MTK_PREFLIGHT_RDZV_ID"], int(env["MTK_PREFLIGHT_NODES"]), backend,
+                parse_rdzv_conf(conf, "MTK_PREFLIGHT_RDZV_CONF"))
     return None
 
 
-def join_by_rendezvous(endpoint: str, run_id: str, nodes: int, backend: str = "etcd-v2"):
-    """(rank, world, master host, port) from torch's rendezvous (etcd-v2 or c10d), or None when the others never
-    come (a pod restarted alone while its peers train, or a c10d host that is not there): the node's own checks
-    still decide then."""
+def join_by_rendezvous(endpoint: str, run_id: str, nodes: int, backend: str = "etcd-v2",
+                       conf: dict[str, str] | None = None):
+    """(rank, world, master host, port) from torch's rendezvous (etcd-v2, c10d or mtk's staggered c10d), or None
+    when the others never come (a pod restarted alone while its peers train, or a c10d host that is not there): the
+    node's own checks still decide then."""
     from torch.distributed.elastic.rendezvous import (
         RendezvousConnectionError,
         RendezvousParameters,
@@ -196,12 +202,17 @@ def join_by_rendezvous(endpoint: str, run_id: str, nodes: int, backend: str = "e
     )
     from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 
+    c10d = backend in ("c10d", STAGGERED_C10D)
+    if backend == STAGGERED_C10D:
+        from .staggered_rendezvous import register
+
+        register()
     # c10d: no store to reach means worker 0's init container is not meeting (it already trains).
-    gave_up = (RendezvousTimeoutError, RendezvousConnectionError) if backend == "c10d" else RendezvousTimeoutError
+    gave_up = (RendezvousTimeoutError, RendezvousConnectionError) if c10d else RendezvousTimeoutError
 
     params = RendezvousParameters(backend=backend, endpoint=endpoint, run_id=run_id, min_nodes=nodes,
                                   max_nodes=nodes, join_timeout=str(INIT_TIMEOUT_S),
-                                  **({"read_timeout": str(INIT_TIMEOUT_S)} if backend == "c10d" else {}))
+                                  **({"read_timeout": str(INIT_TIMEOUT_S)} if c10d else {}), **(conf or {}))
     try:
         handler = get_rendezvous_handler(params)  # c10d: connects to (or hosts) the store here
         info = handler.next_rendezvous()

@@ -4,7 +4,8 @@ Why: Slurm signals every process of a step (``scancel``, preemption) and torchru
 its workers to stop — they save and exit (``mtk.training.control``) — and then raising ``SignalException`` to the
 top, a 20-line traceback per node in the run's log for an ordinary stop. Here it is one line (``MTK_DEBUG=1``: the
 traceback), with torchrun's exit code for it unchanged (1). And the node that hosts the rendezvous store keeps it up
-until the other nodes' agents have left it (``store_keeper.py`` says why).
+until the other nodes' agents have left it (``store_keeper.py`` says why). mtk's staggered c10d rendezvous
+(``--rdzv-backend mtk-c10d``, ``staggered_rendezvous.py``) is a backend torchrun knows here.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from mtk.failures import debug_enabled
 
 
 def main() -> int:
+    from mtk.launcher.staggered_rendezvous import register
     from mtk.launcher.store_keeper import StoreKeeper, store_place
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.run import main as torchrun
 
+    register()
     place = store_place(sys.argv[1:])
     keeper = StoreKeeper(place) if place is not None else None
     try:

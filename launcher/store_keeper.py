@@ -15,6 +15,8 @@ import contextlib
 from dataclasses import dataclass
 from datetime import timedelta
 
+from mtk.rendezvous import STAGGERED_C10D
+
 LEFT_KEY = "mtk/agents-left"
 ALL_LEFT_KEY = "mtk/agents-all-left"
 LEAVE_WAIT_S = 15.0  # a node that passed the exit barrier leaves in well under a second; one that died never does
@@ -45,7 +47,7 @@ def store_place(torchrun_args: list[str]) -> StorePlace | None:
         return None
     nodes = int(str(args.nnodes).split(":")[-1])
     conf = _parse_rendezvous_config(args.rdzv_conf or "")
-    if args.rdzv_backend == "c10d":
+    if args.rdzv_backend in ("c10d", STAGGERED_C10D):
         host, port = parse_rendezvous_endpoint(args.rdzv_endpoint, default_port=29400)
         asked = conf.get("is_host")
         hosts_here = _matches_machine_hostname(host) if asked is None else asked.lower() in ("1", "true", "yes", "y")

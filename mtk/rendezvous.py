@@ -26,6 +26,55 @@ class RendezvousError(BadInput, ValueError):
     """The environment does not describe a usable rendezvous; the message names the variable (exit 2)."""
 
 
+# c10d joins staggered by node index (``mtk.launcher.staggered_rendezvous``): torch's c10d rendezvous keeps every
+# participant in one key each join compare-and-sets, and a thousand agents joining at once never complete
+# (benchmarks/scale_rendezvous.py). A rendezvous conf naming JOIN_STAGGER_KEY (seconds per index) asks every node
+# to wait ``index x stagger`` before each round; the node's index comes from REPLICA_INDEX_VAR (a PyTorchJob pod:
+# the training operator's replica-index label, through the downward API) and travels as JOIN_INDEX_KEY.
+STAGGERED_C10D = "mtk-c10d"  # the torchrun backend name mtk registers for it (torch's c10d inside)
+JOIN_STAGGER_KEY = "mtk_join_stagger"
+JOIN_INDEX_KEY = "mtk_join_index"
+REPLICA_INDEX_VAR = "MTK_REPLICA_INDEX"
+
+
+def parse_rdzv_conf(conf: str, name: str) -> dict[str, str]:
+    """torchrun's ``--rdzv-conf`` text (``key=value,...``) as a dict; ``name`` (where it came from) in the error."""
+    out: dict[str, str] = {}
+    for item in (part.strip() for part in conf.split(",")):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise RendezvousError(f"{name}={conf!r}: {item!r} is not key=value")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def staggered_c10d(backend: str, conf: str, env: Mapping[str, str], name: str) -> tuple[str, str]:
+    """(torchrun backend, rendezvous conf) for this node: a c10d rendezvous whose conf (``name``, e.g.
+    PET_RDZV_CONF) asks for a join stagger becomes mtk's staggered c10d with this node's index added; any other
+    is returned as it is."""
+    parsed = parse_rdzv_conf(conf, name)
+    if JOIN_STAGGER_KEY not in parsed:
+        return backend, conf
+    if backend != "c10d":
+        raise RendezvousError(f"{name} sets {JOIN_STAGGER_KEY}, which only a c10d rendezvous honours (the backend "
+                              f"is {backend!r}): remove it")
+    try:
+        stagger = float(parsed[JOIN_STAGGER_KEY])
+    except ValueError:
+        stagger = -1.0
+    if not 0.0 <= stagger <= 10.0:
+        raise RendezvousError(f"{name}: {JOIN_STAGGER_KEY}={parsed[JOIN_STAGGER_KEY]!r} must be seconds per node "
+                              "index, 0 to 10")
+    index = env.get(REPLICA_INDEX_VAR, "").strip()
+    if not index.isdigit():
+        raise RendezvousError(f"{name} staggers each node's join by its index, but {REPLICA_INDEX_VAR}={index!r} is "
+                              "not one: the rendered pod sets it from the training operator's replica-index label")
+    return STAGGERED_C10D, ",".join([*(f"{k}={v}" for k, v in parsed.items() if k != JOIN_INDEX_KEY),
+                                     f"{JOIN_INDEX_KEY}={int(index)}"])
+
+
 @dataclass(frozen=True)
 class Rendezvous:
     """Where this node's torchrun agent meets the others."""

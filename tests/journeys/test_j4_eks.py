@@ -171,8 +171,10 @@ def test_j4_getdata_with_secret_indexed_preprocess_two_pods_kill_one_resumes(pod
         ref_logs = "".join(f.read_text(errors="replace") for f in logs.glob("j4ref-*-worker-*.log"))
         # Really the etcd-v2 rendezvous at the Service name, with both pods in one world of 2.
         policy = ref_ptj["spec"]["elasticPolicy"]  # c10d by default: worker 0's store behind the rdzv Service
-        rdzv = f"--rdzv-backend {policy['rdzvBackend']} --rdzv-endpoint {policy['rdzvHost']}:{policy['rdzvPort']}"
+        # torch's c10d through mtk's staggered backend: worker 1 joins each round 25 ms after it is ready
+        rdzv = f"--rdzv-backend mtk-c10d --rdzv-endpoint {policy['rdzvHost']}:{policy['rdzvPort']}"
         assert policy["rdzvBackend"] == "c10d"
+        assert "mtk: node index 1 joins the rendezvous round in 0.025 s" in ref_logs, _logs(logs)
         assert rdzv in ref_logs and operator_env.worker_pod(ref_ptj["metadata"]["name"], 1) in ref_logs, _logs(logs)
 
     with step("train 2 pods, kill one after a checkpoint, the replacement resumes on the same losses"):

@@ -7,6 +7,8 @@ pods as plain processes in tests. It reads only the rendered manifest.
 
 from __future__ import annotations
 
+import re
+
 from mtk.k8s import manifests
 
 
@@ -55,18 +57,49 @@ def injected_env(job: dict) -> dict[str, str]:
     return env
 
 
+def worker_pod_labels(job: dict, index: int) -> dict[str, str]:
+    """The labels of worker ``index``'s pod: the template's, then the ones the operator sets on every pod it creates
+    (pkg/controller.v1/common/pod.go: job name, replica type and index)."""
+    template = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    return {**(template.get("metadata") or {}).get("labels", {}),
+            manifests.OPERATOR_JOB_LABEL: job["metadata"]["name"], manifests.OPERATOR_TYPE_LABEL: "worker",
+            manifests.OPERATOR_INDEX_LABEL: str(index)}
+
+
+_LABEL_REF = re.compile(r"^metadata\.labels\['([^']+)'\]$")
+
+
+def _resolved(job: dict, index: int, container: dict) -> dict[str, str]:
+    """A container's own env as the kubelet gives it in worker ``index``'s pod: plain values, and references to the
+    pod's labels (the downward API) resolved; any other reference reads empty here (the tests that run pods set
+    what they need, e.g. MTK_NODE_NAME)."""
+    labels = worker_pod_labels(job, index)
+    env = {}
+    for e in container.get("env") or []:
+        ref = _LABEL_REF.match(((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath", ""))
+        env[e["name"]] = labels[ref[1]] if ref else str(e.get("value", ""))
+    return env
+
+
 def worker_pod_env(job: dict, index: int) -> dict[str, str]:
     """The full env of worker ``index``'s training container: the manifest's env, then the operator's.
 
-    Kubernetes also sets HOSTNAME to the pod name, which the operator makes ``<job>-worker-<index>``.
-    Later duplicates win, as they do in a pod.
+    Kubernetes also sets HOSTNAME to the pod name, which the operator makes ``<job>-worker-<index>``. Later
+    duplicates win, as they do in a pod.
     """
     template = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
     container = next(c for c in template["spec"]["containers"] if c["name"] == manifests.CONTAINER)
-    env = {"HOSTNAME": worker_pod(job["metadata"]["name"], index)}
-    env.update({e["name"]: str(e.get("value", "")) for e in container.get("env") or []})
+    env = {"HOSTNAME": worker_pod(job["metadata"]["name"], index), **_resolved(job, index, container)}
     env.update(injected_env(job))
     return env
+
+
+def init_container_env(job: dict, index: int, name: str) -> dict[str, str]:
+    """The env of worker ``index``'s init container ``name``: its manifest env only (the operator injects its
+    PET_* into the containers, not the init containers), HOSTNAME the pod name."""
+    template = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    container = next(c for c in template["spec"].get("initContainers", []) if c["name"] == name)
+    return {"HOSTNAME": worker_pod(job["metadata"]["name"], index), **_resolved(job, index, container)}
 
 
 def worker_command(job: dict) -> list[str]:

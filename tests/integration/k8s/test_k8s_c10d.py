@@ -62,12 +62,16 @@ def test_c10d_pods_meet_at_worker_0_for_preflight_and_training_and_resume_after_
 
     # 1. The preflight init containers (no operator variables reach them): ranks from worker 0's c10d store.
     init = next(c for c in template["initContainers"] if c["name"] == "preflight")
-    init_env = {e["name"]: e["value"] for e in init["env"] if "value" in e}
-    assert init_env["MTK_PREFLIGHT_RDZV"] == f"{svc['metadata']['name']}:{manifests.PREFLIGHT_C10D_PORT}"
-    preflights = [net.start_pod(pod, {**image_env(tmp_path), "HOSTNAME": pod, **init_env, "MTK_NODE_NAME": pod},
+    init_envs = {i: operator_env.init_container_env(ptj, i, "preflight") for i in (0, 1)}
+    assert init_envs[0]["MTK_PREFLIGHT_RDZV"] == f"{svc['metadata']['name']}:{manifests.PREFLIGHT_C10D_PORT}"
+    # Joins staggered like training's: each init container its own index (the pod's replica-index label).
+    assert [init_envs[i]["MTK_REPLICA_INDEX"] for i in (0, 1)] == ["0", "1"]
+    assert init_envs[1]["MTK_PREFLIGHT_RDZV_CONF"] == "mtk_join_stagger=0.025"
+    preflights = [net.start_pod(pod, {**image_env(tmp_path), **init_envs[i], "MTK_NODE_NAME": pod},
                                 [*init["command"], *init.get("args", [])], logs / f"{pod}-preflight.log")
-                  for pod in (pod1, pod0)]  # worker 1 first: it waits for the store worker 0 hosts
+                  for i, pod in ((1, pod1), (0, pod0))]  # worker 1 first: it waits for the store worker 0 hosts
     assert wait_pods(preflights, logs) == [0, 0], pod_logs(logs)
+    assert "mtk: node index 1 joins the rendezvous round in 0.025 s" in (logs / f"{pod1}-preflight.log").read_text()
     verdict = json.loads((Path(run_dir) / "state" / "preflight.json").read_text())
     assert verdict["ok"] and sorted(n["node_rank"] for n in verdict["nodes"]) == [0, 1], verdict
     assert all(n["allreduce_ok"] for n in verdict["nodes"]), verdict
@@ -93,6 +97,9 @@ def test_c10d_pods_meet_at_worker_0_for_preflight_and_training_and_resume_after_
     # 3. The operator re-creates worker 0 and restarts worker 1's container: same env and command; they resume.
     assert wait_pods([start(1, pod1), start(0, pod0)], logs) == [0, 0], pod_logs(logs)
     text = pod_logs(logs)
+    # Training's agents went through mtk's staggered c10d, worker 1 a wait of one step before each round it joined.
+    assert "--rdzv-backend mtk-c10d" in text and "mtk_join_index=1" in text, text
+    assert "mtk: node index 1 joins the rendezvous round in 0.025 s" in (logs / f"{pod1}.log").read_text(), text
     assert "[checkpoint] resumed from" in text, text
     losses = run_losses(Path(run_dir), killed_writer=True)
     assert sorted(losses) == list(range(1, ITERATIONS + 1)), sorted(losses)

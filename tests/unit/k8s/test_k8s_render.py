@@ -105,6 +105,40 @@ def test_every_object_and_pod_carries_the_run_label(tiny_eks):
     assert pod_labels[names.LABEL_RUN] == run  # the operator adds its own three to every worker pod
 
 
+@pytest.mark.parametrize("nodes", [2, 512, 513, 1024])
+def test_c10d_workers_learn_their_join_stagger_from_their_own_pod(example_7b, nodes):
+    """A c10d PyTorchJob's every worker (and its preflight init container) reads its replica index from the label the
+    operator sets on its pod, and the rendezvous conf asks for joins 25 ms per index apart; above 512 nodes also
+    a 15 s keep-alive (docs/scale.md: what the one-key state can carry at 1,024)."""
+    example_7b.cluster.nodes = nodes  # the render reads the node count; the parallel layout is not its subject
+    objs = _objs(_render(example_7b))
+    ptj = _by_kind(objs, "PyTorchJob")[0]
+    keep_alive = [{"key": "keep_alive_interval", "value": "15"}] if nodes > 512 else []
+    assert ptj["spec"]["elasticPolicy"]["rdzvConf"] == [*keep_alive, {"key": "mtk_join_stagger", "value": "0.025"}]
+    pod = ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    index_ref = {"name": "MTK_REPLICA_INDEX",
+                 "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['training.kubeflow.org/replica-index']"}}}
+    preflight = next(c for c in pod["initContainers"] if c["name"] == "preflight")
+    assert index_ref in pod["containers"][0]["env"] and index_ref in preflight["env"]
+    conf = {e["name"]: e.get("value") for e in preflight["env"]}["MTK_PREFLIGHT_RDZV_CONF"]
+    assert conf == ",".join(f"{c['key']}={c['value']}" for c in ptj["spec"]["elasticPolicy"]["rdzvConf"])
+    # What each pod then runs: its own index (the label), the last one's wait 25 ms x (nodes - 1).
+    last = operator_env.worker_pod_env(ptj, nodes - 1)
+    assert last["MTK_REPLICA_INDEX"] == str(nodes - 1) and last["PET_RDZV_CONF"] == conf
+    k8s_schema.pytorchjob_validator().validate(ptj)
+
+
+def test_no_join_stagger_for_etcd_or_a_trainjob(example_7b):
+    """etcd-v2 (AWS's reference layout) and a TrainJob's static rendezvous are left as they were."""
+    example_7b.cluster.eks.rendezvous = "etcd"
+    for operator in (manifests.PYTORCHJOB, manifests.TRAINJOB):
+        text = yamlio.dump_all([o.body for o in manifests.build(example_7b, RUN_DIR, operator)])
+        assert "MTK_REPLICA_INDEX" not in text and "mtk_join_stagger" not in text and "rdzvConf" not in text
+    example_7b.cluster.eks.rendezvous = "c10d"
+    text = yamlio.dump_all([o.body for o in manifests.build(example_7b, RUN_DIR, manifests.TRAINJOB)])
+    assert "MTK_REPLICA_INDEX" not in text and "mtk_join_stagger" not in text
+
+
 @pytest.mark.parametrize("rendezvous", ["c10d", "etcd"])
 def test_builtin_kinds_pass_kubernetes_validate_strict(example_7b, tmp_path, rendezvous):
     example_7b.cluster.eks.rendezvous = rendezvous
@@ -162,7 +196,9 @@ def test_worker_pod_contract_7b(example_7b):
     spec = ptj["spec"]
     run = names.run_id(run_dir)
     policy = spec["elasticPolicy"]
+    # Two nodes: joins staggered 25 ms per replica index (the last of 2 waits 25 ms), torch's own keep-alive.
     assert policy == {"rdzvBackend": "c10d", "rdzvHost": f"{run}-rdzv", "rdzvPort": 29400, "rdzvId": run,
+                      "rdzvConf": [{"key": "mtk_join_stagger", "value": "0.025"}],
                       "minReplicas": 2, "maxReplicas": 2, "maxRestarts": job.cluster.eks.max_restarts}
     assert policy["rdzvHost"] == _by_kind(objs, "Service")[0]["metadata"]["name"]
     assert _by_kind(objs, "Service")[0]["spec"]["ports"][0]["port"] == policy["rdzvPort"]
@@ -273,8 +309,8 @@ def test_a_run_dir_off_the_shared_volume_is_refused_before_anything_is_written(t
 @pytest.mark.parametrize("rendezvous", ["c10d", "etcd"])
 def test_operator_env_drives_the_train_step_to_its_rendezvous(tiny_eks, rendezvous):
     """The lead's train step, given what operator v1.9.0 injects into a rendered pod, runs torchrun against the
-    run's rendezvous (worker 0's c10d store behind the rdzv Service, or the run's etcd Service) with elastic
-    restarts — the same argv for a replacement pod (resume path)."""
+    run's rendezvous (worker 0's c10d store behind the rdzv Service, joins staggered by replica index; or the run's
+    etcd Service) with elastic restarts — the same argv for a replacement pod (resume path)."""
     from mtk.launcher.train_step import torchrun_argv
 
     job = tiny_eks(cluster={"eks": {"rendezvous": rendezvous}})
@@ -282,21 +318,29 @@ def test_operator_env_drives_the_train_step_to_its_rendezvous(tiny_eks, rendezvo
     run = names.run_id(RUN_DIR)
     injected = operator_env.injected_env(ptj)
     endpoint, backend = (f"{run}-etcd:2379", "etcd-v2") if rendezvous == "etcd" else (f"{run}-rdzv:29400", "c10d")
+    conf = {} if rendezvous == "etcd" else {"PET_RDZV_CONF": "mtk_join_stagger=0.025"}
     assert injected == {"PYTHONUNBUFFERED": "0", "PET_RDZV_ENDPOINT": endpoint,
                         "PET_RDZV_BACKEND": backend, "PET_NNODES": "2:2", "PET_MAX_RESTARTS": "3",
-                        "PET_RDZV_ID": run}
-    env0 = operator_env.worker_pod_env(ptj, 0)
+                        "PET_RDZV_ID": run, **conf}
     cmd = operator_env.worker_command(ptj)
     assert cmd[:2] == ["mtk-entrypoint", "train"]
-    argv, node = torchrun_argv(job, RUN_DIR, names.SPEC_PATH, env=env0, program=["torchrun"])
-    joined = " ".join(argv)
-    for part in ("--nnodes 2:2", "--nproc-per-node 1", f"--rdzv-backend {backend}",
+    argvs = [torchrun_argv(job, RUN_DIR, names.SPEC_PATH, env=operator_env.worker_pod_env(ptj, i),
+                           program=["torchrun"]) for i in (0, 1)]
+    joined = " ".join(argvs[0][0])
+    torchrun_backend = "etcd-v2" if rendezvous == "etcd" else "mtk-c10d"  # torch's c10d, joins staggered
+    for part in ("--nnodes 2:2", "--nproc-per-node 1", f"--rdzv-backend {torchrun_backend}",
                  f"--rdzv-endpoint {endpoint}", f"--rdzv-id {run}", "--max-restarts 3"):
         assert part in joined
-    assert node == f"{run}-worker-0"
-    argv1, _ = torchrun_argv(job, RUN_DIR, names.SPEC_PATH, env=operator_env.worker_pod_env(ptj, 1),
+    assert argvs[0][1] == f"{run}-worker-0"
+    if rendezvous == "etcd":
+        assert "--rdzv-conf" not in joined and argvs[1][0] == argvs[0][0], "every worker runs the same command"
+    else:  # each worker's own index (the pod's replica-index label), nothing else differs
+        confs = [argv[argv.index("--rdzv-conf") + 1] for argv, _ in argvs]
+        assert confs == ["mtk_join_stagger=0.025,mtk_join_index=0", "mtk_join_stagger=0.025,mtk_join_index=1"]
+        assert [a for a in argvs[1][0] if a != confs[1]] == [a for a in argvs[0][0] if a != confs[0]]
+    again, _ = torchrun_argv(job, RUN_DIR, names.SPEC_PATH, env=operator_env.worker_pod_env(ptj, 1),
                              program=["torchrun"])
-    assert argv1 == argv, "every worker (and a replacement) runs the same command"
+    assert again == argvs[1][0], "a replacement pod (same replica index) runs its predecessor's command"
 
 
 def test_resume_path_is_wired(tiny_eks):
