@@ -7,7 +7,8 @@ multi-document ``manifests/all.yaml``, every object once in apply order, alone i
 the step-by-step ``kubectl`` plan.
 ``submit`` applies the same objects with the Kubernetes Python client in order — spec → etcd (wait until
 ready) → getdata/preprocess Jobs (wait; on failure raise with the pods' logs) → PyTorchJob or TrainJob (wait until
-running) — using server-side apply, so launching again is idempotent; the waiting and its progress lines
+running) — using server-side apply, so launching the same run dir again is idempotent; a run dir whose run id
+another run dir's objects carry is refused first (``ownership``). The waiting and its progress lines
 are ``launch_wait``'s, and without waiting every step still waits for the one before it in the cluster.
 ``status``/``logs``/``cancel`` find objects by the ``mtk/run`` label; cancel deletes only those.
 """
@@ -100,7 +101,8 @@ class EksBackend(Backend):
         what = f"{stopped}; every step is submitted" if stopped else "not waiting (--no-wait): every step is submitted"
         namespace = run.backend_notes.get("namespace", "default")
         training = "trainjobs" if run.backend_notes.get("operator") == manifests.TRAINJOB else "pytorchjobs"
-        hint = launch_wait.follow_hint(Path(run.record_dir or run.run_dir).name, namespace, training)
+        hint = launch_wait.follow_hint(Path(run.record_dir or run.run_dir).name, namespace, training,
+                                       run.backend_notes.get("run_id") or names.run_id(run.run_dir))
         return f"{what} and waits in the cluster for the one before it; {hint}"
 
     def __init__(self, kube_factory: Callable[[str], object] | None = None, poll: float = 5.0,
@@ -114,9 +116,10 @@ class EksBackend(Backend):
     # ----------------------------------------------------------------------------------------------- render
     def launch_problems(self, job, run_dir: str) -> list:
         """Before a real launch writes anything: a damaged kubeconfig, named (in a pod the service account
-        is used instead), an API server that does not answer — so no run dir claims a submission — and a cluster
-        that serves no operator this job can run on. What it serves decides ``cluster.eks.operator: auto`` for
-        the render that follows."""
+        is used instead), an API server that does not answer — so no run dir claims a submission —, a cluster
+        that serves no operator this job can run on, and objects of this run id that another run dir owns (raises
+        RunTaken: a launch never takes over another run). What it serves decides ``cluster.eks.operator: auto``
+        for the render that follows."""
         import os
 
         from mtk.steps import Step
@@ -136,9 +139,10 @@ class EksBackend(Backend):
         kube = self._kube(job.cluster.eks.namespace)
         if hasattr(kube, "probe"):
             kube.probe()
-        if hasattr(kube, "served_operators"):
-            from .operator_choice import choose, unserved
+        from .operator_choice import choose, unserved
+        from .ownership import RunTaken, taken
 
+        if hasattr(kube, "served_operators"):
             self._served = kube.served_operators()
             why = unserved(job, self._served)
             if why:
@@ -148,6 +152,10 @@ class EksBackend(Backend):
             chose = choose(job, self._served)[1]
             if chose:
                 self.say(chose)
+        bodies = [o.body for o in manifests.build(job, run_dir, choose(job, self._served)[0])]
+        why = taken(kube, bodies, run_dir, e.namespace)  # the objects the render that follows would apply
+        if why:
+            raise RunTaken(why)
         return []
 
     def render(self, job, run_dir: str) -> Artifacts:
@@ -226,6 +234,9 @@ class EksBackend(Backend):
         self.check_render(artifacts)  # a manifest the API would refuse or prune fails here, before anything is applied
         objs = yamlio.load_all(artifacts.files[ALL_FILE])
         kube = self._kube(job.cluster.eks.namespace)
+        from .ownership import claim
+
+        claim(kube, objs, run_dir, job.cluster.eks.namespace)  # another run dir's objects: refused before any write
         operator = manifests.TRAINJOB if any(o["kind"] == "TrainJob" for o in objs) else manifests.PYTORCHJOB
         run = Run(backend=self.name, run_dir=run_dir, name=job.name, record_dir=artifacts.record_dir or "",
                   backend_notes={"namespace": job.cluster.eks.namespace, "run_id": run_name, "operator": operator})

@@ -245,6 +245,11 @@ class Kube:
         return self._call(body["kind"], "patch", body["metadata"]["name"], body=body, field_manager=FIELD_MANAGER,
                           force=True, _content_type=APPLY_CONTENT_TYPE)
 
+    def create(self, body: dict) -> dict:
+        """Create (POST): HTTP 409 (a KubeError) when an object of that kind and name exists already, whoever
+        made it; unlike :meth:`apply`, it never changes one."""
+        return self._call(body["kind"], "create", body=body, field_manager=FIELD_MANAGER)
+
     def get(self, kind: str, name: str) -> dict | None:
         """The object, or None when it does not exist."""
         try:

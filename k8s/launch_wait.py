@@ -219,8 +219,9 @@ class Follower:
                               INTERRUPTED)
 
 
-def follow_hint(run_name: str, namespace: str, training: str = "pytorchjobs") -> str:
-    """How to keep following a run that `mtk launch` stopped waiting for (or never waited for); ``training``: the
-    resource its training is (pytorchjobs, trainjobs)."""
+def follow_hint(run_name: str, namespace: str, training: str = "pytorchjobs", run_id: str | None = None) -> str:
+    """How to keep following a run that `mtk launch` stopped waiting for (or never waited for); ``run_name``: its
+    record's name (what ``mtk status`` takes), ``run_id``: its ``mtk/run`` label when that differs (a run dir name
+    that is no DNS label); ``training``: the resource its training is (pytorchjobs, trainjobs)."""
     return (f"follow it with `mtk status {run_name}` and `mtk logs -f {run_name}` (or `kubectl -n {namespace} get "
-            f"jobs,{training},pods -l {names.LABEL_RUN}={run_name}`); stop it with `mtk cancel {run_name}`")
+            f"jobs,{training},pods -l {names.LABEL_RUN}={run_id or run_name}`); stop it with `mtk cancel {run_name}`")

@@ -170,13 +170,21 @@ def etcd_deployment(job: Job, run: str) -> dict:
                      "template": {"metadata": {"labels": pod_labels}, "spec": pod}}}
 
 
+def training_pods(run: str) -> dict:
+    """The labels of the run's training pods, and of no other pod mtk makes: the training pod template's
+    ``mtk/run`` and ``mtk/component: train`` (both operators copy them onto every pod; the data Jobs' and etcd's
+    pods carry their own component)."""
+    return {"matchLabels": {names.LABEL_RUN: run, names.LABEL_COMPONENT: str(Step.TRAIN)}}
+
+
 def etcd_network_policy(job: Job, run: str) -> dict:
-    """Only this run's pods reach its etcd (the rendezvous store holds who joins the training job)."""
+    """Only this run's training pods reach its etcd (the rendezvous store holds who joins the training job; the
+    agents and the preflight's init containers, in the training pods, are its only clients)."""
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
             "metadata": _meta(job, run, names.etcd(run), "etcd"),
             "spec": {"podSelector": {"matchLabels": {names.LABEL_RUN: run, names.LABEL_COMPONENT: "etcd"}},
                      "policyTypes": ["Ingress"],
-                     "ingress": [{"from": [{"podSelector": {"matchLabels": {names.LABEL_RUN: run}}}],
+                     "ingress": [{"from": [{"podSelector": training_pods(run)}],
                                   "ports": [{"protocol": "TCP", "port": names.ETCD_PORT}]}]}}
 
 
@@ -374,15 +382,16 @@ def trainjob(job: Job, run: str) -> dict:
 
 
 def train_network_policy(job: Job, run: str) -> dict:
-    """Only this run's pods reach its training pods. Worker 0's c10d store (29400), the preflight's (29401), a
+    """Only this run's training pods reach each other. Worker 0's c10d store (29400), the preflight's (29401), a
     TrainJob's master port (29500), the store torchrun's agent opens for its workers and NCCL/gloo's bootstrap
     sockets (free ports) all accept whoever connects: a TCPStore has no authentication, so any pod of the cluster
-    could write into the run's rendezvous. Traffic from the run's own pods, on any port, is all they need."""
+    could write into the run's rendezvous. Traffic between the training pods, on any port, is all they need; the
+    run's data pods (which handle what was downloaded) are kept out too. Labels are no identity: whoever may create
+    pods in the namespace may forge these (docs/security.md)."""
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
             "metadata": _meta(job, run, names.train_policy(run), Step.TRAIN),
-            "spec": {"podSelector": {"matchLabels": {names.LABEL_RUN: run, names.LABEL_COMPONENT: str(Step.TRAIN)}},
-                     "policyTypes": ["Ingress"],
-                     "ingress": [{"from": [{"podSelector": {"matchLabels": {names.LABEL_RUN: run}}}]}]}}
+            "spec": {"podSelector": training_pods(run), "policyTypes": ["Ingress"],
+                     "ingress": [{"from": [{"podSelector": training_pods(run)}]}]}}
 
 
 def build(job: Job, run_dir: str, operator: str = PYTORCHJOB) -> list[Obj]:
@@ -397,10 +406,12 @@ def build(job: Job, run_dir: str, operator: str = PYTORCHJOB) -> list[Obj]:
     objs.append(Obj(Step.TRAIN, train_network_policy(job, run)))  # before any pod it guards exists
     if trainjob_run:  # the TrainJob webhook reads the runtime it names: the runtime first
         objs += [Obj(Step.TRAIN, training_runtime(job, run, run_dir)), Obj(Step.TRAIN, trainjob(job, run))]
-        return objs
-    if job.cluster.eks.rendezvous == "c10d":
-        objs.append(Obj(Step.TRAIN, rdzv_service(job, run)))
-    objs.append(Obj(Step.TRAIN, pytorchjob(job, run, run_dir)))
+    else:
+        if job.cluster.eks.rendezvous == "c10d":
+            objs.append(Obj(Step.TRAIN, rdzv_service(job, run)))
+        objs.append(Obj(Step.TRAIN, pytorchjob(job, run, run_dir)))
+    for o in objs:  # whose they are: a launch from another run dir with the same run id is refused (backend)
+        o.body["metadata"]["annotations"] = {names.ANNOTATION_RUN_DIR: names.run_dir_key(run_dir)}
     return objs
 
 

@@ -31,6 +31,10 @@ def _launch(tmp_path: Path, job, name="tiny-eks-20261122-010203"):
     return backend, job, art
 
 
+def _run(art) -> str:
+    return names.run_id(art.run_dir)
+
+
 def _writes(state) -> list[tuple[str, str, str]]:
     return [(r.method, r.kind, r.name) for r in state.requests if r.method != "GET"]
 
@@ -80,15 +84,19 @@ def test_reapply_is_idempotent(standin, k8s_jobs, tmp_path):
     backend, job, art = _launch(tmp_path, _job_with_data(k8s_jobs))
     backend.submit(job, art)
     s = standin.state
+    # The first launch claims the run id with one create (its spec ConfigMap), then applies.
+    assert [(r.kind, r.body["metadata"]["name"]) for r in s.requests if r.method == "POST"] == \
+        [("ConfigMap", f"{_run(art)}-spec")]
     snapshot = lambda: json.dumps({"/".join(k): v for k, v in s.objects.items()}, sort_keys=True)  # noqa: E731
     before = snapshot()
+    n_requests = len(s.requests)
     n_patches = sum(1 for r in s.requests if r.method == "PATCH")
-    backend.submit(job, art)
+    backend.submit(job, art)  # the same run dir again: its own objects, applied over
     patches = [r for r in s.requests if r.method == "PATCH"]
     assert len(patches) == 2 * n_patches
     assert [(r.kind, r.name) for r in patches[:n_patches]] == [(r.kind, r.name) for r in patches[n_patches:]]
     assert snapshot() == before, "a repeat changes nothing"
-    assert not any(r.method in ("POST", "PUT", "DELETE") for r in s.requests)
+    assert not any(r.method in ("POST", "PUT", "DELETE") for r in s.requests[n_requests:])
 
 
 def test_failed_data_job_raises_with_its_pod_log_and_stops(standin, k8s_jobs, tmp_path):

@@ -20,7 +20,7 @@ import pytest
 from mtk.k8s import manifests, names, yamlio
 from mtk.k8s.backend import EksBackend
 from mtk.launcher.paths import resolve_paths
-from support import operator_env
+from support import netpol, operator_env
 from support.journey_local import losses as run_losses
 from support.pod_net import image_env, pod_logs, wait_pods
 
@@ -47,12 +47,20 @@ def test_c10d_pods_meet_at_worker_0_for_preflight_and_training_and_resume_after_
     ptj = next(o for o in objs if o["kind"] == "PyTorchJob")
     svc = next(o for o in objs if o["kind"] == "Service")
     assert not [o for o in objs if o["kind"] == "Deployment"], "c10d renders no etcd"
-    assert [o["metadata"]["name"] for o in objs if o["kind"] == "NetworkPolicy"] == [
-        names.train_policy(names.run_id(run_dir))]  # the stores' guard: only the run's pods reach them
+    policies = [o for o in objs if o["kind"] == "NetworkPolicy"]
+    assert [o["metadata"]["name"] for o in policies] == [
+        names.train_policy(names.run_id(run_dir))]  # the stores' guard: only the run's training pods reach them
     policy = ptj["spec"]["elasticPolicy"]
     assert (policy["rdzvBackend"], policy["rdzvHost"]) == ("c10d", svc["metadata"]["name"])
     job_name = ptj["metadata"]["name"]
     pod0, pod1 = operator_env.worker_pod(job_name, 0), operator_env.worker_pod(job_name, 1)
+    # The pods that meet below, with the labels the operator gives them, are the ones that policy lets in.
+    labelled = [netpol.Pod(pod, {**ptj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["labels"],
+                                 manifests.OPERATOR_JOB_LABEL: job_name, manifests.OPERATOR_TYPE_LABEL: "worker",
+                                 manifests.OPERATOR_INDEX_LABEL: str(i)}) for i, pod in enumerate((pod0, pod1))]
+    assert all(netpol.isolated(policies, dst) and netpol.admits(policies, src, dst, port)
+               for src in labelled for dst in labelled
+               for port in (manifests.C10D_PORT, manifests.PREFLIGHT_C10D_PORT))
     # The rendezvous Service resolves to worker 0's pod address; each pod resolves its own name to its address.
     net = pod_net_factory({svc["metadata"]["name"]: "127.0.1.1", pod0: "127.0.1.1", pod1: "127.0.1.2"})
     net.put_spec(next(o for o in objs if o["kind"] == "ConfigMap")["data"][names.SPEC_KEY])

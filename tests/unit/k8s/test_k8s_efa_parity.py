@@ -82,9 +82,11 @@ def test_only_the_runs_pods_reach_its_etcd():
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= etcd_labels.items()
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     (rule,) = policy["spec"]["ingress"]
-    assert rule["from"] == [{"podSelector": {"matchLabels": {names.LABEL_RUN: run}}}]
+    # The training pods only (the agents and the preflight's init containers): not the run's data pods.
+    assert rule["from"] == [{"podSelector": {"matchLabels": {names.LABEL_RUN: run, names.LABEL_COMPONENT: "train"}}}]
     assert rule["ports"] == [{"protocol": "TCP", "port": names.ETCD_PORT}]
-    assert worker(bodies)["template"]["metadata"]["labels"][names.LABEL_RUN] == run  # workers are admitted
+    assert rule["from"][0]["podSelector"]["matchLabels"].items() <= \
+        worker(bodies)["template"]["metadata"]["labels"].items()  # workers are admitted
     assert [b["kind"] for b in bodies].index("NetworkPolicy") < [b["kind"] for b in bodies].index("Deployment")
 
 

@@ -381,6 +381,18 @@ def test_run_id_is_always_a_short_dns_label(base):
     assert names.run_id(f"/fsx/runs/{base}") == run
 
 
+def test_run_ids_keep_mtks_own_run_dir_names_and_tell_apart_names_made_into_labels():
+    """mtk's own ``<job>-<UTC time>`` (and ``-2`` of a second launch in that second) is the id as it is; a name that
+    had to be made a DNS label carries a hash of the name as written, so names that differ never share an id."""
+    for base in ("tiny-eks-20261122-010203", "tiny-eks-20261122-010203-2", "exp1"):
+        assert names.run_id(f"/fsx/runs/{base}") == base
+        assert names.run_id(f"/fsx/other/{base}/") == base  # the folder is not part of it: ownership tells those apart
+    assert names.run_id("/fsx/runs/7b-20261122-010203") == "r-7b-20261122-010203"
+    made = [names.run_id(f"/fsx/runs/{base}") for base in ("Exp_1", "exp_1", "EXP-1", "exp.1", "exp--1", "-exp-1")]
+    assert len(set(made)) == len(made) and "exp-1" not in made, made
+    assert all(re.fullmatch(r"exp-1-[0-9a-f]{8}", run) for run in made), made
+
+
 def test_long_run_names_stay_distinct():
     a = names.run_id("/fsx/runs/" + "a" * 40 + "-20261122-000001")
     b = names.run_id("/fsx/runs/" + "a" * 40 + "-20261122-000002")
