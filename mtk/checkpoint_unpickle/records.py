@@ -105,9 +105,9 @@ class Record(Callee):
         for name, value in state.items():
             check = self.fields.get(name)
             if check is None:
-                raise Refused(f"BUILD on a {self.name} setting {shown(name)}, which is none of its fields")
+                raise Refused(f"BUILD on a {self.name} setting {shown(name)} (none of its fields)")
             if not check(value):
-                raise Refused(f"a {self.name} whose {name} is {shown(value)}, which no checkpoint writes there")
+                raise Refused(f"a {self.name} whose {name} is {shown(value)}")
         missing = self.required - state.keys()
         if missing:
             raise Damaged(f"a {self.name} without its {', '.join(sorted(missing))}")
