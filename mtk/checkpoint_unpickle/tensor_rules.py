@@ -87,8 +87,8 @@ class RebuildTensor(Callee):
             raise Damaged(f"a tensor of size {sizes} at offset {offset} lies outside its storage of {elements} "
                           "elements")
         if count > elements - offset:
-            raise Refused(f"a tensor view of {count} elements over the {max(elements - offset, 0)} its storage "
-                          "holds past its offset (its strides repeat elements; a checkpoint's tensors never do)")
+            raise Refused(f"a tensor view of {count} elements over a storage of {elements} from offset {offset} (its "
+                          "strides repeat elements; a checkpoint's tensors never do)")
         if storage.typed is None:
             return Hollow()
         if self.v3:
