@@ -16,25 +16,32 @@ object the ranks will load, a TransformerEngine module's FP8 extra state) is rea
 (``os.system``, NEWOBJ_EX, BUILD on a class) is refused by name, exit 2, before anything of it runs. Every file is
 opened through :mod:`mtk.checkpoint_files`: a shard path that leaves the iteration dir (``../``, absolute, a
 symbolic link) is refused by name, and nothing outside the dir is opened or stat'ed; the iteration dir the tracker
-names must not be a link either.
+names must not be a link either, and the tracker is read through :func:`mtk.checkpoint_files.read_tracker` (never a
+link, never more than a few bytes). A pickle that is damaged rather than hostile is named here too, in one line:
+the ranks would each die of it in a traceback.
 """
 
 from __future__ import annotations
 
 import io
 import os
-import stat
 from pathlib import Path
 from typing import IO, Any
 
 from mtk import checkpoint_unpickle
-from mtk.checkpoint_files import ShardPathRefused, open_inside, path_inside, sizes_inside
+from mtk.checkpoint_files import (
+    RELEASE,
+    ShardPathRefused,
+    TrackerUnreadable,
+    open_inside,
+    path_inside,
+    read_tracker,
+    sizes_inside,
+)
 from mtk.checkpoint_paths import TRACKER, checkpoint_dir
-from mtk.checkpoint_unpickle import CheckpointRefused
+from mtk.checkpoint_unpickle import CheckpointDamagedPickle, CheckpointRefused
 from mtk.exitcodes import BadInput
 from mtk.files import ByteWindow
-
-RELEASE = "release"
 
 
 class CheckpointDamaged(BadInput, ValueError):
@@ -85,17 +92,9 @@ def check_resume_checkpoint(job, run_dir: str) -> None:
         return
     root = checkpoint_root(job, run_dir)
     tracker = root / TRACKER
-    try:
-        with open_inside(root, TRACKER, str(root)) as fh:
-            raw = fh.read(4096)
-    except FileNotFoundError:
+    text = read_tracker_entry(root)
+    if text is None:
         return
-    except ShardPathRefused:
-        if stat.S_ISDIR(os.lstat(tracker).st_mode):  # lstat: a link is never followed, not even to name it
-            raise CheckpointDamaged(f"{tracker} is a directory; remove it to start from scratch") from None
-        raise CheckpointUnsafe(f"{tracker} is a symbolic link or not a regular file; refusing to follow it (write "
-                               "the iteration to resume from into a plain file, or delete it)") from None
-    text = raw.decode("utf-8", errors="replace").strip()
     if text == RELEASE:  # Megatron-LM's weights-only checkpoint in <root>/release
         path = root / RELEASE
         _not_a_link(path)
@@ -105,10 +104,6 @@ def check_resume_checkpoint(job, run_dir: str) -> None:
         _check_shards(path)
         _check_layout(job, path, release=True)
         return
-    if not text.isdigit():
-        shown = text if len(text) <= 40 else text[:40] + "..."
-        raise CheckpointDamaged(f"{tracker} holds {shown!r}, not an iteration number: write the iteration of a "
-                                f"complete iter_* dir in {root} into it, or delete it to start from scratch")
     path = root / f"iter_{int(text):07d}"
     _not_a_link(path)
     if not path.is_dir():
@@ -116,6 +111,16 @@ def check_resume_checkpoint(job, run_dir: str) -> None:
                                 "the tracker at another complete iter_* dir, or delete the tracker")
     _check_shards(path)
     _check_layout(job, path, release=False)
+
+
+def read_tracker_entry(root: Path) -> str | None:
+    """The tracker's entry (an iteration number or ``release``), None without one; CheckpointUnsafe for a link or a
+    special file (never followed), CheckpointDamaged for anything else it holds (mtk.checkpoint_files.read_tracker:
+    never more than a few bytes read)."""
+    try:
+        return read_tracker(root)
+    except TrackerUnreadable as exc:
+        raise (CheckpointUnsafe if exc.unsafe else CheckpointDamaged)(str(exc)) from None
 
 
 def _check_layout(job, path: Path, release: bool) -> None:
@@ -190,7 +195,7 @@ def _check_objects(path: Path, meta: Any) -> None:
     """Refuse a checkpoint whose pickled objects hold anything no checkpoint holds. megatron-core unpickles them
     on every rank through torch's DCP planner (``torch.load(weights_only=False)``); here each is run through mtk's
     reader, its tensors checked but not read — except a module's FP8 extra state, whose bytes TransformerEngine
-    unpickles itself: those are read and run through the reader too."""
+    unpickles itself: those are read and run through the reader too. A damaged one is CheckpointDamaged."""
     for key, rel, offset, length in _objects(path, meta):
         shard = path / rel
         where = str(path if key == COMMON_KEY else shard)
@@ -206,8 +211,8 @@ def _check_objects(path: Path, meta: Any) -> None:
                     checkpoint_unpickle.scan_torch(raw, where, _what(key))
         except _UNSAFE as exc:
             raise CheckpointUnsafe(str(exc)) from None
-        except Exception:
-            continue  # missing or damaged, not hostile: _check_shards or each rank's load (policed too) names it
+        except (CheckpointDamagedPickle, OSError) as exc:  # the ranks would die of it: one line here, none there
+            raise CheckpointDamaged(_damaged(exc)) from None
 
 
 _SLICE_READ = 1 << 20  # a larger object (a dp_reshardable optimizer's state) is read in place: its pickle only
@@ -228,7 +233,7 @@ class _Slice(ByteWindow):
 def read_common_state(path: Path) -> dict[str, Any] | None:
     """The checkpoint's common (non-tensor) state — Megatron-LM's ``args``, ``content_metadata``, mtk's
     extras — read with torch alone, admitting only the globals checkpoints hold (CheckpointDamaged naming the
-    file and the global otherwise); None when it is not there or not a dict."""
+    file and the global otherwise, or naming a damaged file); None when it is not there or not a dict."""
     _not_a_link(path)
     legacy = path / "common.pt"
     where = str(legacy)
@@ -255,10 +260,12 @@ def read_common_state(path: Path) -> dict[str, Any] | None:
         common = checkpoint_unpickle.load_torch(raw, where, "common state")
     except _UNSAFE as exc:
         raise CheckpointUnsafe(str(exc)) from None
+    except CheckpointDamagedPickle as exc:
+        raise CheckpointDamaged(_damaged(exc)) from None
     except CheckpointDamaged:
         raise
-    except Exception:
-        return None
+    except OSError:
+        return None  # _check_shards names a missing or unreadable file
     if isinstance(common, list) and common:  # saved as a one-element list by megatron-core
         common = common[0]
     return common if isinstance(common, dict) else None
@@ -294,6 +301,11 @@ def _check_shards(path: Path) -> None:
                 checkpoint_unpickle.scan_torch(fh, str(legacy), "common state")
         except _UNSAFE as exc:
             raise CheckpointUnsafe(str(exc)) from None
-        except Exception:
-            pass  # unreadable: read_common_state returns None and the ranks name it
+        except (CheckpointDamagedPickle, OSError) as exc:
+            raise CheckpointDamaged(_damaged(exc)) from None
     _check_objects(path, meta)
+
+
+def _damaged(exc: Exception) -> str:
+    said = str(exc) if isinstance(exc, CheckpointDamagedPickle) else f"{type(exc).__name__}: {exc}"
+    return f"{said}; the checkpoint is damaged — restore it, or point the tracker at another iter_* dir"

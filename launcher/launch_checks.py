@@ -1,12 +1,13 @@
 """Refusals a real launch makes before it writes its run dir or submits: what would otherwise be refused only
 on the nodes, after the job waited in the queue.
 
-Three kinds: the backend's own (``Backend.launch_problems(job, run_dir)``: e.g. Slurm refuses an
-``image.sqsh`` this machine cannot read), the checkpoint dir's writer lease (:mod:`mtk.training.lease`), taken
+Three kinds: a resume at learning rates the checkpoint's optimizer was not saved with
+(:func:`mtk.training.reshard.check_lr_groups`, the rule every rank applies again before it loads) or from a checkpoint
+that cannot be read (its tracker and common state, through the policed reader) — checked first, before the launch
+writes its run dir or the lease —, the backend's own (``Backend.launch_problems(job, run_dir)``: e.g. Slurm refuses
+an ``image.sqsh`` this machine cannot read), and the checkpoint dir's writer lease (:mod:`mtk.training.lease`), taken
 here atomically for the run about to be submitted (so of two launches started together exactly one goes on) by the
-rules rank 0 applies on the nodes, and a resume at learning rates the checkpoint's optimizer was not saved with
-(:func:`mtk.training.reshard.check_lr_groups`, the rule every rank applies again before it loads). A dry run
-makes none of them: it touches no cluster path.
+rules rank 0 applies on the nodes. A dry run makes none of them: it touches no cluster path.
 """
 
 from __future__ import annotations
@@ -84,27 +85,26 @@ def claim_writer(job: Job, run_dir: str) -> tuple[WriterClaim | None, list[Probl
 
 def resume_lr_change(job: Job, run_dir: str) -> list[Problem]:
     """A problem when the checkpoint this launch would resume has other learning rates than the spec
-    (:func:`mtk.training.reshard.check_lr_groups`: megatron-core cannot load its optimizer then), or none. Reads
-    the tracker and the checkpoint's small common state only, and only when a tracker exists (a resume)."""
-    from mtk.checkpoint_paths import TRACKER
-
-    root = checkpoint_dir(job.train.checkpoint.dir, run_dir)
-    tracker = Path(root) / TRACKER
-    if not job.train.checkpoint.load or not tracker.is_file():
-        return []
-    text = tracker.read_text(errors="replace").strip()
-    if not text.isdigit():  # a release (weights only) or a damaged tracker: the node's precheck names the latter
-        return []
+    (:func:`mtk.training.reshard.check_lr_groups`: megatron-core cannot load its optimizer then), or none, or
+    when its tracker or common state cannot be read (a link, a damaged or hostile file: one line now, not a
+    failure on every node). Reads the tracker (a few bytes, never through a link) and the checkpoint's small
+    common state only, and only when a tracker exists (a resume)."""
     from mtk.training.reshard import ReshardRefused, check_lr_groups
 
-    from .ckpt_precheck import CheckpointUnsafe, read_common_state
+    from .ckpt_precheck import CheckpointDamaged, read_common_state, read_tracker_entry
 
-    path = Path(root) / f"iter_{int(text):07d}"
+    root = Path(checkpoint_dir(job.train.checkpoint.dir, run_dir))
+    if not job.train.checkpoint.load:
+        return []
     try:
+        text = read_tracker_entry(root)
+        if text is None or not text.isdigit():  # none, or a release (weights only): nothing to compare
+            return []
+        path = root / f"iter_{int(text):07d}"
         common = read_common_state(path)  # None without a torch_dist checkpoint; never follows a link out of it
-    except CheckpointUnsafe as exc:  # a pickle naming os.system (say): refused before anything is submitted
+    except CheckpointDamaged as exc:  # a link, a damaged file, a pickle naming os.system: before anything is sent
         return [Problem("train.checkpoint.dir", str(exc))]
-    except Exception:  # unreadable here: the node's precheck and every rank check again
+    except OSError:  # unreadable here (say, not yet mounted): the node's precheck and every rank check again
         return []
     if common is None:
         return []
@@ -115,19 +115,28 @@ def resume_lr_change(job: Job, run_dir: str) -> list[Problem]:
     return []
 
 
+def check_resume(impl: Backend, job: Job, run_dir: str) -> None:
+    """Raise SpecError (exit 2) when the checkpoint this launch would resume cannot be (resume_lr_change). Run
+    before the launch writes anything — its run dir, the checkpoint dir's lease —, so that a refusal, or a file
+    that crashes the reader despite every bound, leaves nothing behind. Nothing to check where the checkpoint dir
+    is not on this machine (EKS: a pod path on FSx)."""
+    if impl.remote_paths:
+        return
+    problems = resume_lr_change(job, run_dir)
+    if problems:
+        raise SpecError(problems)
+
+
 def check_before_submit(impl: Backend, job: Job, run_dir: str) -> WriterClaim | None:
     """Raise SpecError (exit 2) listing every refusal; else return the checkpoint dir's lease, now held for this
-    run (None where the checkpoint dir is not on this machine): hand it over once submitted, give it back if not."""
+    run (None where the checkpoint dir is not on this machine): hand it over once submitted, give it back if not.
+    The resume itself was checked before (check_resume)."""
     problems = list(impl.launch_problems(job, run_dir))
     if problems or impl.remote_paths:  # e.g. EKS: the checkpoint dir is a pod path on FSx
         if problems:
             raise SpecError(problems)
         return None
     claim, held = claim_writer(job, run_dir)
-    if claim is None:  # a second writer: refused now, before the (slower) resume check reads the checkpoint
+    if claim is None:  # a second writer
         raise SpecError(held)
-    problems = resume_lr_change(job, run_dir)
-    if problems:
-        claim.give_back()
-        raise SpecError(problems)
     return claim

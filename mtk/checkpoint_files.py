@@ -7,15 +7,20 @@ a real directory or regular file under the dir: the walk opens each part relativ
 ``O_NOFOLLOW`` (no link is ever followed, so nothing outside the dir is opened or stat'ed, and no check-then-open
 race), and the file is read through the descriptor it checked. The checkpoint dir itself is the one the user or
 the tracker named; it is opened as given.
+
+The tracker (``latest_checkpointed_iteration.txt``) is read the same way by everyone who reads it — the launch, the
+resume precheck, every rank — through :func:`read_tracker`: never through a link, never past a few bytes.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 from typing import BinaryIO
 
+from mtk.checkpoint_paths import TRACKER
 from mtk.exitcodes import BadInput
 
 
@@ -109,3 +114,52 @@ def path_inside(root: str | os.PathLike, rel: str, named_in: str) -> Path:
     """``root/rel`` for messages, after checking ``rel`` stays inside ``root`` (its text only)."""
     check_relative(rel, root, named_in)
     return Path(root) / rel
+
+
+RELEASE = "release"  # Megatron-LM's weights-only checkpoint, in <root>/release
+TRACKER_MAX = 64  # bytes: a tracker holds an iteration number (or "release") and a newline
+_ITERATION = re.compile(r"[0-9]{1,18}")  # ASCII digits only ('²'.isdigit() is True), below 10**18
+
+
+class TrackerUnreadable(BadInput, ValueError):
+    """A checkpoint dir's tracker that holds no iteration number (nor ``release``), or is a link, a directory or
+    another special file: named, with the fix (exit 2). ``unsafe``: a link or a special file, never followed."""
+
+    def __init__(self, message: str, unsafe: bool = False) -> None:
+        super().__init__(message)
+        self.unsafe = unsafe
+
+
+def read_tracker(root: str | os.PathLike) -> str | None:
+    """The entry of ``root``'s tracker: an iteration number (ASCII digits) or ``release``; None when there is none.
+    Opened without following a link, refused unread when it is not a small regular file (a tracker is a few bytes;
+    a 1 GiB one, or a link to a file outside the dir, is never read)."""
+    path = Path(root) / TRACKER
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if os.path.islink(path):  # ELOOP: lstat of the name alone, nothing followed
+            raise TrackerUnreadable(f"{path} is a symbolic link; refusing to follow it (write the iteration to resume "
+                                    "from into a plain file, or delete it)", unsafe=True) from None
+        raise TrackerUnreadable(f"{path} cannot be read ({exc.strerror}); fix or delete it") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise TrackerUnreadable(f"{path} is a directory; remove it to start from scratch")
+        if not stat.S_ISREG(st.st_mode):
+            raise TrackerUnreadable(f"{path} is a symbolic link or not a regular file; refusing to follow it (write "
+                                    "the iteration to resume from into a plain file, or delete it)", unsafe=True)
+        if st.st_size > TRACKER_MAX:
+            raise TrackerUnreadable(f"{path} is {st.st_size} bytes, not an iteration number or 'release': fix or "
+                                    "delete it (a tracker names the iter_* dir to resume from in a few bytes)")
+        raw = os.read(fd, TRACKER_MAX + 1)
+    finally:
+        os.close(fd)
+    text = raw.decode("utf-8", errors="replace").strip()
+    if text == RELEASE or _ITERATION.fullmatch(text):
+        return text
+    shown = text if len(text) <= 40 else text[:40] + "..."
+    raise TrackerUnreadable(f"{path} holds {shown!r}, not an iteration number or 'release': fix or delete it (it "
+                            "names the iter_* dir to resume from; without it training starts from scratch)")

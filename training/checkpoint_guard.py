@@ -39,12 +39,13 @@ from mtk.checkpoint_files import ShardPathRefused, open_inside, path_inside
 
 from .refusal import Refused
 
-_UNTRUSTED = (checkpoint_unpickle.CheckpointRefused, ShardPathRefused)
+# a damaged pickle too: each rank would otherwise die of it in DCP's traceback, exit 1
+_UNTRUSTED = (checkpoint_unpickle.CheckpointRefused, checkpoint_unpickle.CheckpointDamagedPickle, ShardPathRefused)
 
 
 class CheckpointUntrusted(Refused):
-    """A checkpoint file holds what no checkpoint holds, or names a file outside its dir: every rank reading it
-    refuses in the same line (exit 2); nothing of it ran."""
+    """A checkpoint file holds what no checkpoint holds, is damaged, or names a file outside its dir: every rank
+    reading it refuses in the same line (exit 2); nothing of it ran."""
 
 
 _seen = threading.local()  # the refusal raised during the current DCP load on this thread (see _unwrapping)

@@ -22,6 +22,9 @@ import re
 import shutil
 from pathlib import Path
 
+from mtk.checkpoint_files import RELEASE as RELEASE  # re-exported: the tracker's reader is the core's
+from mtk.checkpoint_files import TrackerUnreadable as TrackerUnreadable
+from mtk.checkpoint_files import read_tracker as read_tracker_text
 from mtk.checkpoint_paths import TRACKER
 from mtk.exitcodes import BadInput
 from mtk.files import atomic_write, open_mode
@@ -29,35 +32,22 @@ from mtk.files import atomic_write, open_mode
 # mtk's namespace in a checkpoint's common state (Megatron-LM ignores keys it does not know).
 MTK_KEY = "mtk"
 PARTIAL_SUFFIX = ".partial"
-_ITER_DIR = re.compile(r"^iter_(\d{7,})$")
+_ITER_DIR = re.compile(r"^iter_([0-9]{7,})$")  # ASCII digits: int() of some Unicode digits fails
 
 
 class CheckpointNotFound(BadInput, FileNotFoundError):
     """A checkpoint the user named, or the one its tracker names, is not there: the message says which (exit 2)."""
 
 
-class TrackerUnreadable(BadInput, ValueError):
-    """A tracker file that holds no iteration number: named, with the fix (exit 2)."""
-
-
 def iter_dir_name(iteration: int) -> str:
     return f"iter_{iteration:07d}"
 
 
-RELEASE = "release"
-
-
 def read_tracker_entry(root: str | Path) -> str | None:
     """The tracker's content: an iteration number, ``release`` (Megatron-LM's weights-only checkpoints in
-    ``<root>/release``), or None when there is no tracker."""
-    path = Path(root) / TRACKER
-    try:
-        text = path.read_text().strip()
-    except FileNotFoundError:
-        return None
-    if not text.isdigit() and text != RELEASE:
-        raise TrackerUnreadable(f"{path} holds {text!r}, not an iteration number or 'release'; fix or delete it")
-    return text
+    ``<root>/release``), or None when there is no tracker (:func:`mtk.checkpoint_files.read_tracker`: never through
+    a link, never more than a few bytes; TrackerUnreadable otherwise)."""
+    return read_tracker_text(root)
 
 
 def read_tracker(root: str | Path) -> int | None:

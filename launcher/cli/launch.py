@@ -79,6 +79,10 @@ def command(job_file, overrides, backend, dry_run, out, run_dir, follow, preflig
         if note:
             click.echo(f"note: {note}", err=True)
     check_launch_outputs(job, backend, target, dry_run)
+    if not dry_run:  # reads the checkpoint to resume, writes nothing: a refusal (or worse) leaves no run dir, no lease
+        from ..launch_checks import check_resume
+
+        check_resume(impl, job, target)
     made: list[Path] = []
     if run_dir is None and out is None:  # made now, exclusively: a launch in the same second gets a dir of its own
         here = Path("runs") if impl.remote_paths or (dry_run and not impl.previews_in_run_dir) else None

@@ -7,18 +7,21 @@ admitted numpy dtype restored with its object flag cleared (numpy then reads the
 BUILD on an admitted class itself (``setattr`` on ``pathlib.PosixPath`` redirects every path in the process).
 
 So mtk never hands a checkpoint's pickle to ``pickle``, ``torch.load`` or numpy's unpickling: :mod:`.machine` runs
-its opcodes itself (only those real checkpoints use), :mod:`.rules` says what each kind of file may name and checks
-every argument and state before anything is built, :mod:`.torch_file` reads torch.save's zip without
-``torch.load``. Why not torch's own ``weights_only`` unpickler: it cannot read DCP's ``.metadata`` (protocol 4:
-FRAME, MEMOIZE, STACK_GLOBAL), its allowlist is one per process (megatron-core's import adds numpy's dtype, ndarray,
-``BytesIO``, ``torch._C.Generator`` to it for every load), it calls an admitted class with whatever positional
-arguments the file gives, it lets a tensor view reach past its storage (torch then grows the storage, reading
-memory the file never held), and its refusal is a paragraph, not a line naming the file.
+its opcodes itself (only those real checkpoints use), bounding what it builds (nesting depth, dict keys, what
+admitted callables copy: :mod:`.base`), :mod:`.rules` says what each kind of file may name and checks every
+argument and state before anything is built (:mod:`.records`, :mod:`.dcp` field by field, :mod:`.tensor_rules`),
+:mod:`.torch_file` reads torch.save's zip without ``torch.load``, and only its stored members. Why not torch's
+own ``weights_only`` unpickler: it cannot read DCP's ``.metadata`` (protocol 4: FRAME, MEMOIZE, STACK_GLOBAL), its
+allowlist is one per process (megatron-core's import adds numpy's dtype, ndarray, ``BytesIO``,
+``torch._C.Generator`` to it for every load), it calls an admitted class with whatever positional arguments the
+file gives, it lets a tensor view reach past its storage (torch then grows the storage, reading memory the file
+never held), and its refusal is a paragraph, not a line naming the file.
 
 A refusal is :class:`CheckpointRefused`: one line naming the file, what it is and the global or opcode, exit 2.
-Nothing of the file ran; the process goes on. Readers: the resume precheck (``launcher/ckpt_precheck.py``), every
-rank (``training/checkpoint_guard.py``: DCP's metadata, objects and tensors, megatron-core's ``common.pt`` and
-FP8 extra-state reads), and through them ``mtk convert``, ``train.init_from``, the reshard and interop paths.
+Nothing of the file ran; the process goes on. A damaged file is :class:`CheckpointDamagedPickle`, one line naming
+it too. Readers: the resume precheck (``launcher/ckpt_precheck.py``), every rank (``training/checkpoint_guard.py``:
+DCP's metadata, objects and tensors, megatron-core's ``common.pt`` and FP8 extra-state reads), and through them
+``mtk convert``, ``train.init_from``, the reshard and interop paths.
 """
 
 from __future__ import annotations
@@ -29,8 +32,11 @@ from typing import IO, Any
 
 from mtk.exitcodes import BadInput
 
+from . import records as _records
 from . import rules as _rules
-from .machine import OPCODE_NAMES, Damaged, Machine, Refused
+from . import torch_file
+from .base import Damaged, Refused
+from .machine import OPCODE_NAMES, Machine
 
 # the globals each kind of file may name (the census tests keep every real checkpoint's inside them)
 CHECKPOINT_GLOBALS = _rules.OBJECTS
@@ -38,8 +44,8 @@ METADATA_GLOBALS = _rules.METADATA
 TENSOR_GLOBALS = _rules.TENSORS
 EXTRA_STATE_GLOBALS = _rules.EXTRA_STATE
 ADMITTED_OPCODES = OPCODE_NAMES
-Inert = _rules.Inert
-InertEnum = _rules.InertEnum
+Inert = _records.Inert
+InertEnum = _records.InertEnum
 
 __all__ = ["ADMITTED_OPCODES", "CHECKPOINT_GLOBALS", "EXTRA_STATE_GLOBALS", "METADATA_GLOBALS", "TENSOR_GLOBALS",
            "CheckpointDamagedPickle", "CheckpointRefused", "admitted", "check_extra_state", "load_metadata",
@@ -60,8 +66,8 @@ class CheckpointRefused(BadInput, ValueError):
                          "(restore the checkpoint from a copy you trust)")
 
 
-class CheckpointDamagedPickle(ValueError):
-    """A checkpoint pickle is cut short or inconsistent (damaged, not hostile); the message names the file."""
+class CheckpointDamagedPickle(BadInput, ValueError):
+    """A checkpoint pickle is cut short or inconsistent (damaged, not hostile); the message names the file (exit 2)."""
 
 
 def _run(where: str, what: str, read: Any) -> Any:
@@ -71,18 +77,25 @@ def _run(where: str, what: str, read: Any) -> Any:
         raise CheckpointRefused(where, what, exc.thing) from None
     except Damaged as exc:
         raise CheckpointDamagedPickle(f"{where}: the {what} cannot be read: {exc}") from None
+    except BadInput:
+        raise
     except (TypeError, ValueError, RuntimeError, IndexError, KeyError, AttributeError, OverflowError,
             MemoryError) as exc:  # a value that does not fit where the file puts it (a tensor as a dict key, ...)
-        if isinstance(exc, BadInput):
-            raise
-        raise CheckpointDamagedPickle(f"{where}: the {what} cannot be read ({type(exc).__name__}: {exc})") from None
+        said = str(exc).splitlines()[0][:200] if str(exc) else ""
+        raise CheckpointDamagedPickle(f"{where}: the {what} cannot be read ({type(exc).__name__}: {said})") from None
 
 
 def load_metadata(file: IO[bytes] | bytes, where: str) -> Any:
-    """torch.distributed.checkpoint's ``.metadata`` (a plain pickle of its Metadata)."""
+    """torch.distributed.checkpoint's ``.metadata`` (a plain pickle of its Metadata), each field of each record
+    of the type torch writes there (:mod:`.dcp`)."""
+    from torch.distributed.checkpoint.metadata import Metadata
+
     data = file if isinstance(file, bytes) else file.read()
     rules = _rules.Rules(METADATA_GLOBALS, real=True)
-    return _run(where, "checkpoint metadata", lambda: Machine(data, rules.resolve).load())
+    meta = _run(where, "checkpoint metadata", lambda: Machine(data, rules.resolve).load())
+    if type(meta) is not Metadata or not hasattr(meta, "storage_data") or not hasattr(meta, "state_dict_metadata"):
+        raise CheckpointRefused(where, "checkpoint metadata", f"a {type(meta).__name__} where torch's Metadata is")
+    return meta
 
 
 def load_torch(data: bytes | IO[bytes], where: str, what: str, megatron_real: bool = False,
@@ -90,11 +103,9 @@ def load_torch(data: bytes | IO[bytes], where: str, what: str, megatron_real: bo
     """A torch.save'd checkpoint object (the common state, rng_state, ...), tensors on the CPU. ``megatron_real``:
     megatron's classes are the real ones (the ranks), inert stand-ins otherwise. ``hollow``: a scan, which checks
     every tensor but reads none."""
-    from . import torch_file
-
     file = io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data
     rules = _rules.Rules(CHECKPOINT_GLOBALS, real=megatron_real)
-    return _run(where, what, lambda: torch_file.load(file, rules, hollow=hollow))
+    return _run(where, what, lambda: torch_file.load(file, rules.resolve, hollow=hollow))
 
 
 def scan_torch(file: IO[bytes], where: str, what: str) -> None:
@@ -105,11 +116,9 @@ def scan_torch(file: IO[bytes], where: str, what: str) -> None:
 
 def load_tensor(data: bytes | IO[bytes], where: str) -> Any:
     """One tensor item of a DCP shard (a torch.save of one tensor): only the tensor rebuild is admitted."""
-    from . import torch_file
-
     file = io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data
     rules = _rules.Rules(TENSOR_GLOBALS, real=False)
-    tensor = _run(where, "tensor data", lambda: torch_file.load(file, rules))
+    tensor = _run(where, "tensor data", lambda: torch_file.load(file, rules.resolve))
     import torch
 
     if not isinstance(tensor, torch.Tensor):
@@ -127,12 +136,14 @@ def check_extra_state(state: Any, where: str, real: bool = False) -> None:
     if isinstance(state, torch.Tensor):
         if state.numel() == 0:
             return  # no FP8 state
+        held = state.untyped_storage().nbytes() - state.storage_offset() * state.element_size()
+        if state.numel() * state.element_size() > held:  # a view repeating its storage's bytes: never copied
+            raise CheckpointRefused(where, "FP8 extra state", f"a tensor view of {state.numel()} elements over "
+                                    f"{held} bytes of storage")
         data = state.detach().cpu().contiguous().numpy().tobytes()
         _run(where, "FP8 extra state", lambda: Machine(data, rules.resolve).load())
     elif isinstance(state, io.BytesIO):
-        from . import torch_file
-
-        _run(where, "FP8 extra state", lambda: torch_file.load(io.BytesIO(state.getvalue()), rules))
+        _run(where, "FP8 extra state", lambda: torch_file.load(io.BytesIO(state.getvalue()), rules.resolve))
 
 
 def unpickler_class(where: str, what: str, table: frozenset[tuple[str, str]] = EXTRA_STATE_GLOBALS,

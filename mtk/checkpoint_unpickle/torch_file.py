@@ -6,6 +6,11 @@ path. Here a torch file is a zip (Python's ``zipfile``) whose ``<prefix>/data.pk
 storage its persistent ids name is the record ``<prefix>/data/<key>``, whose size must be the one the id
 declares, read into memory mtk owns. Nothing else in the zip is read.
 
+torch writes every member stored, never compressed: a compressed member is refused before anything is inflated
+(Python's ``zipfile`` would inflate a 1 KB bzip2 member to whatever it declares), and every member read must lie
+inside the file, with the members read together no larger than the file (a zip may point many entries at the same
+bytes). A member whose bytes fail their CRC is a damaged file, named as one.
+
 The one pre-zip file mtk reads is the storage inside a plain pickle of a tensor (``torch.storage._load_from_bytes``
 in a TransformerEngine module's FP8 extra state): five small pickles and the storage's bytes, each checked.
 """
@@ -16,12 +21,15 @@ import io
 import zipfile
 from typing import IO, Any, cast
 
-from .machine import Damaged, Machine, Refused
-from .rules import Rules, Storage, StorageKind, storage_kinds
+from .base import Damaged, Refused, shown
+from .machine import Machine
+from .opcodes import Resolver
+from .values import Storage, StorageKind, storage_kinds
 
 ZIP_MAGIC = b"PK\x03\x04"
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C  # torch.serialization's MAGIC_NUMBER for the pre-zip format
 LEGACY_PROTOCOL = 1001
+UNREADABLE = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, NotImplementedError)
 
 
 def _typed(kind_dtype: Any, data: bytearray) -> Any:
@@ -34,31 +42,74 @@ def _typed(kind_dtype: Any, data: bytearray) -> Any:
 
 def _storage_id(pid: Any, length: int) -> tuple[StorageKind, str, int]:
     """(kind, key, numel) of a persistent id ``('storage', <storage type>, key, location, numel[, None])``."""
-    ok = (type(pid) is tuple and len(pid) == length and pid[0] == "storage" and isinstance(pid[1], StorageKind)
-          and type(pid[2]) is str and type(pid[3]) is str and type(pid[4]) is int and pid[4] >= 0
-          and (length == 5 or pid[5] is None))
+    ok = (type(pid) is tuple and len(pid) == length and type(pid[0]) is str and pid[0] == "storage"
+          and isinstance(pid[1], StorageKind) and type(pid[2]) is str and type(pid[3]) is str
+          and type(pid[4]) is int and pid[4] >= 0 and (length == 5 or pid[5] is None))
     if not ok:
         raise Refused("a persistent id other than a storage's")
     return pid[1], pid[2], pid[4]
 
 
-def load(file: IO[bytes], rules: Rules, hollow: bool = False) -> Any:
+class _Members:
+    """The zip's members as torch writes them (stored, inside the file), each read at most once."""
+
+    def __init__(self, archive: zipfile.ZipFile, size: int) -> None:
+        self.archive, self.left = archive, size
+        for info in archive.infolist():
+            if info.compress_type != zipfile.ZIP_STORED:
+                raise Refused(f"a compressed zip member {shown(info.filename)} (torch.save never compresses)")
+            if info.flag_bits & 0x1:
+                raise Refused(f"an encrypted zip member {shown(info.filename)}")
+            if info.file_size != info.compress_size or info.header_offset + info.file_size > size:
+                raise Damaged(f"zip member {shown(info.filename)} declares {info.file_size} bytes beyond the file's "
+                              f"{size}")
+
+    def claim(self, info: zipfile.ZipInfo) -> int:
+        """Count ``info``'s bytes against the file's: members that share bytes would read more than it holds."""
+        self.left -= info.file_size
+        if self.left < 0:
+            raise Damaged("zip members that together hold more bytes than the file (entries sharing their bytes)")
+        return info.file_size
+
+    def read(self, name: str) -> bytes:
+        info = self.archive.getinfo(name)
+        self.claim(info)
+        try:
+            return self.archive.read(info)
+        except UNREADABLE as exc:
+            raise Damaged(f"zip member {shown(name)} cannot be read ({exc})") from None
+
+    def read_into(self, info: zipfile.ZipInfo, data: bytearray) -> None:
+        try:
+            with self.archive.open(info) as fh:
+                got = cast(io.BufferedIOBase, fh).readinto(data)
+                if got == len(data):
+                    fh.read(1)  # to the end: zipfile checks the member's CRC there
+        except UNREADABLE as exc:
+            raise Damaged(f"zip member {shown(info.filename)} cannot be read ({exc})") from None
+        if got != len(data):
+            raise Damaged(f"zip member {shown(info.filename)} is cut short")
+
+
+def load(file: IO[bytes], resolve: Resolver, hollow: bool = False) -> Any:
     """The object a torch.save zip holds. ``hollow``: a scan, whose tensors are checked but never read."""
     head = file.read(4)
-    file.seek(0)
     if head != ZIP_MAGIC:
         raise Refused("a torch file in the pre-zip format (torch.save before 1.6; no checkpoint writes it)")
+    size = file.seek(0, io.SEEK_END)
+    file.seek(0)
     try:
         archive = zipfile.ZipFile(file)
-    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+    except UNREADABLE as exc:
         raise Damaged(f"not a readable torch file ({exc})") from None
     with archive:
+        members = _Members(archive, size)
         pickles = [n for n in archive.namelist() if n.endswith("/data.pkl") and n.count("/") == 1]
         if len(pickles) != 1:
             raise Damaged("not a torch file: no single <archive>/data.pkl in it")
         prefix = pickles[0][: -len("data.pkl")]
-        names = set(archive.namelist())
-        if f"{prefix}byteorder" in names and archive.read(f"{prefix}byteorder") != b"little":
+        order = f"{prefix}byteorder"
+        if order in archive.namelist() and (archive.getinfo(order).file_size > 16 or members.read(order) != b"little"):
             raise Refused("a big-endian torch file")
         loaded: dict[str, Storage] = {}
 
@@ -66,29 +117,24 @@ def load(file: IO[bytes], rules: Rules, hollow: bool = False) -> Any:
             kind, key, numel = _storage_id(pid, 5)
             if key in loaded:
                 if (loaded[key].dtype, loaded[key].numel) != (kind.dtype, numel):
-                    raise Damaged(f"storage {key} is named with two types or sizes")
+                    raise Damaged(f"storage {shown(key)} is named with two types or sizes")
                 return loaded[key]
             try:
                 info = archive.getinfo(f"{prefix}data/{key}")
             except KeyError:
-                raise Damaged(f"the pickle names storage {key!r}, which the file does not hold") from None
+                raise Damaged(f"the pickle names storage {shown(key)}, which the file does not hold") from None
             nbytes = numel * kind.dtype.itemsize
             if info.file_size != nbytes:
-                raise Damaged(f"storage {key} holds {info.file_size} bytes, its id says {nbytes}")
+                raise Damaged(f"storage {shown(key)} holds {info.file_size} bytes, its id says {nbytes}")
             typed = None
             if not hollow:
-                data = bytearray(nbytes)
-                with archive.open(info) as fh:
-                    if cast(io.BufferedIOBase, fh).readinto(data) != nbytes:
-                        raise Damaged(f"storage {key} is cut short")
+                data = bytearray(members.claim(info))
+                members.read_into(info, data)
                 typed = _typed(kind.dtype, data)
             loaded[key] = Storage(kind.dtype, numel, typed)
             return loaded[key]
 
-        try:
-            machine = Machine(archive.read(pickles[0]), rules.resolve, persistent)
-        except (zipfile.BadZipFile, OSError, ValueError) as exc:
-            raise Damaged(f"not a readable torch file ({exc})") from None
+        machine = Machine(members.read(pickles[0]), resolve, persistent)
         machine.hollow = hollow
         return machine.load()
 
@@ -116,7 +162,8 @@ def read_legacy_storage(data: bytes, hollow: bool) -> Storage:
         pos = machine.end
         return value
 
-    if next_pickle() != LEGACY_MAGIC or next_pickle() != LEGACY_PROTOCOL:
+    magic, protocol = next_pickle(), next_pickle()
+    if type(magic) is not int or magic != LEGACY_MAGIC or type(protocol) is not int or protocol != LEGACY_PROTOCOL:
         raise Damaged("a nested torch file without torch's magic number")
     info = next_pickle()
     if type(info) is not dict or info.get("little_endian") is not True:
@@ -131,7 +178,8 @@ def read_legacy_storage(data: bytes, hollow: bool) -> Storage:
     if not isinstance(root, Storage) or len(found) != 1:
         raise Refused("a nested torch file holding other than one storage")
     kind, key, numel = found[0]
-    if next_pickle() != [key]:
+    keys = next_pickle()
+    if type(keys) is not list or len(keys) != 1 or keys[0] != key:
         raise Damaged("a nested torch file whose key list is not its storage's")
     nbytes = numel * kind.dtype.itemsize
     if int.from_bytes(data[pos:pos + 8], "little") != numel or len(data) != pos + 8 + nbytes:
@@ -139,7 +187,3 @@ def read_legacy_storage(data: bytes, hollow: bool) -> Storage:
     if hollow:
         return Storage(kind.dtype, numel, None)
     return Storage(kind.dtype, numel, _typed(kind.dtype, bytearray(data[pos + 8:])))
-
-
-def load_bytes_or_file(data: bytes | IO[bytes]) -> IO[bytes]:
-    return io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data

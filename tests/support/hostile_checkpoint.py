@@ -227,3 +227,121 @@ def point_shard(iter_dir: Path, key: str, relative_path: str) -> None:
     meta.storage_data[index].relative_path = relative_path
     with open(iter_dir / ".metadata", "wb") as fh:
         pickle.dump(meta, fh)
+
+
+# -- files built to exhaust a reader rather than to run code (issue 49's review) ----------------------------------
+EMPTY_TUPLE, TUPLE1, EMPTY_LIST, APPEND, APPENDS, MEMOIZE, SETITEM = b")", b"\x85", b"]", b"a", b"e", b"\x94", b"s"
+NEWOBJ = b"\x81"
+
+
+def op_get(slot: int) -> bytes:
+    return b"h" + bytes([slot]) if slot < 256 else b"j" + struct.pack("<I", slot)  # BINGET, LONG_BINGET
+
+
+def deep_key(depth: int) -> bytes:
+    """A dict whose key is a tuple nested ``depth`` deep, one byte a level: ``hash`` recurses in C, and a million
+    levels (1 MB) kill the process (SIGSEGV)."""
+    return PROTO4 + EMPTY_DICT + EMPTY_TUPLE + TUPLE1 * depth + NONE + SETITEM + STOP
+
+
+def deep_list(depth: int) -> bytes:
+    """A list nested ``depth`` deep (a list in a list in ...): every walk of it recurses that deep."""
+    return PROTO4 + EMPTY_LIST * depth + APPEND * (depth - 1) + STOP
+
+
+def list_in_itself() -> bytes:
+    """A list appended into itself: a cycle, which no walk of it ends."""
+    return PROTO4 + EMPTY_LIST + MEMOIZE + op_get(0) + APPEND + STOP
+
+
+def changed_after_use() -> bytes:
+    """A list placed in a tuple, then (read back from the memo) appended to: what a check of the tuple saw is no
+    longer what it holds."""
+    return PROTO4 + EMPTY_LIST + MEMOIZE + TUPLE1 + op_get(0) + op_int(1) + APPEND + b"\x86" + STOP  # TUPLE2
+
+
+def shared_tuple_key(width: int, levels: int) -> bytes:
+    """A dict key that is a tuple of ``width`` copies of a tuple of ``width`` copies of ... ``levels`` deep: a few
+    bytes a level, while hashing it costs width**levels."""
+    built = op_str("x") + MEMOIZE  # memo slot 0; each level's tuple takes the next slot
+    for level in range(levels):
+        built = MARK + built + op_get(level) * (width - 1) + TUPLE + MEMOIZE
+    return PROTO4 + EMPTY_DICT + built + NONE + SETITEM + STOP
+
+
+def attribute_bomb(attributes: int, copies: int) -> bytes:
+    """``copies`` argparse.Namespace objects each built with the same memoised state of ``attributes`` entries:
+    seven bytes a copy, ``attributes`` slots each (gigabytes from a file of kilobytes)."""
+    state = EMPTY_DICT + MEMOIZE + MARK + b"".join(op_str(f"a{i}") + NONE for i in range(attributes)) + SETITEMS
+    first = op_global("argparse", "Namespace") + MEMOIZE + EMPTY_TUPLE + NEWOBJ + state + BUILD
+    again = (op_get(0) + EMPTY_TUPLE + NEWOBJ + op_get(1) + BUILD) * (copies - 1)  # slot 0: the class, 1: the state
+    return PROTO4 + EMPTY_LIST + MARK + first + again + APPENDS + STOP
+
+
+def numpy_shape_bomb(dimensions: int) -> bytes:
+    """A numpy array whose shape is ``dimensions`` memo references to one 2**62: multiplying it out is quadratic
+    (a 320 KB file: a minute and a half of CPU)."""
+    big = op_int(2**62) + MEMOIZE
+    shape = MARK + big + op_get(0) * (dimensions - 1) + op_int(0) + TUPLE
+    dtype = op_global("numpy", "dtype") + op_tuple(op_str("u1"), NEWFALSE, NEWTRUE) + REDUCE
+    array = (op_global("numpy._core.multiarray", "_reconstruct")
+             + op_tuple(op_global("numpy", "ndarray"), op_tuple(op_int(0)), op_bytes(b"b")) + REDUCE
+             + op_tuple(op_int(1), shape, dtype, NEWFALSE, op_bytes(b"")) + BUILD)
+    return PROTO4 + array + STOP
+
+
+def compressed_torch_file(pickle_bytes: bytes, inflated: int) -> bytes:
+    """A torch.save-shaped zip whose ``data.pkl`` is ``pickle_bytes`` then zeros to ``inflated`` bytes, deflated
+    (torch never compresses; Python's zipfile inflates a member whole when asked to read it): a 1 GiB member in
+    1 MB. The deflate stream repeats one independently coded block of 16 MiB of zeros (each ends in a full flush),
+    so making it costs a checksum, not a compression, of ``inflated`` bytes."""
+    import zlib
+
+    zeros, name = bytes(1 << 24), b"archive/data.pkl"
+    coder = zlib.compressobj(9, zlib.DEFLATED, -15)
+    head = coder.compress(pickle_bytes) + coder.flush(zlib.Z_FULL_FLUSH)
+    block = coder.compress(zeros) + coder.flush(zlib.Z_FULL_FLUSH)
+    blocks = -(-(inflated - len(pickle_bytes)) // len(zeros))
+    stream = head + block * blocks + zlib.compressobj(9, zlib.DEFLATED, -15).flush()  # the final, empty block
+    crc = zlib.crc32(pickle_bytes)
+    for _ in range(blocks):
+        crc = zlib.crc32(zeros, crc)
+    size = len(pickle_bytes) + blocks * len(zeros)
+    sizes = struct.pack("<III", crc, len(stream), size)
+    local = b"PK\x03\x04" + struct.pack("<HHHHH", 20, 0, 8, 0, 0x21) + sizes + struct.pack("<HH", len(name), 0)
+    central = (b"PK\x01\x02" + struct.pack("<HHHHHH", 20, 20, 0, 8, 0, 0x21) + sizes
+               + struct.pack("<HHHHHII", len(name), 0, 0, 0, 0, 0, 0) + name)
+    body = local + name + stream
+    end = b"PK\x05\x06" + struct.pack("<HHHHIIH", 0, 0, 1, 1, len(central), len(body), 0)
+    return body + central + end
+
+
+def oversized_member(data: bytes, name: str, declared: int) -> bytes:
+    """``data`` (a stored zip) with member ``name``'s sizes in its central directory entry rewritten to
+    ``declared`` (the local header is left as it was)."""
+    at = data.find(b"PK\x01\x02")
+    while at >= 0:  # each central directory entry: its sizes at bytes 20..28, its name at 46
+        length = struct.unpack("<H", data[at + 28:at + 30])[0]
+        if data[at + 46:at + 46 + length] == name.encode():
+            return data[:at + 20] + struct.pack("<II", declared, declared) + data[at + 28:]
+        at = data.find(b"PK\x01\x02", at + 4)
+    raise KeyError(name)
+
+
+def expanded_tensor(elements: int) -> bytes:
+    """A torch.save'd uint8 tensor of ``elements`` elements over one byte of storage (stride 0): 1.5 KB that a
+    ``.contiguous()`` turns into ``elements`` bytes."""
+    import torch
+
+    return torch_bytes(torch.zeros(1, dtype=torch.uint8).expand(elements))
+
+
+def flipped_storage_byte(data: bytes) -> bytes:
+    """A torch.save zip with one bit of its first storage's bytes flipped: its CRC no longer matches."""
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        info = next(i for i in z.infolist() if "/data/" in i.filename)
+    local_extra = struct.unpack("<H", data[info.header_offset + 28:info.header_offset + 30])[0]
+    start = info.header_offset + 30 + len(info.filename.encode()) + local_extra
+    out = bytearray(data)
+    out[start] ^= 1
+    return bytes(out)
