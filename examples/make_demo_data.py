@@ -31,6 +31,7 @@ GENERATED = ("docs/spec.md",)  # tables made from the models: no prose to learn 
 FILES = ("corpus.jsonl", "vocab.json", "merges.txt")
 EOT = "<|endoftext|>"
 VOCAB = 1024  # the tiny preset's vocabulary: <|endoftext|>, 256 bytes and 767 merges
+CORPUS_BUDGET = 400 * 1024  # bytes of corpus.jsonl: the demo stays tiny (and its figures steady) as the project grows
 HEADING = re.compile(r"^(?=#{1,3} )", re.M)
 
 
@@ -55,8 +56,15 @@ def module_docstrings(root: Path) -> Iterator[str]:
 
 
 def documents(root: Path = ROOT) -> list[str]:
-    """The corpus: deterministic for a given tree (sorted files, source order)."""
-    return [*readme_sections(root), *module_docstrings(root)]
+    """The corpus: deterministic for a given tree (sorted files, source order), whole documents in that order while
+    their JSONL lines fit ``CORPUS_BUDGET`` — the project's text grows with every commit, the demo must not."""
+    kept, size = [], 0
+    for doc in (*readme_sections(root), *module_docstrings(root)):
+        size += len(json.dumps({"text": doc}, ensure_ascii=False).encode()) + 1
+        if size > CORPUS_BUDGET:
+            break
+        kept.append(doc)
+    return kept
 
 
 def write_corpus(docs: list[str], path: Path) -> None:

@@ -108,7 +108,7 @@ def test_unsupported_architecture_is_refused(tmp_path):
     src.mkdir()
     (src / "config.json").write_text(json.dumps({"architectures": ["MistralForCausalLM"], "model_type": "mistral"}))
     res = mtk("convert", str(src), str(tmp_path / "out"), cwd=tmp_path)
-    assert res.returncode == 1
+    assert res.returncode == 2  # bad input: the refusal is the exit code of every BadInput
     assert "MistralForCausalLM" in res.stderr and "not supported" in res.stderr
     assert "Traceback" not in res.stderr
     assert not (tmp_path / "out").exists()
