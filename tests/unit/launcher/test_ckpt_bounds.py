@@ -285,7 +285,8 @@ for case, ckpt in ARGS["roots"].items():
         for line in (precheck[1], rank[1]):
             assert line.startswith(f"{tracker} {words}") and "\n" not in line, (case, line)
         assert precheck[2] == rank[2] == 2, (case, precheck, rank)
-        assert launch[0] == "loaded" and launch[1].startswith(f"train.checkpoint.dir: {tracker} {words}"), (case, launch)
+        assert launch[0] == "loaded", (case, launch)
+        assert launch[1].startswith(f"train.checkpoint.dir: {tracker} {words}"), (case, launch)
         assert " | " not in launch[1], launch  # one problem
 
 
