@@ -83,8 +83,6 @@ SCHEDULE = "the learning-rate schedule"
 CHANGES: dict[str, str] = {
     "--lr-warmup-fraction": "the warmup length as a fraction of the decay; the spec has no field for it yet (set "
                             "train.lr_warmup_iters instead)",
-    "--rampup-batch-size": "a global batch that grows during training; mtk trains one global batch size",
-    "--step-batch-size-schedule": "a global batch that changes during training; mtk trains one global batch size",
     "--use-megatron-fsdp": FSDP, "--data-parallel-sharding-strategy": FSDP, "--outer-dp-sharding-strategy": FSDP,
     "--window-size": "sliding-window attention; mtk's attention is full causal attention",
     "--window-attn-skip-freq": "which layers use sliding-window attention",
