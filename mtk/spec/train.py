@@ -219,10 +219,12 @@ def _steps(value: Any) -> list[Any]:
         return [{"tokens": t, "global_batch_size": b} for t, b in parse_steps(value)]
     if not isinstance(value, list):
         return value
-    tokens = [s.tokens if isinstance(s, BatchStep) else s.get("tokens") if isinstance(s, dict) else None
-              for s in value]
-    if not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
-        return value  # the steps' own validation names what is wrong
+    tokens: list[int] = []
+    for step in value:
+        t = step.tokens if isinstance(step, BatchStep) else step.get("tokens") if isinstance(step, dict) else None
+        if not isinstance(t, int) or isinstance(t, bool):
+            return value  # the steps' own validation names what is wrong
+        tokens.append(t)
     return [s for _, s in sorted(zip(tokens, value, strict=True), key=lambda pair: pair[0])]
 
 
