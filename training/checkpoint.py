@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mtk.batch_schedule import BatchSchedule
 from mtk.files import atomic_write, open_append
 
 from . import lease
@@ -406,10 +407,10 @@ def load_checkpoint(found: tuple[Path, int, bool], model: list, optimizer, sched
         else:
             optimizer.load_state_dict(loaded["optimizer"])
     restore_adam_steps(optimizer)
-    gbs = job.train.global_batch_size
-    spec_schedule = lr_resume.of_scheduler(scheduler, gbs)  # before load_state_dict: "keep" overwrites it
+    batches = BatchSchedule.of(job)
+    spec_schedule = lr_resume.of_scheduler(scheduler, batches)  # before load_state_dict: "keep" overwrites it
     scheduler.load_state_dict(loaded["opt_param_scheduler"])
-    line = lr_resume.resume_line(scheduler, spec_schedule, loaded["opt_param_scheduler"], gbs,
+    line = lr_resume.resume_line(scheduler, spec_schedule, loaded["opt_param_scheduler"], batches,
                                  job.train.lr_schedule_on_resume)
     if line:
         log(line)

@@ -121,9 +121,12 @@ def cache_dir(job: Job, run_dir: str | None = None) -> str:
 
 
 def split_sizes(job: Job) -> list[int]:
-    """Samples to build per split: all training steps, and enough validation batches for every eval."""
+    """Samples to build per split: all training steps (the samples they consume: Megatron-LM's train samples, which
+    decide the dataset's epochs and so its order), and enough validation batches for every eval."""
+    from mtk.batch_schedule import BatchSchedule
+
     t = job.train
-    train = t.iterations * t.global_batch_size
+    train = BatchSchedule.of(job).samples(t.iterations)
     evals = (t.iterations // t.eval_interval + 1) if t.eval_interval else 0
     return [train, evals * t.eval_iters * t.global_batch_size, 0]
 

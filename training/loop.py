@@ -1,7 +1,9 @@
 """The pretraining loop: build everything from the job spec, resume, train, evaluate, save, exit.
 
-One iteration = one optimizer step over ``global_batch_size`` sequences, split into micro-batches by
-megatron.core's ``get_forward_backward_func`` schedule (1F1B with pipeline parallelism). After every
+One iteration = one optimizer step over ``global_batch_size`` sequences (under ``train.batch_size_schedule`` the
+batch megatron-core's ``StepBatchsizeNumMicroBatchesCalculator`` gives the samples consumed before it, as
+Megatron-LM's loop asks it), split into micro-batches by megatron.core's ``get_forward_backward_func`` schedule
+(1F1B with pipeline parallelism). After every
 iteration all ranks do one small all-reduce that carries the loss (from the last pipeline stage) and the
 run-control flags (signals, trigger files), so logging and stop/save decisions agree everywhere.
 
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mtk import checkpoint_paths, exitcodes
+from mtk.batch_schedule import BatchSchedule
 
 from . import compat
 from .refusal import Refused, refuse_together
@@ -220,10 +223,21 @@ class Trainer:
         from .stragglers import StragglerStats
 
         self.stragglers = StragglerStats(job.resilience.stragglers, self.run_dir, self.rank, self.world)
-        self.num_microbatches = job.train.micro_batches(self.dp_size)
+        self.num_microbatches = job.train.micro_batches(self.dp_size)  # this iteration's (the schedule's, if any)
+        self.batch = job.train.global_batch_size
+        self.calculator = optim.batch_calculator(job, self.dp_size, self.rank)
+
+    def _next_batch(self) -> None:
+        """The global batch and micro-batch count of the next iteration: under a batch-size schedule, megatron-core's
+        calculator at the samples consumed so far (it checks the batch divides by micro batch × data parallel)."""
+        if self.calculator is None:
+            return
+        self.calculator.update(self.consumed, consistency_check=True)
+        self.num_microbatches = self.calculator.get()
+        self.batch = self.calculator.get_current_global_batch_size()
 
     # ------------------------------------------------------------------ steps
-    def _fwd_bwd(self, iterator, forward_only: bool) -> list[dict]:
+    def _fwd_bwd(self, iterator, forward_only: bool, num_microbatches: int | None = None) -> list[dict]:
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
         t, m = self.job.train, self.job.model
@@ -232,7 +246,7 @@ class Trainer:
             forward_step_func=self.stragglers.wrap(partial(forward_step, per_token=t.per_token_loss)),
             data_iterator=[iterator] * len(self.model) if many else iterator,
             model=self.model if many else self.model[0],
-            num_microbatches=self.num_microbatches,
+            num_microbatches=self.num_microbatches if num_microbatches is None else num_microbatches,
             seq_length=m.seq_length,
             micro_batch_size=t.micro_batch_size,
             decoder_seq_length=m.seq_length,
@@ -246,7 +260,7 @@ class Trainer:
         losses = self._fwd_bwd(self.train_iter, forward_only=False)
         ok, grad_norm, _zeros = self.optimizer.step()
         if ok:
-            self.scheduler.step(increment=self.job.train.global_batch_size)
+            self.scheduler.step(increment=self.batch)
         return losses, not ok, grad_norm
 
     def _moe_aux_loss(self) -> tuple[float, float]:
@@ -276,8 +290,11 @@ class Trainer:
                 chunk.eval()
             total = torch.zeros(2, dtype=torch.float64, device=torch.cuda.current_device())
             with torch.no_grad():
+                # evaluation batches are the (final) global batch, whatever the schedule trains now
+                eval_microbatches = self.job.train.micro_batches(self.dp_size)
                 for _ in range(self.job.train.eval_iters):
-                    total += _loss_sum(self._fwd_bwd(self.valid_iter, forward_only=True))
+                    total += _loss_sum(self._fwd_bwd(self.valid_iter, forward_only=True,
+                                                     num_microbatches=eval_microbatches))
             for chunk in self.model:
                 chunk.train()
         dist.all_reduce(total)
@@ -326,11 +343,11 @@ class Trainer:
         common = common_state(self.job, iteration=self.iteration, consumed_samples=self.consumed,
                               data_parallel_size=self.dp_size, vocab_size=self.tok.vocab_size,
                               padded_vocab_size=self.padded_vocab,
-                              flops_so_far=self.iteration * flops_per_iteration(self.job, self.padded_vocab),
+                              flops_so_far=flops_per_iteration(self.job, self.padded_vocab, batch=self.consumed),
                               tokenizer=self.tokenizer_record)
         from .lr_resume import record_in_args
 
-        record_in_args(common["args"], self.scheduler, self.job.train.global_batch_size)
+        record_in_args(common["args"], self.scheduler, self.job.train.global_batch_size)  # samples with a schedule
         with params_synced(self.model, self.optimizer, self.plan):
             path = self.ckpt.save(self.iteration, self.model, self.optimizer, self.scheduler, common,
                                   self.job.parallel.distributed_optimizer, blocking=blocking,
@@ -352,8 +369,11 @@ class Trainer:
             _log(self.rank, f"[mtk] checkpoint is at iteration {self.iteration} ≥ train.iterations "
                             f"({t.iterations}): nothing to do")
             return exitcodes.OK, "already complete"
-        _log(self.rank, f"[mtk] training iterations {self.iteration + 1}..{t.iterations}, "
-                        f"{self.num_microbatches} micro-batches per step")
+        if self.calculator is None:
+            per_step = f"{self.num_microbatches} micro-batches per step"
+        else:
+            per_step = BatchSchedule.of(self.job).describe(t.iterations, self.job.model.seq_length)
+        _log(self.rank, f"[mtk] training iterations {self.iteration + 1}..{t.iterations}, {per_step}")
         for chunk in self.model:
             chunk.train()
         self.gc.start()
@@ -362,6 +382,7 @@ class Trainer:
             self.heartbeat.beat("step", nxt)
             self.profiler.before(nxt)
             self.nsys.before(nxt)
+            self._next_batch()
             t0 = time.perf_counter()
             losses, skipped, grad_norm = self.train_step()
             device_synchronize()
@@ -369,7 +390,7 @@ class Trainer:
             self.profiler.after(nxt)
             self.nsys.after(nxt)
             self.iteration = nxt
-            self.consumed += t.global_batch_size
+            self.consumed += self.batch
             self.gc.after_step(nxt)
             log_now = nxt % t.log_interval == 0 or nxt == t.iterations
             aux, aux_n = self._moe_aux_loss()
@@ -383,7 +404,7 @@ class Trainer:
             loss = red[0] / red[1] if red[1] > 0 else float("nan")
             decision = self.control.decision(red[4:])
             self.metrics.stragglers(self.stragglers.receive(nxt, red[4 + len(flags):]))
-            self.metrics.step(loss, step_s, skipped, red[2] / red[3] if red[3] > 0 else None)
+            self.metrics.step(loss, step_s, skipped, red[2] / red[3] if red[3] > 0 else None, batch=self.batch)
             if log_now:
                 from .metrics import logged_lrs
 

@@ -14,10 +14,12 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
+from mtk.batch_schedule import BatchSchedule
+
 
 @dataclass(frozen=True)
 class Horizon:
-    """A schedule in the spec's units (iterations of the current global batch)."""
+    """A schedule in the spec's units (iterations of the run's global batch, or of its batch-size schedule)."""
 
     max_lr: float
     min_lr: float
@@ -39,50 +41,58 @@ def _first(state: dict[str, Any], *keys: str) -> Any:
     return next(state[k] for k in keys if k in state)
 
 
-def of_state(state: dict[str, Any], gbs: int) -> Horizon:
-    """The schedule a checkpoint's ``opt_param_scheduler`` state holds."""
+def of_state(state: dict[str, Any], batches: BatchSchedule) -> Horizon:
+    """The schedule a checkpoint's ``opt_param_scheduler`` state holds (its steps are samples)."""
     return Horizon(float(_first(state, "start_lr", "max_lr")), float(state["min_lr"]),
-                   _first(state, "warmup_iter", "warmup_steps", "lr_warmup_steps") / gbs,
-                   _first(state, "end_iter", "decay_steps", "lr_decay_steps") / gbs,
+                   batches.span(_first(state, "warmup_iter", "warmup_steps", "lr_warmup_steps")),
+                   batches.span(_first(state, "end_iter", "decay_steps", "lr_decay_steps")),
                    str(_first(state, "decay_style", "lr_decay_style")))
 
 
-def of_scheduler(scheduler: Any, gbs: int) -> Horizon:
+def of_scheduler(scheduler: Any, batches: BatchSchedule) -> Horizon:
     """The schedule a live OptimizerParamScheduler follows."""
-    return Horizon(float(scheduler.max_lr), float(scheduler.min_lr), scheduler.lr_warmup_steps / gbs,
-                   scheduler.lr_decay_steps / gbs, str(scheduler.lr_decay_style))
+    return Horizon(float(scheduler.max_lr), float(scheduler.min_lr), batches.span(scheduler.lr_warmup_steps),
+                   batches.span(scheduler.lr_decay_steps), str(scheduler.lr_decay_style))
 
 
-def next_lr(scheduler: Any, horizon: Horizon | None, gbs: int) -> float:
+def next_lr(scheduler: Any, horizon: Horizon | None, batches: BatchSchedule) -> float:
     """The LR the next iteration logs (the scheduler's value one step on): as the run will compute it (``None``),
     or had it followed ``horizon``."""
     probe = copy.copy(scheduler)  # get_lr reads only plain attributes: a shallow copy leaves the run's alone
-    probe.num_steps = scheduler.num_steps + gbs
+    probe.num_steps = scheduler.num_steps + batches.batch_at(scheduler.num_steps)
     groups = scheduler.optimizer.param_groups
     group = next((g for g in groups if g.get("default_config", True)), groups[0])
     if horizon is None:
         return float(probe.get_lr(group))
     probe.max_lr, probe.min_lr, probe.lr_decay_style = horizon.max_lr, horizon.min_lr, horizon.style
-    probe.lr_warmup_steps = round(horizon.warmup_iters * gbs)
-    probe.lr_decay_steps = round(horizon.decay_iters * gbs)
+    probe.lr_warmup_steps = round(_samples(batches, horizon.warmup_iters))
+    probe.lr_decay_steps = round(_samples(batches, horizon.decay_iters))
     # a param group's own max_lr/min_lr win in get_lr: drop them so that the horizon's apply
     return float(probe.get_lr({k: v for k, v in group.items() if k not in ("max_lr", "min_lr")}))
 
 
-def resume_line(scheduler: Any, spec: Horizon, saved_state: dict[str, Any], gbs: int, choice: str) -> str | None:
+def _samples(batches: BatchSchedule, iterations: float) -> float:
+    """:meth:`BatchSchedule.span` back: fractional iterations in samples."""
+    whole = int(iterations)
+    start = batches.samples(whole)
+    return start + (iterations - whole) * batches.batch_at(start)
+
+
+def resume_line(scheduler: Any, spec: Horizon, saved_state: dict[str, Any], batches: BatchSchedule,
+                choice: str) -> str | None:
     """One line when the checkpoint's schedule differs from the spec's (None when they agree): both horizons,
     which one this run follows, and the next iteration's LR under each. Call after ``load_state_dict``."""
-    saved = of_state(saved_state, gbs)
+    saved = of_state(saved_state, batches)
     if saved == spec:
         return None
-    iteration = round(scheduler.num_steps / gbs) + 1
+    iteration = round(batches.span(scheduler.num_steps)) + 1
     other = spec if choice == "keep" else saved
     other_name = "replan" if choice == "keep" else "keep"
     whose = "the checkpoint's" if choice == "keep" else "this spec's"
     return (f"[checkpoint] LR schedule differs from the checkpoint's: checkpoint {saved.describe()}; spec "
             f"{spec.describe()}. Following {whose} (train.lr_schedule_on_resume: {choice}): iteration {iteration} "
-            f"lr {next_lr(scheduler, None, gbs):.6E} ({other_name} would give "
-            f"{next_lr(scheduler, other, gbs):.6E})")
+            f"lr {next_lr(scheduler, None, batches):.6E} ({other_name} would give "
+            f"{next_lr(scheduler, other, batches):.6E})")
 
 
 def record_in_args(args: Any, scheduler: Any, gbs: int) -> None:

@@ -30,13 +30,14 @@
 ``restart_count`` is ``SLURM_RESTART_COUNT`` (Slurm requeues) or ``TORCHELASTIC_RESTART_COUNT``
 (torchrun/PyTorchJob elastic restarts), else 0.
 
-Throughput: tokens/s = global batch × seq length / step time. TFLOP/s per GPU counts FLOPs as megatron-core
-0.19's ``num_floating_point_operations`` (``megatron/training/training.py``) does, so MFU compares with
-Megatron-LM logs (:data:`FLOPS_CONVENTION`, recorded in every train record): every GEMM runs three times
-(forward, weight-grad, data-grad), at 2 FLOPs per multiply-add, for attention projections (with GQA), the
-attention score/context products under the *causal* mask (half of the s × s products: before #26 mtk
-counted all of them, 4-12% more at seq 2048-8192), the MLP (×1.5 for SwiGLU's third matrix; for MoE the
-*routed* top-k experts, i.e. active parameters) and the output logits; divided by step time × world size.
+Throughput: tokens/s = global batch × seq length / step time (with ``train.batch_size_schedule``: the batches the
+iterations since the last record trained; ``global_batch_size`` is the last one's, as Megatron-LM logs it). TFLOP/s
+per GPU counts FLOPs as megatron-core 0.19's ``num_floating_point_operations`` (``megatron/training/training.py``)
+does, so MFU compares with Megatron-LM logs (:data:`FLOPS_CONVENTION`, recorded in every train record): every GEMM
+runs three times (forward, weight-grad, data-grad), at 2 FLOPs per multiply-add, for attention projections (with
+GQA), the attention score/context products under the *causal* mask (half of the s × s products: before #26 mtk
+counted all of them, 4-12% more at seq 2048-8192), the MLP (×1.5 for SwiGLU's third matrix; for MoE the *routed*
+top-k experts, i.e. active parameters) and the output logits; divided by step time × world size.
 """
 
 from __future__ import annotations
@@ -70,11 +71,12 @@ FLOPS_CONVENTION = "megatron-lm"
 were written before it and counted full (non-causal) attention."""
 
 
-def flops_per_iteration(job: Job, padded_vocab: int) -> float:
-    """Model FLOPs of one optimizer step (forward + backward) for the whole global batch, as Megatron-LM
-    counts them (causal attention: the score and context GEMMs cover half of the s × s matrix)."""
+def flops_per_iteration(job: Job, padded_vocab: int, batch: int | None = None) -> float:
+    """Model FLOPs of one optimizer step (forward + backward) over ``batch`` sequences (default: the global batch),
+    as Megatron-LM counts them (causal attention: the score and context GEMMs cover half of the s × s matrix)."""
     m = job.model
-    b, s, layers, h = job.train.global_batch_size, m.seq_length, m.num_layers, m.hidden_size
+    b = job.train.global_batch_size if batch is None else batch
+    s, layers, h = m.seq_length, m.num_layers, m.hidden_size
     kv_channels = h // m.num_attention_heads
     q_ratio = kv_channels * m.num_attention_heads / h
     gated = 1.5 if m.activation == "swiglu" else 1.0
@@ -151,12 +153,16 @@ class MetricsWriter:
         self.enabled = rank == 0
         self.world = world_size
         self.path = Path(run_dir) / run_layout.METRICS_FILE
-        self.flops = flops_per_iteration(job, padded_vocab)
-        self.tokens_per_step = job.train.global_batch_size * job.model.seq_length
+        self.flops_per_sample = flops_per_iteration(job, padded_vocab, batch=1)
+        from mtk.batch_schedule import BatchSchedule
+
+        self.schedule = BatchSchedule.of(job)
         self.restarts = restart_count()
         self.tb = None
         self._straggler_note: str | None = None
         self._stamps: deque[float] = deque(maxlen=PACE_WINDOW + 1)  # when each of the last iterations ended
+        self._stamp_samples: deque[int] = deque(maxlen=PACE_WINDOW + 1)  # and the batch each of them trained
+        self._batch = job.train.global_batch_size
         self._reset()
         if self.enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -170,15 +176,21 @@ class MetricsWriter:
         self._loss_n = 0
         self._time_sum = 0.0
         self._iters = 0
+        self._samples = 0
         self._skipped = 0
         self._nan = 0
         self._aux = 0.0
         self._aux_n = 0
 
-    def step(self, loss: float, step_time_s: float, skipped: bool, aux_loss: float | None = None) -> None:
-        """Accumulate one iteration (call on every rank: cheap; only rank 0 keeps the numbers)."""
+    def step(self, loss: float, step_time_s: float, skipped: bool, aux_loss: float | None = None,
+             batch: int | None = None) -> None:
+        """Accumulate one iteration of ``batch`` sequences (default: the global batch; call on every rank: cheap;
+        only rank 0 keeps the numbers)."""
+        self._batch = self.job.train.global_batch_size if batch is None else batch
         self._stamps.append(time.monotonic())
+        self._stamp_samples.append(self._batch)
         self._iters += 1
+        self._samples += self._batch
         self._time_sum += step_time_s
         if math.isnan(loss) or math.isinf(loss):
             self._nan += 1
@@ -195,6 +207,7 @@ class MetricsWriter:
         if not self._iters:
             return None
         step_s = self._time_sum / self._iters
+        seconds = max(self._time_sum, 1e-12)
         rec: dict[str, Any] = {
             "kind": "train",
             "iteration": iteration,
@@ -204,12 +217,12 @@ class MetricsWriter:
             "grad_norm": None if grad_norm is None or math.isnan(grad_norm) else float(grad_norm),
             "loss_scale": float(loss_scale),
             "step_time_ms": step_s * 1e3,
-            "tokens_per_s": self.tokens_per_step / step_s,
-            "tflops_per_gpu": self.flops / (step_s * self.world * 1e12),
+            "tokens_per_s": self._samples * self.job.model.seq_length / seconds,
+            "tflops_per_gpu": self.flops_per_sample * self._samples / (seconds * self.world * 1e12),
             "flops_convention": FLOPS_CONVENTION,
             "skipped": self._skipped,
             "nan": self._nan,
-            "global_batch_size": self.job.train.global_batch_size,
+            "global_batch_size": self._batch,
             "restart_count": self.restarts,
             "time": time.time(),
         }
@@ -221,7 +234,7 @@ class MetricsWriter:
             rec["straggler"], self._straggler_note = self._straggler_note, None
         self._reset()
         if self.enabled:
-            print(format_line(rec, self.job.train.iterations, self.eta(iteration, step_s)), flush=True)
+            print(format_line(rec, self.job.train.iterations, self.eta(iteration, step_s, consumed)), flush=True)
             self._write(rec)
             if self.tb is not None:
                 for key in ("lm_loss", "lr", "grad_norm", "loss_scale", "step_time_ms", "tokens_per_s",
@@ -231,10 +244,18 @@ class MetricsWriter:
                 self.tb.flush()
         return rec
 
-    def eta(self, iteration: int, step_s: float) -> float:
+    def eta(self, iteration: int, step_s: float, consumed: int | None = None) -> float:
         """Seconds left: the remaining iterations at the mean wall time per iteration over the last
-        ``PACE_WINDOW`` (evals and saves included, as they will recur); the step time until two have ended."""
+        ``PACE_WINDOW`` (evals and saves included, as they will recur); the step time until two have ended. Under a
+        batch-size schedule (given ``consumed``) the remaining samples at the recent wall time per sample: later
+        iterations train bigger batches."""
         stamps = self._stamps
+        if consumed is not None and not self.schedule.constant:
+            left = max(0, self.schedule.samples(self.job.train.iterations) - consumed)
+            trained = sum(list(self._stamp_samples)[1:])
+            per_sample = (stamps[-1] - stamps[0]) / trained if len(stamps) > 1 and trained else \
+                step_s / max(self._batch, 1)
+            return left * per_sample
         pace = (stamps[-1] - stamps[0]) / (len(stamps) - 1) if len(stamps) > 1 else step_s
         return max(0, self.job.train.iterations - iteration) * pace
 

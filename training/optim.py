@@ -118,3 +118,16 @@ def build_scheduler(job: Job, optimizer):
     # peak/final LR, warmup and decay in samples, style, weight decay and its (constant) schedule, and whose
     # schedule wins on resume: the flag table's, as Megatron-LM's get_optimizer_param_scheduler computes them
     return OptimizerParamScheduler(optimizer, **core_kwargs(job, megatron_flags.SCHEDULER))
+
+
+def batch_calculator(job: Job, dp_size: int, rank: int):
+    """megatron-core's micro-batch calculator for ``train.batch_size_schedule`` (None for a constant global batch):
+    the one Megatron-LM's loop asks, each iteration, for the batch at the samples consumed so far — its thresholds
+    (tokens ÷ seq length), micro batch and schedule from the flag table."""
+    if not job.train.batch_size_schedule:
+        return None
+    from megatron.core.num_microbatches_calculator import StepBatchsizeNumMicroBatchesCalculator
+
+    return StepBatchsizeNumMicroBatchesCalculator(**core_kwargs(job, megatron_flags.CALCULATOR),
+                                                  data_parallel_size=dp_size, decrease_batch_size_if_needed=False,
+                                                  rank=rank)

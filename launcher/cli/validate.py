@@ -90,6 +90,11 @@ def command(job_file, overrides, backend, check_files, quiet, by_megatron, megat
     if f.active_parameters != f.parameters:
         click.echo(f"active parameters:       {_human(f.active_parameters)}")
     click.echo(f"tokens per step:         {f.tokens_per_step:,}")
+    if job.train.batch_size_schedule:
+        from mtk.batch_schedule import BatchSchedule
+
+        click.echo(f"  {BatchSchedule.of(job).describe(job.train.iterations, job.model.seq_length)} (the figures above "
+                   "and the memory below are at the last, largest batch)")
     click.echo(f"vocabulary:              {vocab.size:,} tokens, padded to {vocab.padded:,} "
                f"({vocab.source if vocab.known else 'model.vocab_size, standing in'})")
     if vocab.note(job):

@@ -77,22 +77,36 @@ SAME_MATH: dict[str, str] = {
 # Paths mtk sets itself: a value the script leaves unknown is not needed (the spec's default path is used).
 PATHS: frozenset[str] = frozenset({"--save", "--load", "--data-cache-path", "--tensorboard-dir"})
 
+# an attention or activation variant megatron-core has and mtk's spec does not (yet): refused, with what it is
+NOT_HONOURED = "known, not honoured:"
 FSDP = "Megatron-FSDP shards parameters and gradients; mtk trains with DDP and the distributed optimizer"
 MLA = "multi-latent attention (DeepSeek's); mtk's GPTModel uses standard attention"
 SCHEDULE = "the learning-rate schedule"
 CHANGES: dict[str, str] = {
     "--lr-warmup-fraction": "the warmup length as a fraction of the decay; the spec has no field for it yet (set "
                             "train.lr_warmup_iters instead)",
-    "--rampup-batch-size": "a global batch that grows during training; mtk trains one global batch size",
-    "--step-batch-size-schedule": "a global batch that changes during training; mtk trains one global batch size",
     "--use-megatron-fsdp": FSDP, "--data-parallel-sharding-strategy": FSDP, "--outer-dp-sharding-strategy": FSDP,
-    "--window-size": "sliding-window attention; mtk's attention is full causal attention",
-    "--window-attn-skip-freq": "which layers use sliding-window attention",
-    "--softmax-type": "the attention softmax (learnable sinks); mtk uses the plain softmax",
-    "--quick-geglu": "the activation (quick GeGLU); the spec's model.activation is gelu or swiglu",
-    "--glu-linear-offset": "the activation (a GLU offset)", "--activation-func-clamp-value": "the activation (clamped)",
-    "--squared-relu": "the activation (squared ReLU)", "--enable-gpt-oss": "gpt-oss's attention and activation",
-    "--qk-layernorm": "a LayerNorm on queries and keys", "--norm-epsilon": "the normalization's epsilon",
+    "--window-size": f"sliding-window attention (megatron-core's TransformerConfig.window_size; gpt-oss: 127,0 on "
+                     f"every other layer): {NOT_HONOURED} the spec has no field for it, mtk's attention sees the "
+                     "whole causal context",
+    "--window-attn-skip-freq": f"which layers use sliding-window attention (TransformerConfig.window_attn_skip_freq): "
+                               f"{NOT_HONOURED} mtk has no sliding window (--window-size)",
+    "--softmax-type": f"the attention softmax (TransformerConfig.softmax_type off-by-one or learnable: gpt-oss's sink, "
+                      f"a parameter per head in every attention layer): {NOT_HONOURED} mtk's model uses the vanilla "
+                      "softmax and its checkpoints hold no softmax_offset",
+    "--quick-geglu": f"the MLP activation (gpt-oss's gated quick-GELU: TransformerConfig.activation_func quick_gelu "
+                     f"with gated_linear_unit): {NOT_HONOURED} model.activation is gelu or swiglu",
+    "--glu-linear-offset": f"the MLP activation (TransformerConfig.glu_linear_offset, added to the GLU's linear "
+                           f"half): {NOT_HONOURED} mtk's GLU (swiglu) has none",
+    "--activation-func-clamp-value": f"the MLP activation (TransformerConfig.activation_func_clamp_value clamps what "
+                                     f"it reads): {NOT_HONOURED} mtk's activations are not clamped",
+    "--squared-relu": f"the MLP activation (squared ReLU): {NOT_HONOURED} model.activation is gelu or swiglu",
+    "--enable-gpt-oss": "gpt-oss's YaRN rotary embedding (scaling 32 from 131,072 positions; pretrain_gpt.py takes "
+                        "the flag only with nvidia-modelopt installed, and stops at it otherwise): "
+                        f"{NOT_HONOURED} mtk's rotary embedding has no YaRN scaling",
+    "--qk-layernorm": f"a LayerNorm on queries and keys (TransformerConfig.qk_layernorm): {NOT_HONOURED} mtk's "
+                      "attention has none",
+    "--norm-epsilon": "the normalization's epsilon",
     "--add-qkv-bias": "a bias on query, key and value",
     **dict.fromkeys(("--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim",
                      "--qk-pos-emb-head-dim", "--v-head-dim"), MLA),

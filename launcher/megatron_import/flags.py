@@ -15,6 +15,7 @@ from mtk.megatron_flags import Flag
 
 from ..bash_reader import Value
 from ..bash_reader.values import Chunk
+from . import batch_flags
 from .flag_classes import PATHS, SAME_MATH, classify
 
 TOKENIZERS = ("GPT2BPETokenizer", "HuggingFaceTokenizer", "GPTSentencePieceTokenizer", "NullTokenizer")
@@ -154,7 +155,7 @@ def _unquote(text: str, flag: str, out: Imported) -> str:
 
 def _apply(row: Flag, values: list[str], group: Group, given: dict[str, Any], out: Imported) -> None:
     flag = row.flag
-    if row.form == "value" and flag != "--data-path" and len(values) != 1:
+    if row.form == "value" and flag not in ("--data-path", batch_flags.RAMPUP) and len(values) != 1:
         out.refused.append((flag, f"expects one value, got {len(values)} ({' '.join(values)!r}){where(group.flag)}"))
         return
     if row.form != "value" and values:
@@ -287,7 +288,8 @@ def _keep(values: list[str], given: dict, out: Imported) -> None:
 SPECIAL = {"--data-path": _data_path, "--tokenizer-type": _tokenizer_type, "--eval-iters": _eval_iters,
            "--load": _load, "--save": _save, "--train-samples": _samples("train.iterations"),
            "--lr-warmup-samples": _samples("train.lr_warmup_iters"),
-           "--lr-decay-samples": _samples("train.lr_decay_iters"), "--num-query-groups": _keep}
+           "--lr-decay-samples": _samples("train.lr_decay_iters"), "--num-query-groups": _keep,
+           batch_flags.RAMPUP: batch_flags.read_rampup}
 
 
 def _after(given: dict[str, Any], out: Imported) -> None:
@@ -305,6 +307,14 @@ def _after(given: dict[str, Any], out: Imported) -> None:
         elif groups_ != get_field(spec, "model.num_attention_heads"):
             out.honoured.remove("--num-query-groups")
             out.ignored.append(("--num-query-groups", "Megatron-LM ignores it without --group-query-attention"))
+    if batch_flags.STEP in given and "--global-batch-size" in given:
+        out.honoured.remove("--global-batch-size")
+        out.refused.append(("--global-batch-size", f"given with {batch_flags.STEP}: Megatron-LM stops at the two "
+                                                   "together (the schedule's last step is the global batch)"))
+        del spec["train"]["global_batch_size"]
+    batch_flags.apply_rampup(given, out, get_field, set_field)
+    batch_flags.refuse_iterations(given, out, spec, get_field)
+    schedule = batch_flags.schedule_of(spec, get_field)
     gbs = get_field(spec, "train.global_batch_size")
     for field_, samples in given.get("samples", []):
         flag = next(f for f, s in SAMPLE_FLAGS.items() if s == field_)
@@ -313,6 +323,9 @@ def _after(given: dict[str, Any], out: Imported) -> None:
         if other is not None and (flag != "--lr-warmup-samples" or other != "0"):
             out.refused.append((flag, f"given with {iters}: Megatron-LM counts in iterations or in samples, and stops "
                                       "at both"))
+            continue
+        if schedule is not None:
+            set_field(spec, field_, batch_flags.iterations_of(flag, samples, schedule, given, out))
             continue
         if not gbs:
             out.refused.append((flag, "needs --global-batch-size to count iterations"))
@@ -375,7 +388,7 @@ def required(out: Imported, world: int | None) -> None:
     given = {flag for flag, _ in [*out.refused, *out.ignored]} | set(out.given)  # given, if not honoured
     if "micro_batch_size" not in train and "--micro-batch-size" not in given:
         out.refused.append(("--micro-batch-size", "not given: Megatron-LM requires it"))
-    if "global_batch_size" not in train and "--global-batch-size" not in given:
+    if "global_batch_size" not in train and "--global-batch-size" not in given and "batch_size_schedule" not in train:
         parallel = spec.get("parallel", {})
         split = parallel.get("tp", 1) * parallel.get("pp", 1) * parallel.get("cp", 1)
         if world is None or world % split:

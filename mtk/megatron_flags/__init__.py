@@ -36,6 +36,7 @@ from .mapping import (
 )
 from .reference import reference_markdown, show
 from .row import (
+    CALCULATOR,
     DDP,
     GPT,
     GROUPS,
@@ -58,9 +59,9 @@ from .row import (
 from .table import BY_NAME, CHECKPOINT_FORMAT, DERIVED, FLAGS, PRECISION_DTYPE, SET_BY_MTK, SPEC_ONLY, TABLE
 
 __all__ = [
-    "BY_NAME", "CHECKPOINT_FORMAT", "DDP", "DERIVED", "FLAGS", "GPT", "GROUPS", "LOCAL_SPEC", "OC", "PRECISION_DTYPE",
-    "SCHEDULER", "SET", "SET_BY_MTK", "SPEC_ONLY", "TABLE", "TARGETS", "TC", "TE_SPEC", "Derived", "Flag", "Form",
-    "Needs", "Written", "absent_values", "applies", "args_values", "argv_from_args", "core_kwargs", "dtype_name", "get",
-    "lookup", "names_to_fields", "pretrain_argv", "record_schedule", "recorded_name", "reference_markdown", "rows",
-    "show", "spec_default", "spec_value", "suggestion",
+    "BY_NAME", "CALCULATOR", "CHECKPOINT_FORMAT", "DDP", "DERIVED", "FLAGS", "GPT", "GROUPS", "LOCAL_SPEC", "OC",
+    "PRECISION_DTYPE", "SCHEDULER", "SET", "SET_BY_MTK", "SPEC_ONLY", "TABLE", "TARGETS", "TC", "TE_SPEC",
+    "Derived", "Flag", "Form", "Needs", "Written", "absent_values", "applies", "args_values", "argv_from_args",
+    "core_kwargs", "dtype_name", "get", "lookup", "names_to_fields", "pretrain_argv", "record_schedule",
+    "recorded_name", "reference_markdown", "rows", "show", "spec_default", "spec_value", "suggestion",
 ]

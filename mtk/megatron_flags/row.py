@@ -17,7 +17,8 @@ SCHEDULER = "OptimizerParamScheduler"
 GPT = "GPTModel"
 LOCAL_SPEC, TE_SPEC = "get_gpt_layer_local_spec", "get_gpt_layer_with_transformer_engine_spec"
 GROUPS = "initialize_model_parallel"
-TARGETS = (TC, OC, DDP, SCHEDULER, GPT, LOCAL_SPEC, TE_SPEC, GROUPS)
+CALCULATOR = "StepBatchsizeNumMicroBatchesCalculator"  # megatron-core's micro-batch count under a batch schedule
+TARGETS = (TC, OC, DDP, SCHEDULER, GPT, LOCAL_SPEC, TE_SPEC, GROUPS, CALCULATOR)
 # ``needs`` value meaning "set to anything but None"
 SET: tuple[Any, ...] = ()
 

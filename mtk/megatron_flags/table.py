@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .row import DDP, GPT, GROUPS, LOCAL_SPEC, OC, SCHEDULER, TC, TE_SPEC, Derived, Flag
+from mtk.batch_schedule import BatchSchedule, megatron_text
+
+from .row import CALCULATOR, DDP, GPT, GROUPS, LOCAL_SPEC, OC, SCHEDULER, SET, TC, TE_SPEC, Derived, Flag
 
 
 def _moe(job: Any) -> bool:
@@ -17,8 +19,33 @@ def _not(value: Any, _job: Any) -> bool:
 
 
 def in_samples(iterations: Any, job: Any) -> Any:
-    """Megatron-LM's scheduler counts samples: iterations × the global batch."""
-    return iterations * job.train.global_batch_size
+    """Megatron-LM's scheduler counts samples: the samples ``iterations`` consume — iterations × the global batch, or
+    under a batch-size schedule the sum of its batches."""
+    return BatchSchedule.of(job).samples(iterations)
+
+
+def _stepped(job: Any) -> bool:
+    return bool(job.train.batch_size_schedule)
+
+
+def _stepped_args(args: Any) -> bool:
+    """Whether a checkpoint's args record a batch-size schedule (its LR horizons are then in samples)."""
+    return bool(getattr(args, "step_batch_size_schedule", None))
+
+
+def _schedule_text(job: Any) -> str | None:
+    """train.batch_size_schedule as Megatron-LM's --step-batch-size-schedule value (tokens, whole numbers)."""
+    steps = job.train.batch_size_schedule
+    return megatron_text([(s.tokens, s.global_batch_size) for s in steps]) if steps else None
+
+
+def _recorded_global_batch(job: Any) -> int:
+    """Megatron-LM's args.global_batch_size: the flag's, or — under a schedule, where it refuses the flag —
+    micro batch × data parallel (its validate_args default)."""
+    t, p = job.train, job.parallel
+    if not t.batch_size_schedule:
+        return t.global_batch_size
+    return t.micro_batch_size * (job.cluster.world_size // (p.tp * p.pp * p.cp))
 
 
 def _decay_iters(job: Any) -> int:
@@ -31,8 +58,19 @@ def _fraction_of_decay(fraction: float, job: Any) -> float:
 
 
 def _warmup_iters(scheduler: Any, gbs: int, args: Any) -> int:
-    """A schedule's warmup in iterations; 0 where the args give it as a fraction (Megatron-LM takes one of them)."""
-    return 0 if getattr(args, "lr_warmup_fraction", None) else scheduler.lr_warmup_steps // gbs
+    """A schedule's warmup in iterations; 0 where the args give it as a fraction (Megatron-LM takes one of them) or
+    in samples (a batch-size schedule)."""
+    if getattr(args, "lr_warmup_fraction", None) or _stepped_args(args):
+        return 0
+    return scheduler.lr_warmup_steps // gbs
+
+
+def _warmup_samples(scheduler: Any, gbs: int, args: Any) -> int:
+    """A schedule's warmup in samples, where the args count in samples (a batch-size schedule) and not as a
+    fraction; else Megatron-LM's 0."""
+    if getattr(args, "lr_warmup_fraction", None) or not _stepped_args(args):
+        return 0
+    return int(scheduler.lr_warmup_steps)
 
 
 def _warmup_fraction(scheduler: Any, gbs: int, args: Any) -> float | None:
@@ -57,6 +95,9 @@ def _tokenizer_model(job: Any) -> str | None:
 CHECKPOINT_FORMAT = "torch_dist"  # megatron-core's distributed checkpoint, the one format mtk writes
 PRECISION_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}  # fp8 trains on bf16 weights
 LOW = ("bf16", "fp8")
+# rows for a constant global batch, and for a batch-size schedule (Megatron-LM then counts in samples)
+CONSTANT = (("train.batch_size_schedule", (None,)),)
+STEPPED = (("train.batch_size_schedule", SET),)
 NOT_FP16 = ("fp32", "bf16", "fp8")
 
 FLAGS: tuple[Flag, ...] = (
@@ -73,7 +114,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--num-query-groups", "model.num_query_groups", (f"{TC}.num_query_groups",),
          read=lambda j: j.model.query_groups,
          why="unset: the heads (MHA); Megatron-LM reads it only with --group-query-attention"),
-    Flag("--seq-length", "model.seq_length"),
+    Flag("--seq-length", "model.seq_length", (f"{CALCULATOR}.seq_length",)),
     Flag("--max-position-embeddings", "model.max_position_embeddings", (f"{GPT}.max_sequence_length",),
          read=lambda j: j.model.max_positions, why="unset: seq_length"),
     Flag("--position-embedding-type", "model.position_embedding", (f"{GPT}.position_embedding_type",)),
@@ -193,22 +234,46 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--cuda-graph-modules", core=(f"{TC}.cuda_graph_modules",), read=lambda j: [], written="",
          why="none (megatron-core 0.19 warns that its default 'full' is deprecated)"),
     # --- schedule and optimizer
-    Flag("--micro-batch-size", "train.micro_batch_size"),
-    Flag("--global-batch-size", "train.global_batch_size"),
-    Flag("--train-iters", "train.iterations"),
-    Flag("--train-samples", "train.iterations", written="", why="÷ the global batch, as Megatron-LM counts"),
+    Flag("--micro-batch-size", "train.micro_batch_size", (f"{CALCULATOR}.micro_batch_size",)),
+    Flag("--global-batch-size", "train.global_batch_size", needs=CONSTANT, read=_recorded_global_batch,
+         why="under train.batch_size_schedule (whose last step is the final batch) Megatron-LM refuses the flag: "
+             "recorded as its micro batch × data parallel there"),
+    Flag("--step-batch-size-schedule", "train.batch_size_schedule", (f"{CALCULATOR}.schedule",),
+         needs=STEPPED, read=_schedule_text,
+         why="thresholds in tokens (÷ --seq-length: samples); the run is then counted in samples (--train-samples, "
+             "--lr-decay-samples, --lr-warmup-samples)"),
+    Flag("--rampup-batch-size", "train.batch_size_schedule", written="", needs=STEPPED,
+         why="START INCREMENT RAMP_SAMPLES: an import converts it into the steps megatron-core ≤ 0.17's ramp trains "
+             "(0.18 on ignores the flag); written as --step-batch-size-schedule"),
+    Flag("--train-iters", "train.iterations", needs=CONSTANT,
+         why="--train-samples under train.batch_size_schedule"),
+    Flag("--train-samples", "train.iterations", needs=STEPPED,
+         read=lambda j: in_samples(j.train.iterations, j) if _stepped(j) else None,
+         why="the samples train.iterations consume (Megatron-LM trains the fewest iterations that reach them); "
+             "without a schedule an import reads it ÷ the global batch"),
     Flag("--lr", "train.lr", (f"{OC}.lr", f"{SCHEDULER}.max_lr")),
     Flag("--min-lr", "train.min_lr", (f"{OC}.min_lr", f"{SCHEDULER}.min_lr"), absent=0.0),
     Flag("--lr-decay-style", "train.lr_decay_style", (f"{SCHEDULER}.lr_decay_style",), absent="linear"),
     Flag("--lr-warmup-iters", "train.lr_warmup_iters", (f"{SCHEDULER}.lr_warmup_steps",), to_core=in_samples,
-         needs=(("train.lr_warmup_fraction", (None,)),), from_schedule=_warmup_iters),
+         read=lambda j: 0 if _stepped(j) else j.train.lr_warmup_iters,
+         needs=(("train.lr_warmup_fraction", (None,)), *CONSTANT), from_schedule=_warmup_iters),
     Flag("--lr-warmup-fraction", "train.lr_warmup_fraction", (f"{SCHEDULER}.lr_warmup_steps",),
          only="lr_warmup_fraction", to_core=_fraction_of_decay, from_schedule=_warmup_fraction,
          why="warmup steps: the fraction × the decay horizon in samples, as Megatron-LM computes them"),
-    Flag("--lr-warmup-samples", "train.lr_warmup_iters", written="", why="÷ the global batch, as Megatron-LM counts"),
+    Flag("--lr-warmup-samples", "train.lr_warmup_iters", (f"{SCHEDULER}.lr_warmup_steps",),
+         read=lambda j: in_samples(j.train.lr_warmup_iters, j) if _stepped(j) else 0,
+         needs=(("train.lr_warmup_fraction", (None,)), *STEPPED),
+         from_schedule=_warmup_samples,
+         why="the samples the warmup iterations consume; without a schedule an import reads it ÷ the global batch"),
     Flag("--lr-decay-iters", "train.lr_decay_iters", (f"{SCHEDULER}.lr_decay_steps",), to_core=in_samples,
-         from_schedule=lambda s, gbs, a: s.lr_decay_steps // gbs, read=_decay_iters, why="unset: train.iterations"),
-    Flag("--lr-decay-samples", "train.lr_decay_iters", written="", why="÷ the global batch, as Megatron-LM counts"),
+         needs=CONSTANT, from_schedule=lambda s, gbs, a: None if _stepped_args(a) else s.lr_decay_steps // gbs,
+         read=lambda j: None if _stepped(j) else _decay_iters(j), why="unset: train.iterations"),
+    Flag("--lr-decay-samples", "train.lr_decay_iters", (f"{SCHEDULER}.lr_decay_steps",),
+         read=lambda j: in_samples(_decay_iters(j), j) if _stepped(j) else None,
+         needs=STEPPED,
+         from_schedule=lambda s, gbs, a: int(s.lr_decay_steps) if _stepped_args(a) else None,
+         why="the samples the decay iterations consume (unset: those of train.iterations); without a schedule an "
+             "import reads it ÷ the global batch"),
     Flag("--lr-warmup-init", core=(f"{SCHEDULER}.init_lr",), fixed=0.0, written="", derived_from="train.lr",
          why="warmup starts from 0"),
     Flag("--weight-decay", "train.weight_decay", (f"{OC}.weight_decay",), absent=0.01),
@@ -338,7 +403,7 @@ DERIVED: tuple[Derived, ...] = (
             "model.activation", kind="function", why="silu with --swiglu, else gelu"),
     Derived((f"{TC}.deallocate_pipeline_outputs",), lambda j: True, why="as Megatron-LM sets it"),
     Derived((f"{SCHEDULER}.wd_incr_steps",), lambda j: in_samples(j.train.iterations, j), "train.iterations",
-            why="--train-iters × the global batch"),
+            why="--train-iters × the global batch (the samples of --train-samples with a batch-size schedule)"),
     Derived((f"{GPT}.parallel_output",), lambda j: True, why="as Megatron-LM's model provider"),
 )
 

@@ -8,6 +8,7 @@ checked with each failed section standing in as :class:`InvalidSection`, and a c
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -93,13 +94,52 @@ def schedule_is_sane(job: Job, backend) -> list[Problem]:
                            f"({t.lr_decay_iters or t.iterations} iterations); Megatron-Core needs warmup < decay: "
                            "lower it or train longer",
                            t.lr_warmup_iters))
+    from mtk.batch_schedule import BatchSchedule
+
     horizon = max(t.iterations, t.lr_decay_iters or 0)
-    tokens = horizon * t.global_batch_size * job.model.seq_length
+    tokens = BatchSchedule.of(job).samples(horizon) * job.model.seq_length
     if tokens > 2**63 - 1:  # Megatron counts samples and tokens in int64 (dataset indices, the LR schedule)
         field = "train.iterations" if horizon == t.iterations else "train.lr_decay_iters"
-        out.append(Problem(field, f"× train.global_batch_size ({t.global_batch_size}) × model.seq_length "
-                           f"({job.model.seq_length}) = {tokens:.3g} tokens, past the 64-bit counters Megatron's "
-                           "datasets and schedule use; lower it", horizon))
+        batch = "the samples of train.batch_size_schedule" if t.batch_size_schedule else \
+            f"train.global_batch_size ({t.global_batch_size})"
+        out.append(Problem(field, f"× {batch} × model.seq_length ({job.model.seq_length}) = {tokens:.3g} tokens, "
+                           "past the 64-bit counters Megatron's datasets and schedule use; lower it", horizon))
+    return out
+
+
+@check
+def batch_schedule_is_megatron_lms(job: Job, backend) -> list[Problem]:
+    """A batch-size schedule as Megatron-LM's calculator takes it: its thresholds in whole samples (tokens ÷
+    model.seq_length) start at 0 and increase; it ends at train.global_batch_size."""
+    t = job.train
+    steps = t.batch_size_schedule
+    if not steps:
+        return []
+    out = []
+    if steps[-1].global_batch_size != t.global_batch_size:
+        out.append(Problem("train.global_batch_size", f"differs from the last step of train.batch_size_schedule "
+                           f"({steps[-1].global_batch_size}); leave it out (it is the schedule's last batch) or make "
+                           "the two agree", t.global_batch_size))
+    seq = job.model.seq_length
+    samples = [s.tokens // seq for s in steps]
+    shown = " ".join(f"{s.tokens}:{s.global_batch_size}" for s in steps)
+    if samples[0] != 0:
+        out.append(Problem("train.batch_size_schedule", f"the first step starts at {steps[0].tokens} tokens = "
+                           f"{samples[0]} samples of model.seq_length {seq}; it must start at 0 (Megatron-LM's "
+                           "calculator refuses another start): add a step at 0 tokens", shown))
+    pairs = list(itertools.pairwise(zip(steps, samples, strict=True)))
+    same = [(a.tokens, b.tokens) for (a, x), (b, y) in pairs if x == y]
+    if same:
+        named = ", ".join(f"{a} and {b}" for a, b in same)
+        out.append(Problem("train.batch_size_schedule", f"steps at {named} tokens start at the same sample (tokens ÷ "
+                           f"model.seq_length {seq}, rounded down); Megatron-LM refuses thresholds that do not "
+                           "increase: move them at least one sequence apart", shown))
+    smaller = [f"{b.global_batch_size} after {a.global_batch_size}" for (a, _), (b, _) in pairs
+               if b.global_batch_size < a.global_batch_size]
+    if smaller:
+        out.append(Problem("train.batch_size_schedule", f"the global batch shrinks ({', '.join(smaller)}); "
+                           "Megatron-LM's training loop stops when the number of micro-batches decreases: keep each "
+                           "step's batch at least the one before", shown))
     return out
 
 

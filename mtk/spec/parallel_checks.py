@@ -56,14 +56,28 @@ def layers_divisible_by_pp(job: Job, backend) -> list[Problem]:
     return []
 
 
+def _batches(job: Job) -> list[int]:
+    """Every global batch the run trains: the schedule's steps, else the one global batch."""
+    steps = job.train.batch_size_schedule
+    return list(dict.fromkeys(s.global_batch_size for s in steps)) if steps else [job.train.global_batch_size]
+
+
 def global_batch_divisible(job: Job, backend) -> list[Problem]:
     t = job.train
     dp = data_parallel_size(job)
-    if dp and t.global_batch_size % (t.micro_batch_size * dp):
-        return [Problem("train.global_batch_size", f"{t.global_batch_size} is not divisible by "
-                        f"train.micro_batch_size × data-parallel size = {t.micro_batch_size} × {dp} = "
-                        f"{t.micro_batch_size * dp}; use a multiple of it", t.global_batch_size)]
-    return []
+    if not dp:
+        return []
+    odd = [b for b in _batches(job) if b % (t.micro_batch_size * dp)]
+    if not odd:
+        return []
+    why = (f"train.micro_batch_size × data-parallel size = {t.micro_batch_size} × {dp} = "
+           f"{t.micro_batch_size * dp}")
+    if t.batch_size_schedule:
+        return [Problem("train.batch_size_schedule", f"the global batch of every step must divide by {why} "
+                        f"(Megatron-LM stops when it reaches one that does not); {', '.join(map(str, odd))} do "
+                        "not: use multiples of it", ", ".join(map(str, odd)))]
+    return [Problem("train.global_batch_size", f"{t.global_batch_size} is not divisible by {why}; use a multiple "
+                    "of it", t.global_batch_size)]
 
 
 def spare_nodes_keep_the_batch(job: Job, backend) -> list[Problem]:
@@ -86,8 +100,10 @@ def spare_nodes_keep_the_batch(job: Job, backend) -> list[Problem]:
         world = n * c.procs_per_node
         if world % mp:
             bad.append(f"{n} nodes: {world} processes not divisible by tp × pp × cp = {mp}")
-        elif t.global_batch_size % (mb * (world // mp)):
-            bad.append(f"{n} nodes: train.global_batch_size {t.global_batch_size} not divisible by micro_batch_size "
+        elif odd := [b for b in _batches(job) if b % (mb * (world // mp))]:
+            what = "train.global_batch_size" if len(odd) == 1 and not t.batch_size_schedule else \
+                "train.batch_size_schedule's batch"
+            bad.append(f"{n} nodes: {what} {', '.join(map(str, odd))} not divisible by micro_batch_size "
                        f"× DP = {mb} × {world // mp}")
     if bad:
         return [Problem("cluster.nodes", "every node count in the spare-node range must keep the global batch ("

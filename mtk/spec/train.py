@@ -1,9 +1,11 @@
 """``train``: batch sizes, schedule, precision, checkpointing and logging."""
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 from pydantic.json_schema import JsonDict
+
+from mtk.batch_schedule import EXACT_TOKENS, parse_steps
 
 from .base import Section
 
@@ -72,8 +74,39 @@ class Fp8Spec(Section):
         "all-gather bytes). Needs parallel.distributed_optimizer and the delayed recipe. Default: on when both hold.")
 
 
+class BatchStep(Section):
+    """One step of ``train.batch_size_schedule``: from ``tokens`` trained on, each iteration trains
+    ``global_batch_size`` sequences."""
+
+    tokens: int = Field(..., ge=0, le=EXACT_TOKENS, description="Tokens trained before this step applies; "
+                        "counted in whole samples (tokens ÷ model.seq_length, rounded down), as Megatron-LM does.")
+    global_batch_size: int = Field(..., ge=1, description="Sequences per optimizer step from here on.")
+
+
 class TrainSpec(Section):
     """The optimisation loop."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _final_batch_from_the_schedule(cls, data: Any) -> Any:
+        """With a batch-size schedule left without ``global_batch_size``, the global batch is the schedule's last."""
+        if not isinstance(data, dict) or data.get("global_batch_size") is not None:
+            return data
+        steps = data.get("batch_size_schedule")
+        try:
+            last = _steps(steps)[-1] if steps else None
+        except (ValueError, TypeError, AttributeError, KeyError, IndexError):
+            return data  # the field's own validation says what is wrong
+        if last is None:
+            return data
+        batch = last.global_batch_size if isinstance(last, BatchStep) else last.get("global_batch_size")
+        return {**data, "global_batch_size": batch} if batch is not None else data
+
+    @field_validator("batch_size_schedule", mode="before")
+    @classmethod
+    def _megatron_text(cls, value: Any) -> Any:
+        """Megatron-LM's own spelling (``"0:384 200B:768"``) is read as its parser reads it; steps are sorted."""
+        return _steps(value) if value not in (None, []) else None
 
     @property
     def fp8_settings(self) -> Fp8Spec:
@@ -86,8 +119,19 @@ class TrainSpec(Section):
         return self.global_batch_size // (self.micro_batch_size * data_parallel)
 
     micro_batch_size: int = Field(1, ge=1, description="Sequences per forward pass per data-parallel rank.")
-    global_batch_size: int = Field(8, ge=1, description="Sequences per optimizer step across all ranks.",
+    global_batch_size: int = Field(8, ge=1, description="Sequences per optimizer step across all ranks (with "
+                                   "batch_size_schedule: its last step's batch, which it defaults to).",
                                    json_schema_extra=READ_BY_CHECK)
+    batch_size_schedule: list[BatchStep] | None = Field(
+        None, description="A global batch that grows with the tokens trained (Megatron-LM's "
+        "--step-batch-size-schedule): steps of {tokens, global_batch_size}, the first at 0 tokens, or Megatron-LM's "
+        "string '0:384 200B:768' (K/M/B/T suffixes). Each iteration trains the batch of the step reached by the "
+        "samples consumed before it (tokens ÷ model.seq_length, rounded down); its samples, the learning-rate "
+        "schedule (counted in samples, as Megatron-LM counts them), a resume and the logged throughput follow "
+        "it. train.iterations, lr_warmup_iters and lr_decay_iters stay iterations: their samples are the ones "
+        "those iterations consume under the schedule. Every step's batch must divide by micro_batch_size × "
+        "the data-parallel size. Unset: every iteration trains global_batch_size.",
+        json_schema_extra=READ_BY_CHECK)
     iterations: int = Field(100, ge=1, description="Optimizer steps to train for (train_iters).",
                             json_schema_extra=READ_BY_CHECK)
     lr: float = Field(3e-4, gt=0, description="Peak learning rate.", json_schema_extra=READ_BY_CHECK)
@@ -167,6 +211,21 @@ class TrainSpec(Section):
         " ignored once the run has its own checkpoint (then it resumes).",
     )
     tensorboard: bool = Field(True, description="Write TensorBoard scalars to <run dir>/tensorboard.")
+
+
+def _steps(value: Any) -> list[Any]:
+    """The schedule's steps, from Megatron-LM's string or a list, sorted by tokens (Megatron-LM sorts them)."""
+    if isinstance(value, str):
+        return [{"tokens": t, "global_batch_size": b} for t, b in parse_steps(value)]
+    if not isinstance(value, list):
+        return value
+    tokens: list[int] = []
+    for step in value:
+        t = step.tokens if isinstance(step, BatchStep) else step.get("tokens") if isinstance(step, dict) else None
+        if not isinstance(t, int) or isinstance(t, bool):
+            return value  # the steps' own validation names what is wrong
+        tokens.append(t)
+    return [s for _, s in sorted(zip(tokens, value, strict=True), key=lambda pair: pair[0])]
 
 
 def read_by_check() -> tuple[str, ...]:

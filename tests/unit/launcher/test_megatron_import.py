@@ -144,7 +144,13 @@ def _argv(job) -> list[str]:
 
 CASES = {**{f"example:{p.name}": read_yaml(p) for p in EXAMPLES},
          **{f"preset:{name}": {"name": "preset", "model": {"preset": name},
-                               "cluster": {"nodes": 1, "procs_per_node": 8, "device": "gpu"}} for name in PRESETS}}
+                               "cluster": {"nodes": 1, "procs_per_node": 8, "device": "gpu"}} for name in PRESETS},
+         # a growing batch: the args file counts the run in samples (--train-samples, --lr-*-samples)
+         "batch_size_schedule": {"name": "stepped", "model": {"preset": "tiny", "seq_length": 64,
+                                                               "max_position_embeddings": 64},
+                                 "cluster": {"nodes": 1, "procs_per_node": 8, "device": "gpu"},
+                                 "train": {"batch_size_schedule": "0:8 500:16 3200:32", "iterations": 50,
+                                           "lr_warmup_iters": 3, "lr_decay_iters": 41}}}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -74,6 +74,7 @@ def test_every_core_argument_is_megatron_cores():
     from megatron.core import parallel_state
     from megatron.core.distributed import DistributedDataParallelConfig
     from megatron.core.models.gpt import GPTModel, gpt_layer_specs
+    from megatron.core.num_microbatches_calculator import StepBatchsizeNumMicroBatchesCalculator
     from megatron.core.optimizer import OptimizerConfig
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
     from megatron.core.transformer.transformer_config import TransformerConfig
@@ -85,7 +86,8 @@ def test_every_core_argument_is_megatron_cores():
                        (megatron_flags.GPT, GPTModel.__init__),
                        (megatron_flags.LOCAL_SPEC, gpt_layer_specs.get_gpt_layer_local_submodules),
                        (megatron_flags.TE_SPEC, gpt_layer_specs.get_gpt_layer_with_transformer_engine_submodules),
-                       (megatron_flags.GROUPS, parallel_state.initialize_model_parallel)):
+                       (megatron_flags.GROUPS, parallel_state.initialize_model_parallel),
+                       (megatron_flags.CALCULATOR, StepBatchsizeNumMicroBatchesCalculator.__init__)):
         names[target] = set(inspect.signature(fn).parameters)
     assert set(names) == set(megatron_flags.TARGETS)
     targets = [t for f in megatron_flags.FLAGS for t in f.core] + [t for d in megatron_flags.DERIVED for t in d.core]

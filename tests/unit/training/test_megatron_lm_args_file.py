@@ -35,6 +35,10 @@ CASES = {
     # warmup as a fraction of a decay horizon shorter than the run: 0.3 × 8 iterations × 8 samples = 19.2 samples
     "gpt_warmup_fraction": ("parallel.tp=2", "train.lr_warmup_iters=0", "train.lr_warmup_fraction=0.3",
                             "train.lr_decay_iters=8"),
+    # a growing global batch: 4 from sample 0, 6 from sample 4 (256 tokens ÷ seq 64), 8 from sample 10 (inside
+    # iteration 2's samples); Megatron-LM then counts in samples (--train-samples, --lr-*-samples)
+    "gpt_batch_schedule": ("parallel.tp=2", "train.batch_size_schedule=0:4 256:6 640:8", "train.lr_decay_iters=8",
+                           "train.lr_warmup_iters=3"),
     "recipe_bf16": ("parallel.tp=2", "model.layernorm_1p=true", "train.precision=bf16", "train.grad_reduce_dtype=bf16",
                     "train.cross_entropy_fusion=true", "train.per_token_loss=true", "train.decoupled_lr=5e-4",
                     "train.decoupled_min_lr=4.5e-5", "train.manual_gc_interval=10", "train.check_nan_in_grad=false",
@@ -132,6 +136,37 @@ def test_a_warmup_fraction_is_megatron_lms_fraction_of_the_decay_horizon(parsed,
     ours = optim.build_scheduler(_job(tmp_path, CASES["gpt_warmup_fraction"]), fake)
     assert theirs == ours.lr_warmup_steps == pytest.approx(0.3 * 8 * 8)
     assert out["gpt_tp2"]["core"]["OptimizerParamScheduler.lr_warmup_steps"] == 2 * 8  # the iterations' case
+
+
+@pytest.mark.megatron  # the module fixture runs Megatron-LM's parser and its calculator in a child
+def test_a_batch_schedule_reaches_megatron_lm_counted_in_samples(parsed, tmp_path):
+    """train.batch_size_schedule reaches Megatron-LM as --step-batch-size-schedule (tokens) without
+    --global-batch-size (which it refuses beside it), the run counted in samples: the calculator Megatron-LM builds
+    has the thresholds mtk's engine calculator has; --train-samples gives Megatron-LM's update_train_iters the
+    spec's iterations; the scheduler's warmup and decay are the samples those iterations consume, as mtk's engine
+    counts them."""
+    from mtk.training import compat, optim
+
+    from mtk.batch_schedule import BatchSchedule
+
+    out, files, _tmp, _expected = parsed
+    r = out["gpt_batch_schedule"]
+    argv = read_args_file(files["gpt_batch_schedule"])
+    assert argv[argv.index("--step-batch-size-schedule") + 1] == "0:4 256:6 640:8"
+    assert not {"--global-batch-size", "--train-iters", "--lr-decay-iters", "--lr-warmup-iters"} & set(argv)
+    job = _job(tmp_path, CASES["gpt_batch_schedule"])
+    ours = BatchSchedule.of(job)
+    compat.install()
+    engine = optim.batch_calculator(job, dp_size=1, rank=1)
+    assert [tuple(step) for step in r["batch_schedule"]] == engine.schedule == list(ours.steps) == \
+        [(0, 4), (4, 6), (10, 8)]
+    p = r["parsed"]
+    assert (p["train_iters"], p["train_samples"]) == (10, ours.samples(10)) == (10, 4 + 6 + 8 * 8)
+    assert (p["lr_decay_samples"], p["lr_warmup_samples"]) == (ours.samples(8), ours.samples(3)) == (58, 18)
+    assert (p["lr_decay_iters"], p["lr_warmup_iters"], p["global_batch_size"]) == (None, 0, 2)  # micro × dp
+    theirs = r["core"]
+    assert (theirs["OptimizerParamScheduler.lr_decay_steps"], theirs["OptimizerParamScheduler.lr_warmup_steps"]) == \
+        (58, 18)
 
 
 @pytest.mark.megatron  # the module fixture runs Megatron-LM's parser in a child

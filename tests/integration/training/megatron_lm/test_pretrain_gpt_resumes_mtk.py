@@ -10,9 +10,12 @@ beside that checkpoint (``iter_0000004/megatron_lm_args.txt``; only ``--load``/`
 the CPU kernel choices) — no ``--override-opt-param-scheduler``, ``--no-load-rng``, ``--no-load-optim``,
 ``--finetune`` or ``--use-checkpoint-args``. Its iterations 5..8 must give mtk's uninterrupted losses: that holds
 only if Megatron-LM restored weights, optimizer moments, scheduler, iteration and data position from mtk's
-checkpoint. Cases: plain TP=2 fp32, distributed optimizer DP=2 bf16, MoE (4 experts top-2) EP=2 fp32, and Llama
+checkpoint. Cases: plain TP=2 fp32, distributed optimizer DP=2 bf16, MoE (4 experts top-2) EP=2 fp32, Llama
 (RoPE, RMSNorm, SwiGLU, GQA, untied) TP=2 fp32, whose checkpoint records add_position_embedding=False: its
-arguments carry ``--no-position-embedding``, without which Megatron-LM's loader refuses the checkpoint.
+arguments carry ``--no-position-embedding``, without which Megatron-LM's loader refuses the checkpoint; and a
+growing global batch (``train.batch_size_schedule`` → ``--step-batch-size-schedule``, counted in samples) at DP=2:
+2 sequences to sample 8, 4 to sample 20, then 8 — the checkpoint at 4 sits on the first step, so Megatron-LM's
+calculator must give iteration 5 the batch of 4 from the consumed samples it restored, and iteration 8 the 8.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ TOTAL, AT = 8, 4
 LLAMA = ("parallel.tp=2", "train.precision=fp32", "model.arch=llama", "model.position_embedding=rope",
          "model.normalization=RMSNorm", "model.activation=swiglu", "model.add_bias_linear=false",
          "model.num_query_groups=2", "model.untie_embeddings=true")
-CASES = {**mlm.MTK_RUNS, "llama_tp2_fp32": LLAMA}
+SCHEDULE = ("parallel.tp=1", "train.precision=fp32", "train.micro_batch_size=1",
+            "train.batch_size_schedule=0:2 512:4 1280:8")
+CASES = {**mlm.MTK_RUNS, "llama_tp2_fp32": LLAMA, "batch_schedule_dp2_fp32": SCHEDULE}
 OVERRIDE_FLAGS = ("--override-opt-param-scheduler", "--no-load-rng", "--no-load-optim", "--finetune",
                   "--use-checkpoint-args")
 
@@ -59,6 +64,11 @@ def test_pretrain_gpt_resumes_mtk_run_with_mtk_losses(tr, case):
     assert "RNG state will be ignored" not in log
     if "distopt" in name:
         assert "'distrib_optim_sharding_type': 'dp_reshardable'" in log
+    if "schedule" in name:  # Megatron-LM's own loop trained mtk's batches from the restored consumed samples
+        assert "--step-batch-size-schedule" in argv and "--global-batch-size" not in argv
+        assert {i: r["global_batch_size"] for i, r in tr.by_iteration(ref).items()} == \
+            {1: 2, 2: 2, 3: 2, 4: 2, 5: 4, 6: 4, 7: 4, 8: 8}
+        assert "global batch size:     4" in log and "global batch size:     8" in log
     want = {i: r["lm_loss"] for i, r in tr.by_iteration(ref).items() if i > AT}
     got = {i: r["lm_loss"] for i, r in records.items()}
     assert sorted(got) == list(range(AT + 1, TOTAL + 1))

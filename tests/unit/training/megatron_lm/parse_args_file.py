@@ -6,8 +6,10 @@ the file's argv (WORLD_SIZE = the run's), then Megatron-LM's loader check ``chec
 checkpoint's args, and every field both Namespaces share compared; then megatron-core's configs and LR scheduler
 as Megatron-LM's own code builds them from the parsed args (``core_transformer_config_from_args``,
 ``get_megatron_ddp_config``, ``get_megatron_optimizer_config``, ``get_optimizer_param_scheduler``), and the value
-of each core target (``Owner.argument``) asked for. Writes ``{name: {"error": str | None, "differ": {field:
-[checkpoint, parsed]}, "parsed": {field: value}, "core": {target: value}}}``.
+of each core target (``Owner.argument``) asked for; with a batch-size schedule, megatron-core's micro-batch calculator
+as Megatron-LM's ``set_global_variables`` builds it (its thresholds in samples) and ``update_train_iters``. Writes
+``{name: {"error": str | None, "differ": {field: [checkpoint, parsed]}, "parsed": {field: value}, "core": {target:
+value}, "batch_schedule": [[samples, batch], ...] | None}}``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,10 @@ SHOWN = ("add_position_embedding", "position_embedding_type", "use_rotary_positi
          # NVIDIA's H100-recipe settings (#26) and recompute, as Megatron-LM's validate_args leaves them
          "layernorm_zero_centered_gamma", "decoupled_lr", "decoupled_min_lr", "calculate_per_token_loss",
          "accumulate_allreduce_grads_in_fp32", "cross_entropy_loss_fusion", "manual_gc", "manual_gc_interval",
-         "check_for_nan_in_loss_and_grad", "recompute_granularity", "recompute_method", "recompute_num_layers")
+         "check_for_nan_in_loss_and_grad", "recompute_granularity", "recompute_method", "recompute_num_layers",
+         # a batch-size schedule: Megatron-LM counts the run in samples
+         "step_batch_size_schedule", "global_batch_size", "train_iters", "train_samples", "lr_decay_iters",
+         "lr_decay_samples", "lr_warmup_iters", "lr_warmup_samples")
 
 
 def main() -> None:
@@ -57,6 +62,7 @@ def main() -> None:
             global_vars._GLOBAL_ARGS = args
             checkpointing.set_checkpoint_version(3.0)
             checkpointing.check_checkpoint_args(ckpt_args)
+            calculator = _calculator(args)  # as set_global_variables, then the iterations of --train-samples
         except (AssertionError, SystemExit, RuntimeError, ValueError) as exc:
             out[name] = {"error": f"{type(exc).__name__}: {exc}", "differ": {}, "parsed": {}, "core": {}}
             continue
@@ -70,9 +76,30 @@ def main() -> None:
         differ = {k: [repr(v), repr(getattr(args, k))] for k, v in vars(ckpt_args).items()
                   if k not in RUNTIME | unused and hasattr(args, k) and getattr(args, k) != v}
         out[name] = {"error": error, "differ": differ,
-                     "parsed": {k: getattr(args, k, None) for k in SHOWN}, "core": _core(targets)}
+                     "parsed": {k: getattr(args, k, None) for k in SHOWN}, "core": _core(targets),
+                     "batch_schedule": getattr(calculator, "schedule", None)}
     with open(out_file, "w") as fh:
         json.dump(out, fh, default=str)
+
+
+def _calculator(args, train_iters: bool = True):
+    """megatron-core's micro-batch calculator as Megatron-LM's set_global_variables builds it from ``args``, and
+    (``train_iters``) ``args.train_iters`` as its update_train_iters computes it from --train-samples (what a
+    Megatron-LM run of the file records in its own checkpoints; get_optimizer_param_scheduler computes it itself, from
+    args that do not have it yet); the calculator itself."""
+    from megatron.core import num_microbatches_calculator as calc
+    from megatron.training.training import update_train_iters
+
+    calc.destroy_num_microbatches_calculator()
+    calc.init_num_microbatches_calculator(rank=args.rank, global_batch_size=args.global_batch_size,
+                                          micro_batch_size=args.micro_batch_size,
+                                          data_parallel_size=args.data_parallel_size,
+                                          decrease_batch_size_if_needed=args.decrease_batch_size_if_needed,
+                                          step_batch_size_schedule=args.step_batch_size_schedule,
+                                          seq_length=args.seq_length)
+    if train_iters:
+        update_train_iters(args)
+    return calc._GLOBAL_NUM_MICROBATCHES_CALCULATOR
 
 
 class _NoOptimizer:
@@ -91,6 +118,7 @@ def _core(targets: list[str]) -> dict:
 
     sys.argv = [*sys.argv, *CPU_FLAGS[:CPU_FLAGS.index("--log-interval")]]
     args = global_vars._GLOBAL_ARGS = arguments.validate_args(arguments.parse_args(), {})
+    _calculator(args, train_iters=False)
     built = {"TransformerConfig": core_transformer_config_from_args(args),
              "DistributedDataParallelConfig": training.get_megatron_ddp_config(args),
              "OptimizerConfig": training.get_megatron_optimizer_config(args)[0],
