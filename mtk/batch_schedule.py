@@ -170,16 +170,3 @@ def rampup_steps(start: int, increment: int, ramp_samples: int, global_batch: in
             at += 1
         steps[at] = start + k * increment  # thresholds shared by several k keep the largest batch
     return sorted(steps.items())
-
-
-def rampup_train_iterations(schedule: BatchSchedule, ramp_samples: int, train_samples: int) -> int:
-    """The iterations megatron-core ≤ 0.17's ``update_train_iters`` makes of ``--train-samples`` under a ramp: the
-    ramp's iterations while the samples consumed stay ≤ RAMP_SAMPLES and ≤ the train samples, then whole global
-    batches of what is left (it drops a partial last batch)."""
-    consumed = iterations = 0
-    while consumed <= ramp_samples and consumed <= train_samples:
-        consumed += schedule.batch_at(consumed)
-        iterations += 1
-    if train_samples > consumed:
-        iterations += (train_samples - consumed) // schedule.steps[-1][1]
-    return iterations

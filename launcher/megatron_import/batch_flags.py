@@ -1,14 +1,17 @@
-"""The flags of a global batch that changes during training: ``--rampup-batch-size START INCREMENT RAMP_SAMPLES``
-(converted exactly into ``train.batch_size_schedule``) and ``--step-batch-size-schedule`` (taken as it is), and the
-sample counts (``--train-samples``, ``--lr-warmup-samples``, ``--lr-decay-samples``) in the iterations of that
-schedule, as Megatron-LM counts them."""
+"""The flags of a global batch that changes during training: ``--step-batch-size-schedule`` (taken as it is, into
+``train.batch_size_schedule``), the sample counts (``--train-samples``, ``--lr-warmup-samples``,
+``--lr-decay-samples``) in the iterations of that schedule as Megatron-LM counts them, and
+``--rampup-batch-size START INCREMENT RAMP_SAMPLES``: refused, because what it trains depends on the Megatron-LM
+version — megatron-core ≤ 0.17 ramps, 0.18 on parses it and trains ``--global-batch-size`` throughout — and the
+script does not say which; the refusal gives the exact ``--step-batch-size-schedule`` of the ramp and the way to
+keep the constant batch."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
-from mtk.batch_schedule import BatchSchedule, parse_steps, rampup_steps, rampup_train_iterations
+from mtk.batch_schedule import BatchSchedule, megatron_text, parse_steps, rampup_steps
 
 RAMPUP = "--rampup-batch-size"
 STEP = "--step-batch-size-schedule"
@@ -24,36 +27,30 @@ def read_rampup(values: list[str], given: dict, out: Any) -> None:
     given["rampup"] = tuple(int(v) for v in values)
 
 
-def apply_rampup(given: dict, out: Any, get_field, set_field) -> None:
-    """--rampup-batch-size as the steps of train.batch_size_schedule megatron-core ≤ 0.17's ramp trains."""
+def apply_rampup(given: dict, out: Any, get_field) -> None:
+    """--rampup-batch-size, refused with both of its readings: never a guess at the Megatron-LM version."""
     if "rampup" not in given:
         return
     start, increment, ramp = given["rampup"]
+    del given["rampup"]
+    out.honoured.remove(RAMPUP)
     gbs, seq = get_field(out.spec, "train.global_batch_size"), get_field(out.spec, "model.seq_length")
-    why = None
     if STEP in given:
-        why = f"given with {STEP}: keep one of the two"
-    elif "--train-iters" in given:
-        why = ("given with --train-iters: Megatron-LM stops ('expected no batch-size rampup for iteration-based "
-               "training'); a ramp counts the run in samples (--train-samples)")
-    elif not gbs or not seq:
-        why = "needs --global-batch-size (the batch it ramps to) and --seq-length"
-    if why is None:
+        out.refused.append((RAMPUP, f"given with {STEP}: keep one of the two"))
+        return
+    why = ("megatron-core 0.18 on parses it and trains --global-batch-size throughout (a deprecation warning), "
+           "megatron-core ≤ 0.17 ramps the batch; the script does not say which Megatron-LM runs it, so mtk does "
+           f"not guess. The constant batch: --allow-dropped {RAMPUP}")
+    if gbs and seq:
         try:
             steps = rampup_steps(start, increment, ramp, gbs)
         except ValueError as e:
-            why = str(e)
-    if why is not None:
-        out.honoured.remove(RAMPUP)
-        out.refused.append((RAMPUP, why))
-        del given["rampup"]
-        return
-    set_field(out.spec, "train.batch_size_schedule",
-              [{"tokens": samples * seq, "global_batch_size": batch} for samples, batch in steps])
-    out.notes.append(f"{RAMPUP} {start} {increment} {ramp}: train.batch_size_schedule, {len(steps)} steps from "
-                     f"{start} to {gbs} — the batch Megatron-LM's ramp (megatron-core ≤ 0.17) trains at every sample "
-                     "count; megatron-core 0.18 on ignores the flag (deprecated) and trains --global-batch-size "
-                     "throughout")
+            why += f" (the ramp itself would not run: {e})"
+        else:
+            schedule = megatron_text([(samples * seq, batch) for samples, batch in steps])
+            why += (f". The ramp, the same batch at every sample: replace --global-batch-size {gbs} and {RAMPUP} with "
+                    f"{STEP} '{schedule}'")
+    out.refused.append((RAMPUP, why))
 
 
 def schedule_of(spec: dict, get_field) -> BatchSchedule | None:
@@ -76,10 +73,7 @@ def iterations_of(flag: str, samples: int, schedule: BatchSchedule, given: dict,
     """``samples`` in the iterations of ``schedule``: --train-samples as Megatron-LM's update_train_iters counts
     it; an LR horizon as the iterations whose samples come nearest (noted where they are not exact)."""
     if flag == "--train-samples":
-        if "rampup" in given:
-            iterations = rampup_train_iterations(schedule, given["rampup"][2], samples)
-        else:
-            iterations = schedule.iterations(samples)
+        iterations = schedule.iterations(samples)
         out.notes.append(f"{flag} {samples}: {iterations} iterations under the batch-size schedule "
                          f"({schedule.samples(iterations)} samples), as Megatron-LM counts them")
         return iterations
@@ -101,7 +95,7 @@ def refuse_iterations(given: dict, out: Any, spec: dict, get_field) -> None:
     --global-batch-size it records (micro batch × data parallel beside a schedule) while it steps it by each
     iteration's batch; mtk counts it in the samples those iterations consume, so such a flag is refused."""
     if not get_field(spec, "train.batch_size_schedule") or STEP not in given:
-        return  # a ramp refuses --train-iters itself (apply_rampup)
+        return
     for flag in ITERATION_FLAGS:
         value = given.get(flag)
         if value is None or (flag == "--lr-warmup-iters" and value == "0") or flag not in out.honoured:

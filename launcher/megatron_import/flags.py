@@ -312,7 +312,7 @@ def _after(given: dict[str, Any], out: Imported) -> None:
         out.refused.append(("--global-batch-size", f"given with {batch_flags.STEP}: Megatron-LM stops at the two "
                                                    "together (the schedule's last step is the global batch)"))
         del spec["train"]["global_batch_size"]
-    batch_flags.apply_rampup(given, out, get_field, set_field)
+    batch_flags.apply_rampup(given, out, get_field)
     batch_flags.refuse_iterations(given, out, spec, get_field)
     schedule = batch_flags.schedule_of(spec, get_field)
     gbs = get_field(spec, "train.global_batch_size")

@@ -243,8 +243,8 @@ FLAGS: tuple[Flag, ...] = (
          why="thresholds in tokens (÷ --seq-length: samples); the run is then counted in samples (--train-samples, "
              "--lr-decay-samples, --lr-warmup-samples)"),
     Flag("--rampup-batch-size", "train.batch_size_schedule", written="", needs=STEPPED,
-         why="START INCREMENT RAMP_SAMPLES: an import converts it into the steps megatron-core ≤ 0.17's ramp trains "
-             "(0.18 on ignores the flag); written as --step-batch-size-schedule"),
+         why="START INCREMENT RAMP_SAMPLES: megatron-core ≤ 0.17 ramps, 0.18 on ignores it; mtk import refuses it "
+             "with the --step-batch-size-schedule of the ramp (or --allow-dropped: the constant batch); never written"),
     Flag("--train-iters", "train.iterations", needs=CONSTANT,
          why="--train-samples under train.batch_size_schedule"),
     Flag("--train-samples", "train.iterations", needs=STEPPED,

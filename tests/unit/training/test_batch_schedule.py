@@ -245,23 +245,6 @@ def test_a_rampup_converts_to_the_schedule_megatron_core_trains_it_by(name):
     assert steps[-1][1] == gbs and steps[0] == (0, start)
 
 
-@pytest.mark.parametrize("name", sorted(RAMPS))
-def test_train_samples_under_a_rampup_count_as_megatron_lm_counted_them(name):
-    """megatron-core ≤ 0.17's update_train_iters under a ramp: iterations while the samples stay within the ramp and
-    the train samples, then whole global batches of the rest (a partial last one dropped)."""
-    from mtk.batch_schedule import rampup_steps, rampup_train_iterations
-
-    start, increment, ramp, gbs = RAMPS[name]
-    schedule = BatchSchedule(tuple(rampup_steps(start, increment, ramp, gbs)))
-    for train_samples in (1, ramp // 2, ramp, ramp + 1, ramp + 7 * gbs + 3, 3 * ramp + 11):
-        consumed = iterations = 0
-        while consumed <= ramp and consumed <= train_samples:
-            consumed += _ramp_batch(start, increment, ramp, gbs, consumed)
-            iterations += 1
-        iterations += max(0, train_samples - consumed) // gbs
-        assert rampup_train_iterations(schedule, ramp, train_samples) == iterations, train_samples
-
-
 @pytest.mark.parametrize(("ramp", "words"), [
     ((0, 8, 100, 64), "must be positive"), ((8, 0, 100, 64), "must be positive"),
     ((16, 8, 100, 60), "whole number of INCREMENT"), ((64, 8, 100, 32), "whole number of INCREMENT"),
