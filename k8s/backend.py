@@ -407,18 +407,12 @@ class EksBackend(Backend):
     # ----------------------------------------------------------------------------------------------- cancel
     def cancel(self, run: Run) -> None:
         """Delete every object labelled with this run (and only those); repeating it is harmless."""
-        from .client import DELETE_ORDER, KubeError
+        from .client import DELETE_ORDER, list_served
 
         kube = self._kube(run.backend_notes.get("namespace", "default"))
         run_name = run.backend_notes.get("run_id") or names.run_id(run.run_dir)
         for kind in DELETE_ORDER:
-            try:
-                items = kube.list(kind, names.selector(run_name))
-            except KubeError as exc:
-                if exc.status == 404:  # e.g. no PyTorchJob CRD installed: nothing of that kind exists
-                    continue
-                raise
-            for item in items:
+            for item in list_served(kube, kind, names.selector(run_name)):
                 labels = item["metadata"].get("labels") or {}
                 if labels.get(names.LABEL_RUN) != run_name:  # never trust a server-side filter blindly
                     continue

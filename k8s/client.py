@@ -12,6 +12,7 @@ import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from mtk.exitcodes import UserFacingError
 
@@ -317,3 +318,13 @@ def _describe(exc, kind: str, verb: str) -> str:
         with contextlib.suppress(ValueError, AttributeError):
             message = json.loads(body).get("message") or message
     return f"{verb} {kind}: HTTP {exc.status}: {message}"
+
+
+def list_served(kube: Any, kind: str, label_selector: str) -> list[dict]:
+    """``kube.list``, where a kind the cluster does not serve (its CRD not installed: 404) has no objects."""
+    try:
+        return kube.list(kind, label_selector)
+    except KubeError as exc:
+        if exc.status == 404:
+            return []
+        raise

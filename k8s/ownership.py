@@ -29,17 +29,11 @@ def _found(kube, bodies: list[dict], run: str, kinds: Iterable[str]) -> dict[tup
     """What applying ``bodies`` would touch or share the run id with, by (kind, name): every object of ``kinds``
     labelled ``mtk/run=<run>`` that a controller did not make for another one (those have ``ownerReferences`` and
     go with their owner, which is looked at itself), then each of ``bodies`` that exists, whoever made it."""
-    from .client import KubeError
+    from .client import list_served
 
     found: dict[tuple[str, str], dict] = {}
     for kind in kinds:
-        try:
-            items = kube.list(kind, names.selector(run))
-        except KubeError as exc:
-            if exc.status == 404:  # e.g. no TrainJob CRD installed: nothing of that kind exists
-                continue
-            raise
-        for item in items:
+        for item in list_served(kube, kind, names.selector(run)):
             if not item["metadata"].get("ownerReferences"):
                 found[(kind, item["metadata"]["name"])] = item
     for body in bodies:
