@@ -40,19 +40,7 @@ def torch_bytes(obj) -> bytes:
 def plant(iter_dir: Path, key: str, obj) -> Path:
     """Swap the object stored under ``key`` for ``obj``: appended to its shard, ``.metadata`` pointed at it (written
     with plain pickle, as torch writes it). Returns the shard."""
-    with open(iter_dir / ".metadata", "rb") as fh:
-        meta = pickle.load(fh)  # the test's own fixture, copied from the suite's checkpoints
-    index = next(i for i in meta.storage_data if i.fqn == key)
-    info = meta.storage_data[index]
-    data = torch_bytes(obj)
-    shard = iter_dir / info.relative_path
-    offset = shard.stat().st_size
-    with open(shard, "ab") as fh:
-        fh.write(data)
-    info.offset, info.length = offset, len(data)
-    with open(iter_dir / ".metadata", "wb") as fh:
-        pickle.dump(meta, fh)
-    return shard
+    return plant_bytes(iter_dir, key, torch_bytes(obj))
 
 
 def globals_of(data: bytes) -> set[tuple[str, str]]:
@@ -206,7 +194,7 @@ def torch_file(pickle_bytes: bytes) -> bytes:
 def plant_bytes(iter_dir: Path, key: str, data: bytes) -> Path:
     """Like :func:`plant`, with the object's stored bytes given as they are (a crafted torch file)."""
     with open(iter_dir / ".metadata", "rb") as fh:
-        meta = pickle.load(fh)  # the test's own fixture
+        meta = pickle.load(fh)  # the test's own fixture, copied from the suite's checkpoints
     index = next(i for i in meta.storage_data if i.fqn == key)
     info = meta.storage_data[index]
     shard = iter_dir / info.relative_path
@@ -222,7 +210,7 @@ def plant_bytes(iter_dir: Path, key: str, data: bytes) -> Path:
 def point_shard(iter_dir: Path, key: str, relative_path: str) -> None:
     """Point the object stored under ``key`` at ``relative_path`` (in ``.metadata``, as torch writes it)."""
     with open(iter_dir / ".metadata", "rb") as fh:
-        meta = pickle.load(fh)  # the test's own fixture
+        meta = pickle.load(fh)  # the test's own fixture, copied from the suite's checkpoints
     index = next(i for i in meta.storage_data if i.fqn == key)
     meta.storage_data[index].relative_path = relative_path
     with open(iter_dir / ".metadata", "wb") as fh:
