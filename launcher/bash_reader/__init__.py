@@ -16,8 +16,7 @@ simple commands), :mod:`.state` (the ways through a script), :mod:`.arith`, :mod
 from __future__ import annotations
 
 from .errors import BashReadError, BashSyntaxError, LimitError
-from .lexer import Depth
-from .limits import Budget, check_input
+from .limits import Budget, Depth, check_input
 from .parser import parse
 from .run import Runner
 from .script import Command, Script, sbatch_lines

@@ -7,24 +7,26 @@ read after them is unknown (it may have been set there)."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from .builtins import BUILTINS
 from .errors import LimitError
 from .expand import Expander
-from .limits import MAX_CALL_DEPTH, Budget
+from .limits import MAX_CALL_DEPTH, Budget, Depth
 from .nodes import Assign, Node, Seq, Simple, Word
 from .script import Command, Script, sbatch_lines
 from .state import Array, State, Var
 from .values import Chunk, Value, concat, known, unknown
 
-if TYPE_CHECKING:
-    from .lexer import Depth
-
 SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh"})
 
 
 class CommandRunner:
+    """Runs simple commands; ``builtins`` (given by the runner that follows the script, :mod:`.run`, from
+    :mod:`.builtins`, which needs this class's methods) handle the commands that change what the reader knows."""
+
+    builtins: Mapping[str, Callable[[Any, Simple, list[Any], State], list[State]]] = {}
+
     def __init__(self, budget: Budget, depth: Depth, script: Script, via: str = "",
                  wrapper: tuple[Value, ...] = (), sbatch: tuple[str, ...] = (), calls: int = 0,
                  markers: dict[str, Chunk] | None = None) -> None:
@@ -64,7 +66,7 @@ class CommandRunner:
             st.status = None
             return [st]
         cmd = name.text
-        handler = BUILTINS.get(cmd)
+        handler = self.builtins.get(cmd)
         if handler is not None:
             return handler(self, node, words, st)
         if cmd in st.functions:

@@ -4,6 +4,9 @@ line (:class:`~.errors.LimitError`) instead of a traceback or a killed process."
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from .errors import LimitError
 
 MAX_INPUT_BYTES = 256 * 1024  # the largest Megatron-LM example launcher is 7.6 KB
@@ -47,3 +50,19 @@ class Budget:
 def nesting(depth: int, line: int) -> None:
     if depth > MAX_NESTING:
         raise LimitError(line, f"blocks, substitutions or quotes nested deeper than {MAX_NESTING} levels")
+
+
+class Depth:
+    """How deep the reader is in blocks, substitutions and quotes, shared by every lexer and parser of one read."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    @contextmanager
+    def enter(self, line: int) -> Iterator[None]:
+        self.value += 1
+        nesting(self.value, line)
+        try:
+            yield
+        finally:
+            self.value -= 1

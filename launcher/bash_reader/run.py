@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import arith
+from .builtins import BUILTINS
 from .commands import CommandRunner
 from .conditions import Conditions, arithmetic_integer
 from .errors import LimitError
@@ -63,6 +64,8 @@ def _describe(node: Node | Seq | None) -> str:
 
 
 class Runner(CommandRunner):
+    builtins = BUILTINS
+
     def run_all(self, node: Node | Seq, states: list[State]) -> list[State]:
         out: list[State] = []
         for st in states:
