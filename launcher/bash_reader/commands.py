@@ -213,20 +213,24 @@ class CommandRunner:
                     return
                 elements = dict(_as_array(current))
                 if a.append and key in elements:
-                    value = concat([elements[key], value], a.line)
+                    value = self._appended(elements[key], value, a.line)
                 elements[key] = value
                 st.vars[a.name] = elements
             elif isinstance(current, dict) or (array and current is None):
                 elements = dict(_as_array(current))
-                elements[0] = concat([elements.get(0, known("")), value], a.line) if a.append else value
+                elements[0] = self._appended(elements.get(0, known("")), value, a.line) if a.append else value
                 st.vars[a.name] = elements
             else:
                 if a.append and current is not None:
-                    value = concat([current, value], a.line)
-                    self.budget.spend(len(value.text), a.line)
+                    value = self._appended(current, value, a.line)
                 st.vars[a.name] = Value(value.chunks, value.assumed, a.line)
         if export:
             st.exported = st.exported | {a.name}
+
+    def _appended(self, current: Value, value: Value, line: int) -> Value:
+        """``X+=value``: bounded before the two are joined."""
+        self.budget.spend(len(current.text) + len(value.text), line)
+        return concat([current, value], line)
 
     def _integer(self, value: Value, st: State, line: int) -> Value:
         from . import arith

@@ -38,13 +38,21 @@ class Budget:
             raise LimitError(line, f"the script runs more than {MAX_STEPS:,} commands, loop turns or calls "
                                    "(a loop or recursion that does not end?)")
 
-    def spend(self, chars: int, line: int, words: int = 0) -> None:
+    def fits(self, chars: int, line: int) -> None:
+        """Before a value of ``chars`` characters is built (every builder asks first, as the value grows)."""
         if chars > MAX_VALUE_CHARS:
             raise LimitError(line, f"a value grows past {MAX_VALUE_CHARS // 1024} KiB ({chars:,} characters)")
-        self.chars += chars + words * WORD_COST
-        if self.chars > MAX_EXPANDED_CHARS:
+
+    def room(self, chars: int, line: int) -> None:
+        """Before expansions of ``chars`` characters (bookkeeping included) are gathered: what the read has left."""
+        if self.chars + chars > MAX_EXPANDED_CHARS:
             raise LimitError(line, f"the script's expansions pass {MAX_EXPANDED_CHARS >> 20} MiB together (a value or "
                                    "an array that keeps doubling?)")
+
+    def spend(self, chars: int, line: int, words: int = 0) -> None:
+        self.fits(chars, line)
+        self.room(chars + words * WORD_COST, line)
+        self.chars += chars + words * WORD_COST
 
 
 def nesting(depth: int, line: int) -> None:
