@@ -26,37 +26,47 @@ def _text(name: str) -> str:
     return (FIXTURES / name).read_text()
 
 
-def test_positional_arguments_are_asked_for_and_a_schedule_flag_without_a_field_is_refused():
+def test_positional_arguments_are_asked_for_and_a_warmup_fraction_is_mapped_exactly():
     result = import_text(_text("positional_args.sh"), source="positional_args.sh")
     refused = dict(result.refused)
-    assert list(refused) == ["--lr-warmup-fraction", "--data-path", "--vocab-file", "--merge-file"]
-    assert refused["--lr-warmup-fraction"] == ("the warmup length as a fraction of the decay; the spec has no field "
-                                               "for it yet (set train.lr_warmup_iters instead) (line 46)")
+    assert list(refused) == ["--data-path", "--vocab-file", "--merge-file"]
     assert refused["--data-path"] == ("its value '$5' is not known: $5 (line 15) is the script's argument 5: pass the "
                                       "script's arguments after it (mtk import SCRIPT ARG...)")
     ignored = dict(result.ignored)  # paths mtk sets itself: their unknown values are not needed
     assert {"--save", "--load", "--tensorboard-dir"} <= set(ignored)
     paths = ["/ck", "/tb", "/data/gpt2-vocab.json", "/data/gpt2-merges.txt", "/data/web_text_document"]
     given = import_text(_text("positional_args.sh"), source="positional_args.sh", args=paths)
-    assert [flag for flag, _ in given.refused] == ["--lr-warmup-fraction"]
+    assert given.refused == [] and "--lr-warmup-fraction" in given.honoured
     spec = given.spec
     assert spec["data"]["blend"] == [{"prefix": "web_text_document"}] and spec["data"]["dir"] == "/data"
     assert spec["train"]["checkpoint"]["dir"] == "/ck" and spec["cluster"]["nodes"] == 2
     assert (spec["train"]["global_batch_size"], spec["train"]["precision"]) == (64, "bf16")
+    # --lr-warmup-fraction .01 --lr-decay-iters 18000: the fraction itself, no warmup in iterations beside it, and
+    # megatron-core's scheduler warms up for .01 x the decay horizon in samples, as Megatron-LM computes it
+    assert (spec["train"]["lr_warmup_fraction"], spec["train"]["lr_decay_iters"]) == (0.01, 18000)
+    assert "lr_warmup_iters" not in spec["train"]
+    schedule = megatron_flags.core_kwargs(validate(spec), megatron_flags.SCHEDULER)
+    assert (schedule["lr_warmup_steps"], schedule["lr_decay_steps"]) == (0.01 * 18000 * 64, 18000 * 64)
 
 
 def test_the_scripts_arguments_and_allow_dropped_through_the_verb(tmp_path, capsys):
     out = tmp_path / "gpt.yaml"
-    args = ["import", str(FIXTURES / "positional_args.sh"), "-o", str(out)]
+    script = tmp_path / "fsdp.sh"  # the example with a flag mtk cannot honour: Megatron-FSDP
+    script.write_text(_text("positional_args.sh").replace("    --lr-warmup-fraction .01\n",
+                                                          "    --lr-warmup-fraction .01\n    --use-megatron-fsdp\n"))
+    args = ["import", str(script), "-o", str(out)]
     paths = ["--", "/ck", "/tb", "/data/gpt2-vocab.json", "/data/gpt2-merges.txt", "/data/web_text_document"]
     assert main([*args, *paths]) == 2 and not out.exists()
-    assert "--allow-dropped --lr-warmup-fraction" in capsys.readouterr().err
-    assert main([*args, "--allow-dropped", "--lr-warmup-fraction", *paths]) == 0
+    assert "--allow-dropped --use-megatron-fsdp" in capsys.readouterr().err
+    assert main([*args, "--allow-dropped", "--use-megatron-fsdp", *paths]) == 0
     lines = out.read_text().splitlines()
     assert lines[1] == "# DROPPED with --allow-dropped (1): each changes what the script trains, and this spec does " \
                        "not do it:"
-    assert lines[2].startswith("#   --lr-warmup-fraction: the warmup length")
-    validate(yaml.safe_load(out.read_text()))
+    assert lines[2].startswith("#   --use-megatron-fsdp: Megatron-FSDP shards parameters")
+    assert validate(yaml.safe_load(out.read_text())).train.lr_warmup_fraction == 0.01
+    unchanged = tmp_path / "unchanged.yaml"  # the example itself: every flag honoured, nothing to allow
+    assert main(["import", str(FIXTURES / "positional_args.sh"), "-o", str(unchanged), *paths]) == 0
+    assert "DROPPED" not in unchanged.read_text()
 
 
 def test_backslash_newline_inside_double_quotes_keeps_every_flag():
@@ -92,7 +102,8 @@ def test_options_the_environment_may_add_are_read_every_way():
 def test_an_option_loop_and_attention_and_activation_variants():
     result = import_text(_text("option_loop.sh"), source="option_loop.sh")
     refused = dict(result.refused)
-    assert list(refused) == ["--quick-geglu", "--softmax-type", "--window-size", "--lr-warmup-fraction"]
+    assert list(refused) == ["--quick-geglu", "--softmax-type", "--window-size"]
+    assert "--lr-warmup-fraction" in result.honoured and result.spec["train"]["lr_warmup_fraction"] == 0.05
     assert refused["--window-size"].startswith("sliding-window attention")
     assert result.spec["data"]["tokenizer"] == {"type": "NullTokenizer"}  # no arguments: the loop does not run
     real = import_text(_text("option_loop.sh"), source="option_loop.sh", args=["--tokenizer", "/tok"])
