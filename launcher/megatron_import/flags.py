@@ -347,25 +347,10 @@ def _after(given: dict[str, Any], out: Imported) -> None:
 
 
 def _megatron_defaults(given: dict[str, Any], out: Imported) -> None:
-    """A field the command leaves out gets Megatron-LM's value where mtk's default differs."""
-    spec = out.spec
-    fp8 = get_field(spec, "train.precision") == "fp8"
-    for row in megatron_flags.FLAGS:
-        if row.absent is None or not row.spec or _given_by_any_row(row, given) or get_field(spec, row.spec) is not None:
-            continue
-        if row.only == "num_experts" and not get_field(spec, "model.moe.num_experts"):
-            continue
-        if row.spec.startswith("train.fp8.") and not fp8:
-            continue
-        if row.flag == "--initial-loss-scale" and get_field(spec, "train.precision") != "fp16":
-            continue
-        if row.flag == "--grad-reduce-in-bf16" and get_field(spec, "train.precision") not in ("bf16", "fp8"):
-            continue
-        if row.flag in ("--eval-interval", "--eval-iters") and given.get("no-eval"):
-            continue
-        if row.flag == "--no-check-for-nan-in-loss-and-grad" and get_field(spec, "train.precision") == "fp16":
-            continue  # Megatron-LM turns it off for fp16's dynamic loss scaling, as mtk's default does
-        set_field(spec, row.spec, row.absent)
+    """A field the command leaves out gets Megatron-LM's value where mtk's default differs: the table's
+    ``absent`` values, where their rows apply to the spec as imported (:func:`mtk.megatron_flags.absent_values`)."""
+    for dotted, value in megatron_flags.absent_values(out.spec, given).items():
+        set_field(out.spec, dotted, value)
 
 
 def required(out: Imported, world: int | None) -> None:
@@ -389,11 +374,6 @@ def required(out: Imported, world: int | None) -> None:
         out.refused.append(("--train-iters", "not given (nor --train-samples): Megatron-LM needs one to train"))
     if "lr" not in train and "--lr" not in given:
         out.refused.append(("--lr", "not given: Megatron-LM has no default learning rate"))
-
-
-def _given_by_any_row(row: Flag, given: dict) -> bool:
-    """Whether the command gave this row's field by any of its flags (--bf16/--fp16 both say the precision)."""
-    return any(f in given for f in (r.flag for r in megatron_flags.FLAGS if r.spec == row.spec))
 
 
 def _infer_arch(spec: dict) -> None:
