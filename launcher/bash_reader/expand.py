@@ -401,22 +401,12 @@ class Expander:
         if op == "@" and p.arg is not None and p.arg.raw in ("U", "L", "u"):
             case = p.arg.raw
         if case is not None:
-            changed = self.case(text, case)
+            changed = patterns.change_case(text, case)
             if changed is None:
                 return unknown(p.raw, f"{p.raw} (line {p.line}): the case of letters beyond ASCII depends on the "
                                       "locale where the script runs")
             return known(changed, p.line)
         return unknown(p.raw, f"{p.raw} (line {p.line}): this expansion is not read by mtk import")
-
-    @staticmethod
-    def case(text: str, case: str) -> str | None:
-        """Upper or lower case (``U``/``L``), or the first character's (``u``/``l``), as bash changes ASCII letters
-        in any locale: one character for one, so the value keeps its size. None for other letters, whose case
-        depends on the locale where the script runs."""
-        if not (text if case in "UL" else text[:1]).isascii():
-            return None
-        whole = {"U": str.upper, "L": str.lower}[case.upper()]
-        return whole(text) if case in "UL" else whole(text[:1]) + text[1:]
 
     def _bounds(self, p: Param, size: int, st: State) -> tuple[int, int] | Value:
         offset = self._int_operand(p.arg, st, p)
@@ -502,10 +492,3 @@ def _spreads(p: Param) -> bool:
 def _short(raw: str) -> str:
     one = " ".join(raw.split())
     return one if len(one) <= 60 else one[:57] + "..."
-
-
-def array_elements(value: Var | None) -> list[Value]:
-    if value is None:
-        return []
-    return list(value.values()) if isinstance(value, dict) else [value]
-

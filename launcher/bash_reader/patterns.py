@@ -153,3 +153,13 @@ def replace(subject: str, pieces: list[tuple[str, bool]], repl: str, op: str,
             out.append(subject[i])
         i += 1
     return "".join(out) + subject[i:]
+
+
+def change_case(text: str, case: str) -> str | None:
+    """Upper or lower case (``U``/``L``), or the first character's (``u``/``l``), as bash changes ASCII letters
+    in any locale: one character for one, so the value keeps its size. None for other letters, whose case
+    depends on the locale where the script runs."""
+    if not (text if case in "UL" else text[:1]).isascii():
+        return None
+    whole = {"U": str.upper, "L": str.lower}[case.upper()]
+    return whole(text) if case in "UL" else whole(text[:1]) + text[1:]
