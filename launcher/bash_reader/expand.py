@@ -370,6 +370,7 @@ class Expander:
         note = self._unset_note(p, st, f"its default {default.text!r} was used") if value is None else ()
         result = Value(default.chunks, (*default.assumed, *note), p.line)
         if kind == "=" and not p.name.isdigit():
+            st.writable(p.name, p.line)
             st.vars[p.name] = result
         assumed.extend(result.assumed)
         return result
@@ -481,6 +482,7 @@ class Expander:
                               lambda n, v: self.assign_int(n, v, st, line), line)
 
     def assign_int(self, name: str, value: int, st: State, line: int) -> None:
+        st.writable(name, line)
         st.vars[name] = known(str(value), line)
 
 

@@ -11,7 +11,7 @@ from . import arith
 from .builtins import BUILTINS
 from .commands import CommandRunner
 from .conditions import Conditions, arithmetic_integer
-from .errors import LimitError
+from .errors import BashReadError, LimitError
 from .nodes import (
     AndOr,
     ArithCmd,
@@ -309,6 +309,9 @@ class Runner(CommandRunner):
     def _widen(self, st: State, before: State, line: int) -> State:
         """Leave a loop whose turns only running could tell: what it changed is unknown."""
         why = f"set in the loop at line {line}, whose number of turns only running can tell"
+        if (st.integers, st.readonly) != (before.integers, before.readonly):
+            raise BashReadError(line, f"a declare -i or -r {why.removeprefix('set ')}: not read by mtk import "
+                                      "(declare it before the loop)")
         for name in set(st.vars) | set(before.vars):
             if st.vars.get(name) != before.vars.get(name):
                 st.vars[name] = Value((Chunk(f"${name}", f"${name} is {why}"),))
@@ -318,6 +321,7 @@ class Runner(CommandRunner):
         return st
 
     def _for(self, node: For, st: State) -> list[State]:
+        st.writable(node.name, node.line)
         before = st.copy()
         if node.words is None:
             items = list(st.positional) if st.positional is not None else None
@@ -331,8 +335,8 @@ class Runner(CommandRunner):
             return prune([*done, *(self._widen(s, before, node.line) for s in again)])
         states, done = [st], []
         for item in items:
-            for s in states:
-                s.vars[node.name] = item
+            for s in states:  # declare -i: each item evaluated as arithmetic
+                s.vars[node.name] = self._integer(item, s, node.line) if node.name in s.integers else item
             states = self._turn(node.body, states, done)
             if not states:
                 break
