@@ -5,6 +5,7 @@ refused by name. A flag the command leaves out gets Megatron-LM's default where 
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass, field
@@ -78,6 +79,46 @@ def scalar(text: str) -> Any:
         return float(text)
     except ValueError:
         return text
+
+
+# flags Megatron-LM reads with type=int whose spec field takes any number (a rope base of 1e6 is a valid spec)
+WHOLE_IN_MEGATRON = frozenset({"--rotary-base"})
+
+
+def whole_number(row: Flag) -> bool:
+    """Whether Megatron-LM reads the row's flag with argparse's ``type=int``: its spec field takes a whole number,
+    or it is one of :data:`WHOLE_IN_MEGATRON` (a test holds this against Megatron-LM's parser, flag by flag)."""
+    return row.form == "value" and bool(row.spec) and (row.flag in WHOLE_IN_MEGATRON or _int_field(row.spec))
+
+
+@functools.cache
+def _int_field(dotted: str) -> bool:
+    """Whether the spec field at ``dotted`` takes a whole number (``int``, or ``int | None``)."""
+    from pydantic import BaseModel
+
+    from mtk.spec.job import Job
+
+    model: type[BaseModel] = Job
+    *parents, last = dotted.split(".")
+    for part in parents:
+        annotation = model.model_fields[part].annotation
+        model = next(a for a in (annotation, *getattr(annotation, "__args__", ()))
+                     if isinstance(a, type) and issubclass(a, BaseModel))
+    field = model.model_fields.get(last)
+    if field is None:  # a row whose field the spec does not have yet
+        return False
+    annotation = field.annotation
+    kinds = {a for a in (annotation, *getattr(annotation, "__args__", ())) if a is not type(None)}
+    return int in kinds and not kinds & {float, str}
+
+
+def _int_as_argparse(text: str) -> bool:
+    """What argparse's ``type=int`` takes: Python's ``int()`` of the text ('1e3' and '1.0' are refused)."""
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
 
 
 def groups(argv: list[Value] | tuple[Value, ...]) -> list[Group]:
@@ -163,12 +204,17 @@ def _apply(row: Flag, values: list[str], group: Group, given: dict[str, Any], ou
         out.refused.append((f"{flag} {' '.join(values)}", f"{flag} takes no value; what follows it is {extra}"
                                                           f"{where(group.flag)}"))
         return
+    whole = whole_number(row)
+    if whole and not _int_as_argparse(values[0]):
+        out.refused.append((flag, f"{values[0]!r} is not a whole number: Megatron-LM reads {flag} with int() and "
+                                  f"stops at it{where(group.flag)}"))
+        return
     given[flag] = values[0] if len(values) == 1 else values
     out.honoured.append(flag)
     if flag in SPECIAL:
         SPECIAL[flag](values, given, out)
     elif row.form == "value":
-        set_field(out.spec, row.spec, scalar(values[0]))
+        set_field(out.spec, row.spec, int(values[0]) if whole else scalar(values[0]))
     elif row.form in ("true", "false"):
         set_field(out.spec, row.spec, row.form == "true")
     else:
@@ -266,12 +312,7 @@ def _other_weights(load: str, save: str, out: Imported) -> None:
 
 
 def _samples(spec_field: str) -> Any:
-    def apply(values: list[str], given: dict, out: Imported) -> None:
-        if not re.fullmatch(r"[0-9]+", values[0]):
-            flag = next(f for f, s in SAMPLE_FLAGS.items() if s == spec_field)
-            out.honoured.remove(flag)
-            out.refused.append((flag, f"{values[0]!r} is not a whole number of samples (Megatron-LM would stop)"))
-            return
+    def apply(values: list[str], given: dict, out: Imported) -> None:  # a whole number: _apply checked
         given.setdefault("samples", []).append((spec_field, int(values[0])))
     return apply
 

@@ -6,6 +6,7 @@ precision. The corpus itself: scripts/megatron_import_corpus.py, its result in d
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -220,7 +221,44 @@ def test_flags_megatron_lm_reads_together_are_judged_together():
     both = dict(import_text(f"{base} --fp16 --bf16\n").refused)
     assert both == {"--fp16": "given with --bf16: Megatron-LM stops at the two together"}
     samples = dict(import_text(f"{base} --train-samples 1.5e9\n").refused)
-    assert samples["--train-samples"] == "'1.5e9' is not a whole number of samples (Megatron-LM would stop)"
+    assert samples["--train-samples"] == "'1.5e9' is not a whole number: Megatron-LM reads --train-samples with " \
+                                         "int() and stops at it (line 1)"
     units = dict(import_text(f"{base} --train-samples 80\n").refused)
     assert units["--train-samples"] == "given with --train-iters: Megatron-LM counts in iterations or in samples, " \
                                        "and stops at both"
+
+
+def test_a_whole_number_flag_takes_what_megatron_lms_int_takes(tmp_path, capsys):
+    """Megatron-LM reads --train-iters with argparse's type=int: '1e3' stops it (it was imported as 1000), '1_000'
+    is 1000. The import exits 2 naming the flag and the value."""
+    script = tmp_path / "iters.sh"
+    script.write_text(GPT.format(entry="pretrain_gpt.py").replace("--train-iters 10", "--train-iters 1e3"))
+    assert main(["import", str(script), "-o", str(tmp_path / "out.yaml")]) == 2
+    assert "--train-iters: '1e3' is not a whole number: Megatron-LM reads --train-iters with int() and stops at it " \
+           "(line 1)" in capsys.readouterr().err
+    assert not (tmp_path / "out.yaml").exists()
+    same = import_text(GPT.format(entry="pretrain_gpt.py").replace("--train-iters 10", "--train-iters 1_000") +
+                       "\n").spec["train"]["iterations"]
+    assert same == 1000 and type(same) is int
+    refused = dict(import_text(GPT.format(entry="pretrain_gpt.py").strip() + " --rotary-base 1e4 --position-embedding"
+                                                                              "-type rope --num-layers 2.0\n").refused)
+    assert set(refused) == {"--rotary-base", "--num-layers"}  # rotary_base is any number in the spec, not to Megatron
+
+
+def test_no_refusal_says_depending_on_nothing():
+    """Two training commands with no condition between them: both run, so no 'depending on' with nothing after it
+    (it said 'the ways the script can go (1e-3 / 2e-3), depending on ')."""
+    first, second = GPT.format(entry="pretrain_gpt.py"), GPT.format(entry="pretrain_gpt.py").replace("1e-3", "2e-3")
+    result = import_text(first + second.replace("torchrun", "srun"))
+    assert dict(result.refused) == {"--lr": "differs between the training commands the script runs one after another "
+                                            "(lines 1, 2) (1e-3 / 2e-3), each a run of its own (a spec is one run: "
+                                            "import a script with one of them)"}
+    assert result.notes == ["the launcher differs between the training commands the script runs one after another "
+                            "(lines 1, 2): the cluster's counts are not read from it"]
+    with pytest.raises(NotGpt) as caught:
+        import_text(GPT.format(entry="pretrain_bert.py") + first)
+    assert str(caught.value).endswith("so only a pretrain_gpt.py command imports; it runs pretrain_gpt.py too (line 2)")
+    conditional = import_text(f'if [ "$X" = 1 ]; then\n{first}else\n{second}fi\n')
+    assert dict(conditional.refused)["--lr"].endswith('depending on `[ "$X" = 1 ]` (line 1)')
+    said = [why for r in (result, conditional) for _, why in [*r.refused, *r.ignored]] + result.notes
+    assert not [s for s in said if re.search(r"depending on\s*($|[;,.)])", s)]
