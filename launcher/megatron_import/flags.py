@@ -221,11 +221,21 @@ def _apply(row: Flag, values: list[str], group: Group, given: dict[str, Any], ou
         set_field(out.spec, row.spec, row.when[0])
 
 
+# rows mtk derives from a spec field that the script's value gives back exactly: the field it comes from
+DERIVED_FROM_VALUE = {"--distributed-timeout-minutes": lambda minutes: minutes * 60}  # cluster.pg_timeout_s
+
+
 def _by_mtk(row: Flag, values: list[str], group: Group, out: Imported) -> None:
     """A table row mtk sets itself: the same value is ignored; another one is refused unless it computes the same
     model (:data:`~.flag_classes.SAME_MATH`); a derived one is checked once the spec validates."""
     flag = row.flag
     why = f"set by mtk itself: {row.why or 'always'}"
+    inverse = DERIVED_FROM_VALUE.get(flag)
+    if inverse is not None and len(values) == 1 and _int_as_argparse(values[0]):
+        set_field(out.spec, row.derived_from, inverse(int(values[0])))
+        out.honoured.append(flag)
+        out.derived.append(row)  # the spec's own value checked again once it validates
+        return
     if row.read is not None:
         out.derived.append(row)
         out.ignored.append((flag, why))

@@ -262,3 +262,14 @@ def test_no_refusal_says_depending_on_nothing():
     assert dict(conditional.refused)["--lr"].endswith('depending on `[ "$X" = 1 ]` (line 1)')
     said = [why for r in (result, conditional) for _, why in [*r.refused, *r.ignored]] + result.notes
     assert not [s for s in said if re.search(r"depending on\s*($|[;,.)])", s)]
+
+
+def test_the_process_group_timeout_is_read_back_into_its_field():
+    """--distributed-timeout-minutes is a row mtk derives from cluster.pg_timeout_s: the script's 60 minutes is that
+    field's 3,600 s, so the spec trains with the script's timeout (it was refused as differing from the default 10)."""
+    verdict = judge(GPT.format(entry="pretrain_gpt.py").strip() + " --distributed-timeout-minutes 60\n", "t.sh")
+    assert verdict.ok and verdict.imported.refused == []
+    assert "--distributed-timeout-minutes" in verdict.imported.honoured
+    assert verdict.imported.spec["cluster"] == {"device": "gpu", "procs_per_node": 8, "pg_timeout_s": 3600}
+    spelled = judge(GPT.format(entry="pretrain_gpt.py").strip() + " --distributed-timeout-minutes 6e1\n", "t.sh")
+    assert dict(spelled.imported.refused)["--distributed-timeout-minutes"].startswith("the script's 6e1 differs")
