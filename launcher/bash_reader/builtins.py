@@ -121,7 +121,11 @@ def _set(runner: CommandRunner, node: Simple, words: Words, st: State) -> list[S
     values = _values(words)[1:]
     k = 0
     while k < len(values) and values[k].known and values[k].text[:1] in "-+" and values[k].text != "--":
-        k += 2 if re.fullmatch(r"[-+][a-zA-Z]*o", values[k].text) else 1  # -o / -euo take an option name
+        flag = values[k].text
+        named = re.fullmatch(r"[-+][a-zA-Z]*o", flag)  # -o / -euo take an option name
+        if "e" in flag[1:] or (named and k + 1 < len(values) and values[k + 1].text == "errexit"):
+            st.errexit = flag.startswith("-")
+        k += 2 if named else 1
     if k < len(values) and values[k].text == "--":
         k += 1
         st.positional = tuple(values[k:])

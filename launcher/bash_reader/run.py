@@ -65,6 +65,7 @@ def _describe(node: Node | Seq | None) -> str:
 
 class Runner(CommandRunner):
     builtins = BUILTINS
+    testing = 0  # inside a condition (an if/while test, a && list's left side): set -e does not end the script
 
     def run_all(self, node: Node | Seq, states: list[State]) -> list[State]:
         out: list[State] = []
@@ -76,10 +77,15 @@ class Runner(CommandRunner):
         if isinstance(node, Seq):
             return self._seq(node, st)
         self.budget.step(node.line)
-        if isinstance(node, Simple):
-            return self.simple(node, st)
+        if isinstance(node, (Simple, Pipeline, Cond, ArithCmd)) or (isinstance(node, Group) and node.subshell):
+            return self._errexit(self._command(node, st), node)
         if isinstance(node, AndOr):
             return self._and_or(node, st)
+        return self._command(node, st)
+
+    def _command(self, node: Node, st: State) -> list[State]:
+        if isinstance(node, Simple):
+            return self.simple(node, st)
         if isinstance(node, Pipeline):
             return self._pipeline(node, st)
         if isinstance(node, If):
@@ -109,6 +115,26 @@ class Runner(CommandRunner):
             return self.run(node.node, st)
         raise AssertionError(type(node))
 
+    def _errexit(self, states: list[State], node: Node) -> list[State]:
+        """``set -e``: a command that fails outside a condition (an ``if``/``while`` test, all but the last of an
+        ``&&``/``||`` list, a ``!`` pipeline) ends the script. Where only running can tell the status, the way goes
+        on, as it does without ``set -e``."""
+        for s in states:
+            if s.errexit and not self.testing and not s.flow and s.status not in (0, None) and \
+                    not (isinstance(node, Pipeline) and node.negate):
+                s.flow = "exit"
+                self.script.exits.append(f"`{describe(node)}` at line {node.line} fails (status {s.status}) and "
+                                         "`set -e` ends it")
+        return states
+
+    def _testing(self, node: Node | Seq, states: list[State]) -> list[State]:
+        """``node`` run as a condition: ``set -e`` does not end the script there."""
+        self.testing += 1
+        try:
+            return self.run_all(node, states)
+        finally:
+            self.testing -= 1
+
     # ------------------------------------------------------------------------------------------------ lists
 
     def _seq(self, node: Seq, st: State) -> list[State]:
@@ -124,9 +150,11 @@ class Runner(CommandRunner):
         return states
 
     def _and_or(self, node: AndOr, st: State) -> list[State]:
-        states = self.run(node.first, st)
+        states = self._testing(node.first, [st])
         prev: Node = node.first
-        for op, item in node.rest:
+        for k, (op, item) in enumerate(node.rest):
+            last = k == len(node.rest) - 1
+            run = self.run if last else lambda n, s: self._testing(n, [s])
             nxt: list[State] = []
             for s in states:
                 if s.flow:
@@ -134,9 +162,9 @@ class Runner(CommandRunner):
                 elif s.status is None:
                     said = f"`{describe(prev)}` (line {prev.line})"
                     nxt.append(s.fork(f"{said} {'fails' if op == '&&' else 'succeeds'}"))
-                    nxt.extend(self.run(item, s.fork(f"{said} {'succeeds' if op == '&&' else 'fails'}")))
+                    nxt.extend(run(item, s.fork(f"{said} {'succeeds' if op == '&&' else 'fails'}")))
                 elif (s.status == 0) == (op == "&&"):
-                    nxt.extend(self.run(item, s))
+                    nxt.extend(run(item, s))
                 else:
                     nxt.append(s)
             states, prev = prune(nxt), item
@@ -144,8 +172,12 @@ class Runner(CommandRunner):
 
     def _pipeline(self, node: Pipeline, st: State) -> list[State]:
         status: int | None = 0
-        for item in node.commands:  # each part runs in a subshell: its variables do not come back
-            status = self._subshell(item, st).status
+        self.testing += 1  # each part runs in a subshell: its variables do not come back, nor does its set -e
+        try:
+            for item in node.commands:
+                status = self._subshell(item, st).status
+        finally:
+            self.testing -= 1
         st.status = status if not node.negate or status is None else int(status == 0)
         return [st]
 
@@ -200,7 +232,7 @@ class Runner(CommandRunner):
         for cond, body in node.clauses:
             nxt: list[State] = []
             said = f"`{describe(cond)}` (line {cond.line})"
-            for r in self.run_all(cond, pending):
+            for r in self._testing(cond, pending):
                 if r.flow:
                     done.append(r)
                 elif r.status == 0:
@@ -276,7 +308,7 @@ class Runner(CommandRunner):
                 self.script.exits.append(f"the loop at line {node.line} never ends (the script stays in it)")
                 return prune(done)
             going: list[State] = []
-            for s in self.run_all(node.cond, states):
+            for s in self._testing(node.cond, states):
                 ok = None if s.status is None else (s.status == 0) != node.until
                 if s.flow or ok is False:
                     s.status = 0

@@ -32,6 +32,7 @@ class State:
     args_known: bool = False  # the script's arguments were given (an unset $3 is then empty, as in bash)
     integers: frozenset[str] = frozenset()  # declare -i: an assignment evaluates its value as arithmetic
     readonly: frozenset[str] = frozenset()  # readonly / declare -r: bash refuses a later assignment
+    errexit: bool = False  # set -e: a command that fails outside a condition ends the script
 
     def fork(self, condition: str) -> State:
         return replace(self, vars=dict(self.vars), functions=dict(self.functions), when=(*self.when, condition),
@@ -53,7 +54,7 @@ class State:
         return (tuple(sorted((k, _frozen(v)) for k, v in self.vars.items())), self.exported, self.positional,
                 tuple(sorted((k, id(v)) for k, v in self.functions.items())), self.tainted, self.flow,
                 tuple(tuple(sorted((k, _frozen(v)) for k, v in f.items())) for f in self.locals), self.integers,
-                self.readonly)
+                self.readonly, self.errexit)
 
 
 def _frozen(value: Var | None) -> object:

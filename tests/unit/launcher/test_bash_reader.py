@@ -241,3 +241,25 @@ def test_windows_line_endings_and_a_byte_order_mark_are_refused_with_the_fix(tmp
     err = capsys.readouterr().err.strip()
     assert err == f"error: {script}: line 1: the file starts with a UTF-8 byte-order mark, which bash reads as part " \
                   "of the first word; save the file without it (UTF-8 without BOM)"
+
+
+ERREXIT = ["set -e\nargv_probe a\nfalse\nargv_probe b\n", "set -e\n[ -z x ]\nargv_probe b\n",
+           "set -eu\nfalse || true\nfalse && x\nif false; then :; fi\n! true\nwhile false; do :; done\nargv_probe c\n"
+           "[[ a == b ]]\nargv_probe d\n", "set -e\nf() { return 3; }\nf || argv_probe e\nf\nargv_probe f\n",
+           "set -euo pipefail\ntrue && false\nargv_probe g\n",
+           "set -e\nset +e\nfalse\nargv_probe h\n((0))\nset -o errexit\n((0))\nargv_probe i\n",
+           "set -e\nN=1\nif [ $N = 1 ]; then\n  argv_probe j\n  false\nfi\nargv_probe k\n"]
+
+
+@pytest.mark.parametrize("text", ERREXIT, ids=range(len(ERREXIT)))
+def test_set_e_ends_the_script_where_bash_ends_it(text, tmp_path):
+    """``set -e``: a command that fails outside a condition ends the script, so nothing after it trains (the
+    reader read on); conditions, ``&&``/``||`` left sides and ``!`` do not end it."""
+    script = tmp_path / "e.sh"
+    script.write_text(PRINTER + text)
+    out = subprocess.run(["bash", str(script)], capture_output=True, timeout=60).stdout.decode()
+    expected = [line.split("\0")[:-1] for line in out.split("\1\n")[:-1]]
+    assert _our_words(text) == expected
+    ran_to_the_end = [text.rstrip("\n").rsplit("\n", 1)[-1].split()[-1]] in expected
+    ends = read(text).exits
+    assert bool(ends) != ran_to_the_end and all(e.endswith("and `set -e` ends it") for e in ends)
