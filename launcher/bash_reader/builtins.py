@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from .errors import BashReadError
 from .nodes import Assign, Simple
 from .state import State
-from .values import Value, known
+from .values import Value, known, unknown
 
 if TYPE_CHECKING:
     from .commands import CommandRunner
@@ -60,8 +60,8 @@ def _declare(runner: CommandRunner, node: Simple, words: Words, st: State) -> li
         if isinstance(item, Assign):
             name = item.name
             if "A" in opts:
-                runner.make_unknown([name], st, f"(line {item.line}): an associative array is not read by mtk "
-                                                "import")
+                st.assoc = st.assoc | {name}
+                runner.assign(item, st, export=export, local=local)  # not read: every element is unknown
             else:
                 runner.assign(item, st, export=export, local=local, array="a" in opts, integer="i" in opts)
             _attributes(st, name, opts, off, readonly)
@@ -78,7 +78,11 @@ def _declare(runner: CommandRunner, node: Simple, words: Words, st: State) -> li
             st.writable(name, node.line)
             st.locals[-1][name] = st.vars.get(name)
             st.vars.pop(name, None)
-            st.integers = st.integers - {name}
+            st.integers, st.assoc = st.integers - {name}, st.assoc - {name}
+        if "A" in opts:
+            st.assoc = st.assoc | {name}
+            st.vars[name] = unknown(f"${name}", f"${name} (line {node.line}): an associative array is not read by "
+                                                "mtk import")
         if "a" in opts and name not in st.vars:
             st.vars[name] = {}
         if export:
@@ -112,7 +116,7 @@ def _unset(runner: CommandRunner, node: Simple, words: Words, st: State) -> list
                 return [st]
             else:
                 st.vars.pop(name, None)
-                st.integers = st.integers - {name}
+                st.integers, st.assoc = st.integers - {name}, st.assoc - {name}
     st.status = 0
     return [st]
 

@@ -155,7 +155,7 @@ class CommandRunner:
         if self.calls >= MAX_CALL_DEPTH:
             raise LimitError(line, f"functions call each other deeper than {MAX_CALL_DEPTH} levels")
         fn = st.functions[name]
-        saved, integers, readonly = st.positional, st.integers, st.readonly
+        saved, integers, readonly, assoc = st.positional, st.integers, st.readonly, st.assoc
         st.positional = tuple(values[1:])
         st.locals = (*st.locals, {})
         self.calls += 1
@@ -174,6 +174,7 @@ class CommandRunner:
                     r.vars[var] = old
                 r.integers = (r.integers - {var}) | ({var} & integers)  # a local's attributes end with it
                 r.readonly = (r.readonly - {var}) | ({var} & readonly)
+                r.assoc = (r.assoc - {var}) | ({var} & assoc)
             r.locals = r.locals[:-1]
             r.positional = saved
         return results
@@ -186,7 +187,11 @@ class CommandRunner:
         if local and st.locals and a.name not in st.locals[-1]:
             st.locals[-1][a.name] = st.vars.get(a.name)
         if local:  # a local starts without the attributes of the variable it hides
-            st.integers = st.integers - {a.name}
+            st.integers, st.assoc = st.integers - {a.name}, st.assoc - {a.name}
+        if a.name in st.assoc:  # its keys are strings ($x is "x", not x's value): not read
+            st.vars[a.name] = unknown(f"${a.name}", f"${a.name} (line {a.line}): an associative array is not read "
+                                                    "by mtk import")
+            return
         integer = integer or a.name in st.integers
         current = st.vars.get(a.name)
 

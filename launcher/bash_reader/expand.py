@@ -194,6 +194,8 @@ class Expander:
                 return [self._unknown_seg(p, "an indirect reference mtk import cannot follow", quoted)]
         elif p.indirect and p.index is not None and p.index.raw in ("@", "*") and not p.op:
             current = st.vars.get(p.name)  # ${!A[@]}: the array's indices
+            if p.name in st.assoc:
+                return [self._unknown_seg(p, "an associative array is not read by mtk import", quoted)]
             if current is None and st.tainted:
                 return [Seg(self._tainted(p, st).chunks, quoted, True)]
             keys = [known(str(k)) for k in (sorted(current) if isinstance(current, dict) else
@@ -245,6 +247,8 @@ class Expander:
     def _element(self, p: Param, st: State) -> Value | list[Value] | None:
         index = p.index
         assert index is not None
+        if p.name in st.assoc:
+            return unknown(p.raw, f"{p.raw} (line {p.line}): an associative array is not read by mtk import")
         current = st.vars.get(p.name)
         if index.raw in ("@", "*"):
             if current is None:

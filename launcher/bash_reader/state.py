@@ -32,6 +32,7 @@ class State:
     args_known: bool = False  # the script's arguments were given (an unset $3 is then empty, as in bash)
     integers: frozenset[str] = frozenset()  # declare -i: an assignment evaluates its value as arithmetic
     readonly: frozenset[str] = frozenset()  # readonly / declare -r: bash refuses a later assignment
+    assoc: frozenset[str] = frozenset()  # declare -A: keys are strings, never read (every element is unknown)
     errexit: bool = False  # set -e: a command that fails outside a condition ends the script
 
     def fork(self, condition: str) -> State:
@@ -54,7 +55,7 @@ class State:
         return (tuple(sorted((k, _frozen(v)) for k, v in self.vars.items())), self.exported, self.positional,
                 tuple(sorted((k, id(v)) for k, v in self.functions.items())), self.tainted, self.flow,
                 tuple(tuple(sorted((k, _frozen(v)) for k, v in f.items())) for f in self.locals), self.integers,
-                self.readonly, self.errexit)
+                self.readonly, self.assoc, self.errexit)
 
 
 def _frozen(value: Var | None) -> object:
@@ -114,7 +115,7 @@ def join(states: list[State]) -> State:
                 base.functions.pop(fname, None)
                 base.tainted = base.tainted or f"function {fname} is {why}"
     base.exported = frozenset().union(*(s.exported for s in states))
-    for attribute, option in (("integers", "-i"), ("readonly", "-r")):
+    for attribute, option in (("integers", "-i"), ("readonly", "-r"), ("assoc", "-A")):
         every = [getattr(s, attribute) for s in states]
         differ = sorted(frozenset().union(*every) - frozenset.intersection(*every))
         if differ:  # every later assignment would differ between the ways: no value of it could be trusted

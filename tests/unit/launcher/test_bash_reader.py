@@ -263,3 +263,16 @@ def test_set_e_ends_the_script_where_bash_ends_it(text, tmp_path):
     ran_to_the_end = [text.rstrip("\n").rsplit("\n", 1)[-1].split()[-1]] in expected
     ends = read(text).exits
     assert bool(ends) != ran_to_the_end and all(e.endswith("and `set -e` ends it") for e in ends)
+
+
+def test_an_associative_arrays_elements_are_unknown_never_another_elements(tmp_path):
+    """``declare -A``: keys are strings (``M[x]`` is key "x", not x's value 1). Read as an indexed array, ``M[x]``
+    and ``M[1]`` were one element and the script's "a" became "b"; every element is unknown, named, instead."""
+    text = "declare -A M\nx=1\nM[x]=a\nM[1]=b\nargv_probe ${M[x]} ${M[1]} ${!M[@]}\ndeclare -A N=([tp]=2)\n" \
+           "argv_probe ${N[tp]}\nunset N\nN=(5)\nf() { local -A L; L[a]=1; }\nf\nL[1]=2\nargv_probe ${N[0]} ${L[1]}\n"
+    bash = _bash_words(text, tmp_path)
+    assert bash[0][:2] == ["a", "b"] and bash[2] == ["5", "2"]
+    calls = [c.words[1:] for c in read(text).commands if c.words[0].text == PROBE]
+    assert [w.known for w in calls[0]] == [False, False, False] and not calls[1][0].known
+    assert all("an associative array is not read by mtk import" in w.unknown[0] for w in (*calls[0], *calls[1]))
+    assert [w.text for w in calls[2]] == bash[2]  # unset, or a local that ended: an indexed array again
