@@ -54,7 +54,9 @@ def _declare(runner: CommandRunner, node: Simple, words: Words, st: State) -> li
         named = " ".join(w.name if isinstance(w, Assign) else w.text for w in rest)
         raise BashReadError(node.line, f"{cmd} -n {named}: a name reference (a variable that stands for another) is "
                                        "not read by mtk import; use the other variable's own name")
-    export, local = cmd == "export" or "x" in opts, cmd == SCOPED
+    # in a function, declare and typeset make its own variables too (unless -g), as local does
+    export = cmd == "export" or "x" in opts
+    local = cmd == SCOPED or (cmd in ("declare", "typeset") and bool(st.locals) and "g" not in opts)
     readonly = cmd == "readonly" or "r" in opts
     for item in rest:
         if isinstance(item, Assign):

@@ -46,6 +46,8 @@ CASES = {
                          'argv_probe $k $N; }\nf\ndeclare -ai A=(1+1 2*3)\nA+=(5-1)\nA[5]=2**3\nA[0]+=10\n'
                          'X=3+4\ndeclare -i X\nY=$X\nX=1+1\ndeclare +i X\nX+=1\nargv_probe $N $M "${A[@]}" $Y $X\n'
                          'typeset -i T\nfor T in 1+1 6/2; do argv_probe $T; done\nN=7\n((N+=1))\nargv_probe $N\n',
+    "declare_in_a_function": 'f() { declare X=in; declare -r R=1; typeset -i N=1+1; declare -g G=g; argv_probe $X '
+                             '$R $N; }\nX=out\nf\nf\nargv_probe "$X" $G\n',
     "set_options": 'set -- p q\nset -euo pipefail\nset -e\nset +x -o errexit\nargv_probe "$@" "$#"\n',
     "readonly_unset": 'readonly R=1\nunset R\nargv_probe "$R" $?\n',
 }
