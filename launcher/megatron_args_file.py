@@ -22,6 +22,7 @@ FILE = "megatron_lm_args.txt"
 def args_file(job: Job) -> str:
     from mtk.training.interop import megatron_lm
 
+    from mtk import megatron_flags
     from mtk.checkpoint_paths import default_dir
     from mtk.vocabulary import padded_vocab
 
@@ -35,8 +36,9 @@ def args_file(job: Job) -> str:
     if folders:  # their prefixes come from their files when the run starts: left to it, and said
         job = job.model_copy(update={"data": job.data.model_copy(update={"folders": []})})
     argv = megatron_lm.pretrain_gpt_argv(args, job, root)
-    if folders:
-        argv = [a for a in argv if a != "--mock-data"]
+    if folders:  # without its folders the job reads as mock data: the table's row for that is left out
+        mock = next(f.flag for f in megatron_flags.FLAGS if f.runtime == "mock")
+        argv = [a for a in argv if a != mock]
     text = megatron_lm.args_file_text(argv, 0, job)
     head = [f"# Megatron-LM pretrain_gpt.py arguments mtk run {job.name!r} starts with, at world size "
             f"{job.cluster.world_size} (tp × pp × cp × dp), for Megatron-LM core_r0.19.0:",

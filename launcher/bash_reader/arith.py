@@ -19,7 +19,9 @@ MASK = (1 << 64) - 1
 
 
 class Unknowable(Exception):
-    """The expression's value cannot be known from the script; the message says why."""
+    """Internal: the expression's value cannot be known from the script (the message says why). Control flow of the
+    bash reader: every caller turns it into a named unknown value or an undecided condition; it never leaves
+    :mod:`mtk.launcher.bash_reader`."""
 
 
 def wrap(x: int) -> int:
@@ -28,29 +30,32 @@ def wrap(x: int) -> int:
 
 
 def number(text: str) -> int:
-    """An integer constant as bash reads it: decimal, 0x hex, 0 octal, base#digits."""
+    """An integer constant as bash reads it: decimal, 0x hex, 0 octal, base#digits; wrapped to 64 bits digit by
+    digit, as bash's own reading does (a 5,000-digit constant is no bignum)."""
     if "#" in text:
         base_text, digits = text.split("#", 1)
-        base = int(base_text)
+        base = _digits(base_text, 10, text) if base_text else 10
         if not 2 <= base <= 64:
             raise Unknowable(f"invalid arithmetic base {base}")
-        alphabet = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ@_"
-        if base <= 36:
-            digits = digits.lower()
-        value = 0
-        for d in digits:
-            k = alphabet.find(d)
-            if k < 0 or k >= base:
-                raise Unknowable(f"value too great for base ({text})")
-            value = value * base + k
-        return wrap(value)
+        return _digits(digits if base > 36 else digits.lower(), base, text)
     if text[:2] in ("0x", "0X"):
-        return wrap(int(text, 16))
+        return _digits(text[2:].lower(), 16, text)
     if len(text) > 1 and text[0] == "0":
-        if not re.fullmatch(r"[0-7]+", text):
+        return _digits(text, 8, text)
+    return _digits(text, 10, text)
+
+
+_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ@_"
+
+
+def _digits(digits: str, base: int, text: str) -> int:
+    value = 0
+    for d in digits:
+        k = _ALPHABET.find(d)
+        if k < 0 or k >= base:
             raise Unknowable(f"value too great for base ({text})")
-        return wrap(int(text, 8))
-    return wrap(int(text))
+        value = (value * base + k) & MASK
+    return wrap(value)
 
 
 def evaluate(text: str, lookup: Callable[[str], int], assign: Callable[[str, int], None], line: int) -> int:

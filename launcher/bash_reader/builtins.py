@@ -7,9 +7,10 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .errors import BashReadError
 from .nodes import Assign, Simple
 from .state import State
-from .values import Value, known
+from .values import Value, known, unknown
 
 if TYPE_CHECKING:
     from .commands import CommandRunner
@@ -35,24 +36,37 @@ def _false(runner: CommandRunner, node: Simple, words: Words, st: State) -> list
 
 
 def _declare(runner: CommandRunner, node: Simple, words: Words, st: State) -> list[State]:
-    """declare/typeset/local/export/readonly: options, then names and assignments."""
+    """declare/typeset/local/export/readonly: options, then names and assignments; ``-i`` (an assignment evaluates
+    as arithmetic) and ``-r`` (readonly) are kept with the name, ``+i`` drops it."""
     cmd = _values(words)[0].text
-    opts = ""
+    opts = off = ""
     rest = words[1:]
     while rest and isinstance(rest[0], Value) and rest[0].known and re.fullmatch(r"[-+][a-zA-Z]+", rest[0].text):
-        opts += rest[0].text[1:] if rest[0].text.startswith("-") else ""
+        if rest[0].text.startswith("-"):
+            opts += rest[0].text[1:]
+        else:
+            off += rest[0].text[1:]
         rest = rest[1:]
     if "f" in opts or "F" in opts or "p" in opts:
         st.status = 0
         return [st]
-    export, local = cmd == "export" or "x" in opts, cmd == SCOPED
+    if "n" in opts:
+        named = " ".join(w.name if isinstance(w, Assign) else w.text for w in rest)
+        raise BashReadError(node.line, f"{cmd} -n {named}: a name reference (a variable that stands for another) is "
+                                       "not read by mtk import; use the other variable's own name")
+    # in a function, declare and typeset make its own variables too (unless -g), as local does
+    export = cmd == "export" or "x" in opts
+    local = cmd == SCOPED or (cmd in ("declare", "typeset") and bool(st.locals) and "g" not in opts)
+    readonly = cmd == "readonly" or "r" in opts
     for item in rest:
         if isinstance(item, Assign):
-            if "A" in opts or "n" in opts:
-                runner.make_unknown([item.name], st, f"(line {item.line}): an associative array or name reference "
-                                                     "is not read by mtk import")
-                continue
-            runner.assign(item, st, export=export, local=local, array="a" in opts, integer="i" in opts)
+            name = item.name
+            if "A" in opts:
+                st.assoc = st.assoc | {name}
+                runner.assign(item, st, export=export, local=local)  # not read: every element is unknown
+            else:
+                runner.assign(item, st, export=export, local=local, array="a" in opts, integer="i" in opts)
+            _attributes(st, name, opts, off, readonly)
             continue
         if not item.known:
             continue
@@ -60,16 +74,33 @@ def _declare(runner: CommandRunner, node: Simple, words: Words, st: State) -> li
         if not _NAME.match(name):
             continue
         if "=" in item.text:  # an assignment that came out of an expansion: `export "$X=1"` (rare)
+            st.writable(name, node.line)
             st.vars[name] = Value(known(item.text.split("=", 1)[1]).chunks, item.assumed, node.line)
         if local and st.locals and name not in st.locals[-1]:
+            st.writable(name, node.line)
             st.locals[-1][name] = st.vars.get(name)
             st.vars.pop(name, None)
+            st.integers, st.assoc = st.integers - {name}, st.assoc - {name}
+        if "A" in opts:
+            st.assoc = st.assoc | {name}
+            st.vars[name] = unknown(f"${name}", f"${name} (line {node.line}): an associative array is not read by "
+                                                "mtk import")
         if "a" in opts and name not in st.vars:
             st.vars[name] = {}
         if export:
             st.exported = st.exported | {name}
+        _attributes(st, name, opts, off, readonly)
     st.status = 0
     return [st]
+
+
+def _attributes(st: State, name: str, opts: str, off: str, readonly: bool) -> None:
+    if "i" in opts:
+        st.integers = st.integers | {name}
+    if "i" in off:
+        st.integers = st.integers - {name}
+    if readonly:
+        st.readonly = st.readonly | {name}
 
 
 def _unset(runner: CommandRunner, node: Simple, words: Words, st: State) -> list[State]:
@@ -82,8 +113,12 @@ def _unset(runner: CommandRunner, node: Simple, words: Words, st: State) -> list
                 st.functions.pop(name, None)
             elif name != v.text:
                 runner.make_unknown([name], st, f"(line {node.line}): an element unset with an index")
+            elif name in st.readonly:  # bash: "cannot unset: readonly variable", and goes on
+                st.status = 1
+                return [st]
             else:
                 st.vars.pop(name, None)
+                st.integers, st.assoc = st.integers - {name}, st.assoc - {name}
     st.status = 0
     return [st]
 
@@ -92,7 +127,11 @@ def _set(runner: CommandRunner, node: Simple, words: Words, st: State) -> list[S
     values = _values(words)[1:]
     k = 0
     while k < len(values) and values[k].known and values[k].text[:1] in "-+" and values[k].text != "--":
-        k += 2 if re.fullmatch(r"[-+][a-zA-Z]*o", values[k].text) else 1  # -o / -euo take an option name
+        flag = values[k].text
+        named = re.fullmatch(r"[-+][a-zA-Z]*o", flag)  # -o / -euo take an option name
+        if "e" in flag[1:] or (named and k + 1 < len(values) and values[k + 1].text == "errexit"):
+            st.errexit = flag.startswith("-")
+        k += 2 if named else 1
     if k < len(values) and values[k].text == "--":
         k += 1
         st.positional = tuple(values[k:])

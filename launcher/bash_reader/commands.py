@@ -7,24 +7,26 @@ read after them is unknown (it may have been set there)."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from .builtins import BUILTINS
 from .errors import LimitError
 from .expand import Expander
-from .limits import MAX_CALL_DEPTH, Budget
+from .limits import MAX_CALL_DEPTH, Budget, Depth
 from .nodes import Assign, Node, Seq, Simple, Word
 from .script import Command, Script, sbatch_lines
 from .state import Array, State, Var
 from .values import Chunk, Value, concat, known, unknown
 
-if TYPE_CHECKING:
-    from .lexer import Depth
-
 SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh"})
 
 
 class CommandRunner:
+    """Runs simple commands; ``builtins`` (given by the runner that follows the script, :mod:`.run`, from
+    :mod:`.builtins`, which needs this class's methods) handle the commands that change what the reader knows."""
+
+    builtins: Mapping[str, Callable[[Any, Simple, list[Any], State], list[State]]] = {}
+
     def __init__(self, budget: Budget, depth: Depth, script: Script, via: str = "",
                  wrapper: tuple[Value, ...] = (), sbatch: tuple[str, ...] = (), calls: int = 0,
                  markers: dict[str, Chunk] | None = None) -> None:
@@ -64,7 +66,7 @@ class CommandRunner:
             st.status = None
             return [st]
         cmd = name.text
-        handler = BUILTINS.get(cmd)
+        handler = self.builtins.get(cmd)
         if handler is not None:
             return handler(self, node, words, st)
         if cmd in st.functions:
@@ -153,7 +155,7 @@ class CommandRunner:
         if self.calls >= MAX_CALL_DEPTH:
             raise LimitError(line, f"functions call each other deeper than {MAX_CALL_DEPTH} levels")
         fn = st.functions[name]
-        saved = st.positional
+        saved, integers, readonly, assoc = st.positional, st.integers, st.readonly, st.assoc
         st.positional = tuple(values[1:])
         st.locals = (*st.locals, {})
         self.calls += 1
@@ -170,6 +172,9 @@ class CommandRunner:
                     r.vars.pop(var, None)
                 else:
                     r.vars[var] = old
+                r.integers = (r.integers - {var}) | ({var} & integers)  # a local's attributes end with it
+                r.readonly = (r.readonly - {var}) | ({var} & readonly)
+                r.assoc = (r.assoc - {var}) | ({var} & assoc)
             r.locals = r.locals[:-1]
             r.positional = saved
         return results
@@ -178,9 +183,27 @@ class CommandRunner:
 
     def assign(self, a: Assign, st: State, export: bool = False, local: bool = False, array: bool = False,
                integer: bool = False) -> None:
+        st.writable(a.name, a.line)
         if local and st.locals and a.name not in st.locals[-1]:
             st.locals[-1][a.name] = st.vars.get(a.name)
+        if local:  # a local starts without the attributes of the variable it hides
+            st.integers, st.assoc = st.integers - {a.name}, st.assoc - {a.name}
+        if a.name in st.assoc:  # its keys are strings ($x is "x", not x's value): not read
+            st.vars[a.name] = unknown(f"${a.name}", f"${a.name} (line {a.line}): an associative array is not read "
+                                                    "by mtk import")
+            return
+        integer = integer or a.name in st.integers
         current = st.vars.get(a.name)
+
+        def grown(old: Value | None, value: Value) -> Value:
+            """The value assigned: ``+=`` appends (adds, with ``declare -i``); ``declare -i`` evaluates."""
+            if not a.append or old is None:
+                return self._integer(value, st, a.line) if integer else value
+            if not integer:
+                return self._appended(old, value, a.line)
+            if not (old.known and value.known):
+                return unknown(f"${a.name}", f"${a.name} (line {a.line}): += of a value not known", a.line)
+            return self._integer(known(f"{old.text or 0}+({value.text})", a.line), st, a.line)
         if a.array is not None:
             elements: Array = dict(_as_array(current)) if a.append else {}
             nxt = max(elements) + 1 if elements else 0
@@ -193,16 +216,14 @@ class CommandRunner:
                         st.vars[a.name] = unknown(f"${a.name}", f"${a.name}: an element's index (line {word.line}) "
                                                                 "is not known")
                         return
-                    elements[key], nxt = value, key + 1
+                    elements[key], nxt = grown(None, value), key + 1
                     continue
                 for value in self.ex.fields(word, st):
-                    elements[nxt] = value
+                    elements[nxt] = grown(None, value)
                     nxt += 1
             st.vars[a.name] = elements
         else:
             value = self.ex.scalar(a.value, st) if a.value is not None else known("", a.line)
-            if integer:
-                value = self._integer(value, st, a.line)
             if a.index is not None:
                 key = self.ex.index_of(a.index, st)
                 if isinstance(key, Value):
@@ -210,21 +231,22 @@ class CommandRunner:
                                                             "not known")
                     return
                 elements = dict(_as_array(current))
-                if a.append and key in elements:
-                    value = concat([elements[key], value], a.line)
-                elements[key] = value
+                elements[key] = grown(elements.get(key), value)
                 st.vars[a.name] = elements
             elif isinstance(current, dict) or (array and current is None):
                 elements = dict(_as_array(current))
-                elements[0] = concat([elements.get(0, known("")), value], a.line) if a.append else value
+                elements[0] = grown(elements.get(0), value)
                 st.vars[a.name] = elements
             else:
-                if a.append and current is not None:
-                    value = concat([current, value], a.line)
-                    self.budget.spend(len(value.text), a.line)
+                value = grown(current if isinstance(current, Value) else None, value)
                 st.vars[a.name] = Value(value.chunks, value.assumed, a.line)
         if export:
             st.exported = st.exported | {a.name}
+
+    def _appended(self, current: Value, value: Value, line: int) -> Value:
+        """``X+=value``: bounded before the two are joined."""
+        self.budget.spend(len(current.text) + len(value.text), line)
+        return concat([current, value], line)
 
     def _integer(self, value: Value, st: State, line: int) -> Value:
         from . import arith

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from . import arith, patterns
 from .errors import BashSyntaxError
-from .limits import Budget
+from .limits import WORD_COST, Budget
 from .nodes import DQ, Arith, CmdSub, Lit, Opaque, Param, Part, Word
 from .state import State, Var
 from .values import Chunk, Value, concat, joined, known, unknown
@@ -47,14 +47,15 @@ class Expander:
     def fields(self, word: Word, st: State) -> list[Value]:
         """The arguments bash makes of ``word`` (a command's word, a ``for`` list item, an array element)."""
         assumed: list[str] = []
-        segs = self._segments(word.parts, st, False, assumed, fields=True)
+        segs = self._segments(word.parts, st, False, assumed, fields=True, line=word.line)
         return self._split(segs, word, st, assumed)
 
     def scalar(self, word: Word, st: State) -> Value:
         """``word`` expanded without splitting (an assignment's value, a ``case`` subject, a ``[[`` operand)."""
         assumed: list[str] = []
-        segs = self._segments(word.parts, st, False, assumed, fields=False)
+        segs = self._segments(word.parts, st, False, assumed, fields=False, line=word.line)
         chunks = [c for s in segs for c in ((Chunk(" "),) if s is BREAK else s.chunks)]  # "$@": joined by spaces
+        self.budget.fits(sum(len(c.text) for c in chunks), word.line)
         value = concat([Value((c,)) for c in chunks], word.line)
         value = Value(value.chunks, tuple(dict.fromkeys(assumed)), word.line)
         self.budget.spend(len(value.text), word.line)
@@ -63,7 +64,7 @@ class Expander:
     def pattern(self, word: Word, st: State) -> list[tuple[str, bool]] | Value:
         """``word`` as a glob pattern: (text, quoted) pieces, or the unknown value when it is not known."""
         assumed: list[str] = []
-        segs = self._segments(word.parts, st, False, assumed, fields=False)
+        segs = self._segments(word.parts, st, False, assumed, fields=False, line=word.line)
         pieces: list[tuple[str, bool]] = []
         for seg in segs:
             if seg is BREAK:
@@ -87,32 +88,46 @@ class Expander:
     # ------------------------------------------------------------------------------------------------ segments
 
     def _segments(self, parts: tuple[Part, ...], st: State, quoted: bool, assumed: list[str],
-                  fields: bool) -> list:
+                  fields: bool, line: int) -> list:
+        """The word's pieces, expanded; what they hold is counted as they are gathered (``"$X$X..."`` or
+        ``"${A[@]}${A[@]}..."`` repeated through a word would otherwise be built whole before any bound)."""
         if fields and not quoted and _BRACES.search("".join(p.text if isinstance(p, Lit) and not p.quoted else "x"
                                                             for p in parts)):
             raw = "".join(p.text if isinstance(p, Lit) else "…" for p in parts)  # {a,b}: bash makes several words
             return [Seg((Chunk(raw, f"{raw}: brace expansion is not read by mtk import"),), False, True)]
         out: list = []
+        text = pieces = 0
         for part in parts:
-            if isinstance(part, Lit):
-                text = part.text
-                out.append(Seg((Chunk(text),) if text else (), quoted or part.quoted, False))
-            elif isinstance(part, DQ):
-                inner = self._segments(part.parts, st, True, assumed, fields)
-                spread = any(isinstance(p, Param) and _spreads(p) for p in part.parts)
-                if not spread:
-                    out.append(Seg((), True, False))  # "" is still a word
-                out += inner
-            elif isinstance(part, Param):
-                out += self._param(part, st, quoted, assumed)
-            elif isinstance(part, CmdSub):
-                why = f"{_short(part.raw)} (line {part.line}): only running the script can tell its output"
-                out.append(Seg((Chunk(part.raw, why),), quoted, True))
-            elif isinstance(part, Arith):
-                out.append(Seg(self._arith(part, st, assumed).chunks, quoted, True))
-            elif isinstance(part, Opaque):
-                out.append(Seg((Chunk(part.raw, f"{part.why} (line {part.line})"),), quoted, True))
+            before = len(out)
+            self._part(part, st, quoted, assumed, fields, line, out)
+            text += sum(sum(len(c.text) for c in seg.chunks) for seg in out[before:] if seg is not BREAK)
+            pieces += len(out) - before
+            if not fields:  # one value: its own bound first
+                self.budget.fits(text, line)
+            self.budget.room(text + pieces * WORD_COST, line)
         return out
+
+    def _part(self, part: Part, st: State, quoted: bool, assumed: list[str], fields: bool, line: int,
+              out: list) -> None:
+        """One part of a word, expanded onto ``out``."""
+        if isinstance(part, Lit):
+            text = part.text
+            out.append(Seg((Chunk(text),) if text else (), quoted or part.quoted, False))
+        elif isinstance(part, DQ):
+            inner = self._segments(part.parts, st, True, assumed, fields, line)
+            spread = any(isinstance(p, Param) and _spreads(p) for p in part.parts)
+            if not spread:
+                out.append(Seg((), True, False))  # "" is still a word
+            out += inner
+        elif isinstance(part, Param):
+            out += self._param(part, st, quoted, assumed)
+        elif isinstance(part, CmdSub):
+            why = f"{_short(part.raw)} (line {part.line}): only running the script can tell its output"
+            out.append(Seg((Chunk(part.raw, why),), quoted, True))
+        elif isinstance(part, Arith):
+            out.append(Seg(self._arith(part, st, assumed).chunks, quoted, True))
+        elif isinstance(part, Opaque):
+            out.append(Seg((Chunk(part.raw, f"{part.why} (line {part.line})"),), quoted, True))
 
     def _split(self, segs: list, word: Word, st: State, assumed: list[str]) -> list[Value]:
         fields: list[Value] = []
@@ -127,6 +142,7 @@ class Expander:
                 if state["glob"]:
                     notes.append(f"{word.raw} (line {word.line}): read as written (bash would put the names of "
                                  "matching files in its place, were there any)")
+                self.budget.fits(sum(len(c.text) for c in cur), word.line)
                 value = concat([Value((c,)) for c in cur], word.line)
                 fields.append(Value(value.chunks, tuple(dict.fromkeys(notes)), int(state["line"]) or word.line,
                                     bool(state["splits"])))
@@ -178,6 +194,8 @@ class Expander:
                 return [self._unknown_seg(p, "an indirect reference mtk import cannot follow", quoted)]
         elif p.indirect and p.index is not None and p.index.raw in ("@", "*") and not p.op:
             current = st.vars.get(p.name)  # ${!A[@]}: the array's indices
+            if p.name in st.assoc:
+                return [self._unknown_seg(p, "an associative array is not read by mtk import", quoted)]
             if current is None and st.tainted:
                 return [Seg(self._tainted(p, st).chunks, quoted, True)]
             keys = [known(str(k)) for k in (sorted(current) if isinstance(current, dict) else
@@ -205,7 +223,7 @@ class Expander:
             if spread:
                 assumed.extend(a for v in value for a in v.assumed)
                 return self._spread(value, quoted, p)
-            value = joined(value)
+            value = self._joined(value, p.line)
         assumed.extend(value.assumed)
         return [Seg(value.chunks, quoted, True)]
 
@@ -214,16 +232,23 @@ class Expander:
         out: list = []
         sep = p.name == "*" or (p.index is not None and p.index.raw == "*")
         if sep and quoted:
-            return [Seg(joined(values).chunks, True, True)]
+            return [Seg(self._joined(values, p.line).chunks, True, True)]
         for k, v in enumerate(values):
             if k:
                 out.append(BREAK if quoted else Seg((Chunk(" "),), False, True))
             out.append(Seg(v.chunks, quoted, True, v.line))
         return out
 
+    def _joined(self, values: list[Value], line: int) -> Value:
+        """Elements joined by spaces (``"${A[*]}"``, ``$*``), their size bounded before they are joined."""
+        self.budget.fits(sum(len(v.text) for v in values) + max(len(values) - 1, 0), line)
+        return joined(values)
+
     def _element(self, p: Param, st: State) -> Value | list[Value] | None:
         index = p.index
         assert index is not None
+        if p.name in st.assoc:
+            return unknown(p.raw, f"{p.raw} (line {p.line}): an associative array is not read by mtk import")
         current = st.vars.get(p.name)
         if index.raw in ("@", "*"):
             if current is None:
@@ -319,7 +344,7 @@ class Expander:
                 if p.name in ("@", "*"):  # ${@:1}: counted from $0
                     value = [unknown("$0", f"$0 (line {p.line}): the path the script is run by"), *value]
                 return self._spread(self._slice_list(p, value, st), quoted, p)
-            value = joined(value) if value else None
+            value = self._joined(value, p.line) if value else None
         if op in (":-", "-", ":=", "=", ":+", "+", ":?", "?"):
             result = self._default(p, value, st, assumed)
         else:
@@ -349,6 +374,7 @@ class Expander:
         note = self._unset_note(p, st, f"its default {default.text!r} was used") if value is None else ()
         result = Value(default.chunks, (*default.assumed, *note), p.line)
         if kind == "=" and not p.name.isdigit():
+            st.writable(p.name, p.line)
             st.vars[p.name] = result
         assumed.extend(result.assumed)
         return result
@@ -367,7 +393,7 @@ class Expander:
                 repl = self.scalar(p.arg2, st) if p.arg2 is not None else known("")
                 if not repl.known:
                     return unknown(p.raw, f"{p.raw} (line {p.line}): its replacement is not known")
-                out = patterns.replace(text, pat, repl.text, op)
+                out = patterns.replace(text, pat, repl.text, op, lambda n: self.budget.fits(n, p.line))
             else:
                 out = patterns.strip(text, pat, op)
             if out is None:
@@ -376,12 +402,15 @@ class Expander:
         if op == ":":
             piece = self._slice_text(p, text, st)
             return piece if isinstance(piece, Value) else known(piece, p.line)
-        if op in ("^^", ",,", "^", ",") and (p.arg is None or not p.arg.raw):
-            changed = {"^^": text.upper(), ",,": text.lower(), "^": text[:1].upper() + text[1:],
-                       ",": text[:1].lower() + text[1:]}[op]
-            return known(changed, p.line)
+        case = {"^^": "U", ",,": "L", "^": "u", ",": "l"}.get(op) if p.arg is None or not p.arg.raw else None
         if op == "@" and p.arg is not None and p.arg.raw in ("U", "L", "u"):
-            return known({"U": text.upper(), "L": text.lower(), "u": text[:1].upper() + text[1:]}[p.arg.raw])
+            case = p.arg.raw
+        if case is not None:
+            changed = patterns.change_case(text, case)
+            if changed is None:
+                return unknown(p.raw, f"{p.raw} (line {p.line}): the case of letters beyond ASCII depends on the "
+                                      "locale where the script runs")
+            return known(changed, p.line)
         return unknown(p.raw, f"{p.raw} (line {p.line}): this expansion is not read by mtk import")
 
     def _bounds(self, p: Param, size: int, st: State) -> tuple[int, int] | Value:
@@ -457,6 +486,7 @@ class Expander:
                               lambda n, v: self.assign_int(n, v, st, line), line)
 
     def assign_int(self, name: str, value: int, st: State, line: int) -> None:
+        st.writable(name, line)
         st.vars[name] = known(str(value), line)
 
 
@@ -468,10 +498,3 @@ def _spreads(p: Param) -> bool:
 def _short(raw: str) -> str:
     one = " ".join(raw.split())
     return one if len(one) <= 60 else one[:57] + "..."
-
-
-def array_elements(value: Var | None) -> list[Value]:
-    if value is None:
-        return []
-    return list(value.values()) if isinstance(value, dict) else [value]
-

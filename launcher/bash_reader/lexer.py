@@ -6,12 +6,11 @@ line. Nothing is expanded here: a word keeps its parts (:mod:`.nodes`)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .errors import BashSyntaxError
-from .limits import nesting
+from .limits import Depth
 from .nodes import DQ, Assign, Heredoc, Lit, Opaque, Part, Word, merged
 from .substitutions import Substitutions
 
@@ -34,22 +33,6 @@ class Token:
     assign: Assign | None = None
 
 
-class Depth:
-    """How deep the reader is in blocks, substitutions and quotes, shared by every lexer and parser of one read."""
-
-    def __init__(self) -> None:
-        self.value = 0
-
-    @contextmanager
-    def enter(self, line: int) -> Iterator[None]:
-        self.value += 1
-        nesting(self.value, line)
-        try:
-            yield
-        finally:
-            self.value -= 1
-
-
 def eof_line(text: str) -> int:
     """The line bash names for "unexpected end of file": one past the last line."""
     return text.count("\n") + (0 if text.endswith("\n") or not text else 1) + 1
@@ -65,6 +48,9 @@ class Lexer(Substitutions):
         self.pending: list[Heredoc] = []
         self.heredocs: list[Heredoc] = []
         self.peeked: Token | None = None
+
+    def _parse_commands(self) -> None:
+        self.comsub(self)
 
     # ------------------------------------------------------------------------------------------------ tokens
 

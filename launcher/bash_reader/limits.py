@@ -4,6 +4,9 @@ line (:class:`~.errors.LimitError`) instead of a traceback or a killed process."
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from .errors import LimitError
 
 MAX_INPUT_BYTES = 256 * 1024  # the largest Megatron-LM example launcher is 7.6 KB
@@ -35,15 +38,39 @@ class Budget:
             raise LimitError(line, f"the script runs more than {MAX_STEPS:,} commands, loop turns or calls "
                                    "(a loop or recursion that does not end?)")
 
-    def spend(self, chars: int, line: int, words: int = 0) -> None:
+    def fits(self, chars: int, line: int) -> None:
+        """Before a value of ``chars`` characters is built (every builder asks first, as the value grows)."""
         if chars > MAX_VALUE_CHARS:
             raise LimitError(line, f"a value grows past {MAX_VALUE_CHARS // 1024} KiB ({chars:,} characters)")
-        self.chars += chars + words * WORD_COST
-        if self.chars > MAX_EXPANDED_CHARS:
+
+    def room(self, chars: int, line: int) -> None:
+        """Before expansions of ``chars`` characters (bookkeeping included) are gathered: what the read has left."""
+        if self.chars + chars > MAX_EXPANDED_CHARS:
             raise LimitError(line, f"the script's expansions pass {MAX_EXPANDED_CHARS >> 20} MiB together (a value or "
                                    "an array that keeps doubling?)")
+
+    def spend(self, chars: int, line: int, words: int = 0) -> None:
+        self.fits(chars, line)
+        self.room(chars + words * WORD_COST, line)
+        self.chars += chars + words * WORD_COST
 
 
 def nesting(depth: int, line: int) -> None:
     if depth > MAX_NESTING:
         raise LimitError(line, f"blocks, substitutions or quotes nested deeper than {MAX_NESTING} levels")
+
+
+class Depth:
+    """How deep the reader is in blocks, substitutions and quotes, shared by every lexer and parser of one read."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    @contextmanager
+    def enter(self, line: int) -> Iterator[None]:
+        self.value += 1
+        nesting(self.value, line)
+        try:
+            yield
+        finally:
+            self.value -= 1

@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 
 from .errors import BashSyntaxError
-from .lexer import Depth, Lexer, Token
+from .lexer import Lexer, Token
+from .limits import Depth
 from .nodes import (
     AndOr,
     ArithCmd,

@@ -6,15 +6,12 @@ script builds to be slow gives an unknown value (None), not a stall."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 MAX_WORK = 2_000_000  # positions visited by one match, strip or replace
 _CLASSES = {"alpha": "a-zA-Z", "digit": "0-9", "alnum": "a-zA-Z0-9", "upper": "A-Z", "lower": "a-z",
             "space": r"\s", "blank": r" \t", "punct": r"!-/:-@\[-`{-~", "xdigit": "0-9A-Fa-f", "word": r"\w"}
 Token = tuple  # ("lit", c) | ("any",) | ("star",) | ("cls", compiled one-character regex)
-
-
-class TooSlow(Exception):
-    pass
 
 
 def tokens(pieces: list[tuple[str, bool]]) -> list[Token]:
@@ -68,14 +65,15 @@ def _bracket(text: str, i: int) -> tuple[int, str]:
     return -1, ""
 
 
-def _ends(toks: list[Token], s: str, start: int, budget: list[int]) -> set[int]:
-    """Every end ``e`` such that ``s[start:e]`` matches the whole pattern."""
+def _ends(toks: list[Token], s: str, start: int, budget: list[int]) -> set[int] | None:
+    """Every end ``e`` such that ``s[start:e]`` matches the whole pattern; None once ``budget`` (positions visited,
+    shared by the walks of one match, strip or replace) is spent."""
     n = len(s)
     positions = {start}
     for tok in toks:
         budget[0] -= len(positions) + 1
         if budget[0] < 0:
-            raise TooSlow
+            return None
         if tok[0] == "star":
             positions = set(range(min(positions), n + 1))
         elif tok[0] == "lit":
@@ -94,22 +92,21 @@ def _reversed(toks: list[Token]) -> list[Token]:
 
 
 def matches(pieces: list[tuple[str, bool]], subject: str) -> bool | None:
-    try:
-        return len(subject) in _ends(tokens(pieces), subject, 0, [MAX_WORK])
-    except TooSlow:
-        return None
+    ends = _ends(tokens(pieces), subject, 0, [MAX_WORK])
+    return None if ends is None else len(subject) in ends
 
 
 def strip(subject: str, pieces: list[tuple[str, bool]], op: str) -> str | None:
     """``${X#pat}`` (shortest prefix), ``##`` (longest), ``%`` (shortest suffix), ``%%`` (longest); None when
     matching would take more than :data:`MAX_WORK` steps."""
     toks = tokens(pieces)
-    try:
-        if op in ("#", "##"):
-            ends = _ends(toks, subject, 0, [MAX_WORK])
-            return subject[(min(ends) if op == "#" else max(ends)):] if ends else subject
-        lengths = _ends(_reversed(toks), subject[::-1], 0, [MAX_WORK])
-    except TooSlow:
+    if op in ("#", "##"):
+        ends = _ends(toks, subject, 0, [MAX_WORK])
+        if ends is None:
+            return None
+        return subject[(min(ends) if op == "#" else max(ends)):] if ends else subject
+    lengths = _ends(_reversed(toks), subject[::-1], 0, [MAX_WORK])
+    if lengths is None:
         return None
     if not lengths:
         return subject
@@ -117,30 +114,52 @@ def strip(subject: str, pieces: list[tuple[str, bool]], op: str) -> str | None:
     return subject[:len(subject) - k]
 
 
-def replace(subject: str, pieces: list[tuple[str, bool]], repl: str, op: str) -> str | None:
-    """``${X/pat/rep}`` (first), ``//`` (all), ``/#`` (at the start), ``/%`` (at the end): longest matches."""
+def replace(subject: str, pieces: list[tuple[str, bool]], repl: str, op: str,
+            fits: Callable[[int], None]) -> str | None:
+    """``${X/pat/rep}`` (first), ``//`` (all), ``/#`` (at the start), ``/%`` (at the end): longest matches; None
+    when matching would take more than :data:`MAX_WORK` steps. ``fits`` is told the result's size as it grows,
+    before each piece is added (it raises past the value bound): ``${X//?/$X}`` is len(X)² characters."""
     toks = tokens(pieces)
     if not toks:
         return subject
     budget = [MAX_WORK]
-    try:
-        if op == "/%":
-            lengths = _ends(_reversed(toks), subject[::-1], 0, budget)
-            return subject[:len(subject) - max(lengths)] + repl if lengths else subject
-        out, i, n = [], 0, len(subject)
-        while i <= n:
-            ends = {e for e in _ends(toks, subject, i, budget) if e > i} if i < n or op != "//" else set()
-            if ends:
-                out.append(repl)
-                i = max(ends)
-                if op != "//":
-                    break
-                continue
-            if op == "/#":
-                return subject
-            if i < n:
-                out.append(subject[i])
-            i += 1
-        return "".join(out) + subject[i:]
-    except TooSlow:
+    if op == "/%":
+        lengths = _ends(_reversed(toks), subject[::-1], 0, budget)
+        if lengths is None:
+            return None
+        if not lengths:
+            return subject
+        fits(len(subject) - max(lengths) + len(repl))
+        return subject[:len(subject) - max(lengths)] + repl
+    out: list[str] = []
+    size, i, n = 0, 0, len(subject)
+    while i <= n:
+        found = _ends(toks, subject, i, budget) if i < n or op != "//" else set()
+        if found is None:
+            return None
+        ends = {e for e in found if e > i}
+        if ends:
+            size += len(repl)
+            fits(size + n - max(ends))
+            out.append(repl)
+            i = max(ends)
+            if op != "//":
+                break
+            continue
+        if op == "/#":
+            return subject
+        if i < n:
+            size += 1
+            out.append(subject[i])
+        i += 1
+    return "".join(out) + subject[i:]
+
+
+def change_case(text: str, case: str) -> str | None:
+    """Upper or lower case (``U``/``L``), or the first character's (``u``/``l``), as bash changes ASCII letters
+    in any locale: one character for one, so the value keeps its size. None for other letters, whose case
+    depends on the locale where the script runs."""
+    if not (text if case in "UL" else text[:1]).isascii():
         return None
+    whole = {"U": str.upper, "L": str.lower}[case.upper()]
+    return whole(text) if case in "UL" else whole(text[:1]) + text[1:]

@@ -8,9 +8,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import arith
+from .builtins import BUILTINS
 from .commands import CommandRunner
 from .conditions import Conditions, arithmetic_integer
-from .errors import LimitError
+from .errors import BashReadError, LimitError
 from .nodes import (
     AndOr,
     ArithCmd,
@@ -63,6 +64,9 @@ def _describe(node: Node | Seq | None) -> str:
 
 
 class Runner(CommandRunner):
+    builtins = BUILTINS
+    testing = 0  # inside a condition (an if/while test, a && list's left side): set -e does not end the script
+
     def run_all(self, node: Node | Seq, states: list[State]) -> list[State]:
         out: list[State] = []
         for st in states:
@@ -73,10 +77,15 @@ class Runner(CommandRunner):
         if isinstance(node, Seq):
             return self._seq(node, st)
         self.budget.step(node.line)
-        if isinstance(node, Simple):
-            return self.simple(node, st)
+        if isinstance(node, (Simple, Pipeline, Cond, ArithCmd)) or (isinstance(node, Group) and node.subshell):
+            return self._errexit(self._command(node, st), node)
         if isinstance(node, AndOr):
             return self._and_or(node, st)
+        return self._command(node, st)
+
+    def _command(self, node: Node, st: State) -> list[State]:
+        if isinstance(node, Simple):
+            return self.simple(node, st)
         if isinstance(node, Pipeline):
             return self._pipeline(node, st)
         if isinstance(node, If):
@@ -106,6 +115,26 @@ class Runner(CommandRunner):
             return self.run(node.node, st)
         raise AssertionError(type(node))
 
+    def _errexit(self, states: list[State], node: Node) -> list[State]:
+        """``set -e``: a command that fails outside a condition (an ``if``/``while`` test, all but the last of an
+        ``&&``/``||`` list, a ``!`` pipeline) ends the script. Where only running can tell the status, the way goes
+        on, as it does without ``set -e``."""
+        for s in states:
+            if s.errexit and not self.testing and not s.flow and s.status not in (0, None) and \
+                    not (isinstance(node, Pipeline) and node.negate):
+                s.flow = "exit"
+                self.script.exits.append(f"`{describe(node)}` at line {node.line} fails (status {s.status}) and "
+                                         "`set -e` ends it")
+        return states
+
+    def _testing(self, node: Node | Seq, states: list[State]) -> list[State]:
+        """``node`` run as a condition: ``set -e`` does not end the script there."""
+        self.testing += 1
+        try:
+            return self.run_all(node, states)
+        finally:
+            self.testing -= 1
+
     # ------------------------------------------------------------------------------------------------ lists
 
     def _seq(self, node: Seq, st: State) -> list[State]:
@@ -121,9 +150,11 @@ class Runner(CommandRunner):
         return states
 
     def _and_or(self, node: AndOr, st: State) -> list[State]:
-        states = self.run(node.first, st)
+        states = self._testing(node.first, [st])
         prev: Node = node.first
-        for op, item in node.rest:
+        for k, (op, item) in enumerate(node.rest):
+            last = k == len(node.rest) - 1
+            run = self.run if last else lambda n, s: self._testing(n, [s])
             nxt: list[State] = []
             for s in states:
                 if s.flow:
@@ -131,9 +162,9 @@ class Runner(CommandRunner):
                 elif s.status is None:
                     said = f"`{describe(prev)}` (line {prev.line})"
                     nxt.append(s.fork(f"{said} {'fails' if op == '&&' else 'succeeds'}"))
-                    nxt.extend(self.run(item, s.fork(f"{said} {'succeeds' if op == '&&' else 'fails'}")))
+                    nxt.extend(run(item, s.fork(f"{said} {'succeeds' if op == '&&' else 'fails'}")))
                 elif (s.status == 0) == (op == "&&"):
-                    nxt.extend(self.run(item, s))
+                    nxt.extend(run(item, s))
                 else:
                     nxt.append(s)
             states, prev = prune(nxt), item
@@ -141,8 +172,12 @@ class Runner(CommandRunner):
 
     def _pipeline(self, node: Pipeline, st: State) -> list[State]:
         status: int | None = 0
-        for item in node.commands:  # each part runs in a subshell: its variables do not come back
-            status = self._subshell(item, st).status
+        self.testing += 1  # each part runs in a subshell: its variables do not come back, nor does its set -e
+        try:
+            for item in node.commands:
+                status = self._subshell(item, st).status
+        finally:
+            self.testing -= 1
         st.status = status if not node.negate or status is None else int(status == 0)
         return [st]
 
@@ -197,7 +232,7 @@ class Runner(CommandRunner):
         for cond, body in node.clauses:
             nxt: list[State] = []
             said = f"`{describe(cond)}` (line {cond.line})"
-            for r in self.run_all(cond, pending):
+            for r in self._testing(cond, pending):
                 if r.flow:
                     done.append(r)
                 elif r.status == 0:
@@ -273,7 +308,7 @@ class Runner(CommandRunner):
                 self.script.exits.append(f"the loop at line {node.line} never ends (the script stays in it)")
                 return prune(done)
             going: list[State] = []
-            for s in self.run_all(node.cond, states):
+            for s in self._testing(node.cond, states):
                 ok = None if s.status is None else (s.status == 0) != node.until
                 if s.flow or ok is False:
                     s.status = 0
@@ -306,6 +341,9 @@ class Runner(CommandRunner):
     def _widen(self, st: State, before: State, line: int) -> State:
         """Leave a loop whose turns only running could tell: what it changed is unknown."""
         why = f"set in the loop at line {line}, whose number of turns only running can tell"
+        if (st.integers, st.readonly) != (before.integers, before.readonly):
+            raise BashReadError(line, f"a declare -i or -r {why.removeprefix('set ')}: not read by mtk import "
+                                      "(declare it before the loop)")
         for name in set(st.vars) | set(before.vars):
             if st.vars.get(name) != before.vars.get(name):
                 st.vars[name] = Value((Chunk(f"${name}", f"${name} is {why}"),))
@@ -315,6 +353,7 @@ class Runner(CommandRunner):
         return st
 
     def _for(self, node: For, st: State) -> list[State]:
+        st.writable(node.name, node.line)
         before = st.copy()
         if node.words is None:
             items = list(st.positional) if st.positional is not None else None
@@ -328,8 +367,8 @@ class Runner(CommandRunner):
             return prune([*done, *(self._widen(s, before, node.line) for s in again)])
         states, done = [st], []
         for item in items:
-            for s in states:
-                s.vars[node.name] = item
+            for s in states:  # declare -i: each item evaluated as arithmetic
+                s.vars[node.name] = self._integer(item, s, node.line) if node.name in s.integers else item
             states = self._turn(node.body, states, done)
             if not states:
                 break

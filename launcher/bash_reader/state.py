@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from .errors import BashReadError
 from .nodes import FunctionDef
 from .values import Chunk, Value
 
@@ -29,10 +30,22 @@ class State:
     status: int | None = 0  # the last command's exit status (None: only running could tell)
     locals: tuple[dict[str, Var | None], ...] = ()  # per function call: the values `local` hid
     args_known: bool = False  # the script's arguments were given (an unset $3 is then empty, as in bash)
+    integers: frozenset[str] = frozenset()  # declare -i: an assignment evaluates its value as arithmetic
+    readonly: frozenset[str] = frozenset()  # readonly / declare -r: bash refuses a later assignment
+    assoc: frozenset[str] = frozenset()  # declare -A: keys are strings, never read (every element is unknown)
+    errexit: bool = False  # set -e: a command that fails outside a condition ends the script
 
     def fork(self, condition: str) -> State:
         return replace(self, vars=dict(self.vars), functions=dict(self.functions), when=(*self.when, condition),
                        locals=tuple(dict(frame) for frame in self.locals))
+
+    def writable(self, name: str, line: int) -> None:
+        """bash refuses to assign a readonly variable and abandons the rest of the command it is in (a whole
+        ``if`` or function call): mtk import does not follow that, it says so."""
+        if name in self.readonly:
+            raise BashReadError(line, f"{name} is readonly: bash refuses this assignment and abandons the rest of "
+                                      "the command it is in; mtk import does not read past that (remove the "
+                                      "assignment or the readonly)")
 
     def copy(self) -> State:
         return replace(self, vars=dict(self.vars), functions=dict(self.functions),
@@ -41,7 +54,8 @@ class State:
     def signature(self) -> tuple:
         return (tuple(sorted((k, _frozen(v)) for k, v in self.vars.items())), self.exported, self.positional,
                 tuple(sorted((k, id(v)) for k, v in self.functions.items())), self.tainted, self.flow,
-                tuple(tuple(sorted((k, _frozen(v)) for k, v in f.items())) for f in self.locals))
+                tuple(tuple(sorted((k, _frozen(v)) for k, v in f.items())) for f in self.locals), self.integers,
+                self.readonly, self.assoc, self.errexit)
 
 
 def _frozen(value: Var | None) -> object:
@@ -85,7 +99,8 @@ def join(states: list[State]) -> State:
     base = states[0].copy()
     base.when = common_prefix([s.when for s in states])
     differing = sorted({c for s in states for c in s.when[len(base.when):]})
-    why = "set differently depending on " + "; ".join(differing[:4]) + ("; ..." if len(differing) > 4 else "")
+    why = ("set differently depending on " + "; ".join(differing[:4]) + ("; ..." if len(differing) > 4 else "")
+           if differing else "set differently on the ways through the script")
     names = {k for s in states for k in s.vars}
     for name in names:
         values = [s.vars.get(name) for s in states]
@@ -100,6 +115,13 @@ def join(states: list[State]) -> State:
                 base.functions.pop(fname, None)
                 base.tainted = base.tainted or f"function {fname} is {why}"
     base.exported = frozenset().union(*(s.exported for s in states))
+    for attribute, option in (("integers", "-i"), ("readonly", "-r"), ("assoc", "-A")):
+        every = [getattr(s, attribute) for s in states]
+        differ = sorted(frozenset().union(*every) - frozenset.intersection(*every))
+        if differ:  # every later assignment would differ between the ways: no value of it could be trusted
+            raise BashReadError(None, f"whether ${differ[0]} is declared {option} is {why.removeprefix('set ')}, "
+                                      f"past the {MAX_PATHS} ways mtk import follows apart: declare it the same way "
+                                      "on every way")
     base.tainted = base.tainted or next((s.tainted for s in states if s.tainted), "")
     statuses = {s.status for s in states}
     base.status = statuses.pop() if len(statuses) == 1 else None

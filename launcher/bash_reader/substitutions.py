@@ -5,14 +5,10 @@ backquoted commands. A mixin of the lexer: the position, the text and the nestin
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
 
 from .errors import BashSyntaxError
+from .limits import Depth
 from .nodes import DQ, Arith, CmdSub, Lit, Opaque, Param, Part, Word, merged
-
-if TYPE_CHECKING:
-    from .lexer import Depth, Lexer
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SPECIAL = "@*#?$!-0123456789"
@@ -27,7 +23,10 @@ class Substitutions:
     pos: int
     line: int
     depth: Depth
-    comsub: Callable[[Lexer], None]
+
+    def _parse_commands(self) -> None:
+        """Parse the commands at the position up to the ``)`` that ends them (the lexer hands this to the parser)."""
+        raise NotImplementedError
 
     def unterminated(self, line: int, closer: str) -> BashSyntaxError:
         raise NotImplementedError
@@ -64,7 +63,7 @@ class Substitutions:
         line = self.line
         self.pos += 1
         with self.depth.enter(line):
-            self.comsub(cast("Lexer", self))  # the mixin is always a Lexer's
+            self._parse_commands()
         return CmdSub(self.text[start:self.pos], line)
 
     def _dollar(self, quoted: bool) -> Part:

@@ -89,7 +89,13 @@ def _agreed(trainings: list[entry.Training], out: Imported) -> tuple[list[Group]
     differing = {c for t in trainings for c in t.command.when} - shared
     conditions = sorted({re.sub(r" (is true|is false|fails|succeeds|(does not )?match(es)? .*)$", "", c)
                          for c in differing})
-    depends = "depending on " + "; ".join(conditions[:3]) + ("; ..." if len(conditions) > 3 else "")
+    if conditions:
+        ways = "the ways the script can go"
+        depends = "depending on " + "; ".join(conditions[:3]) + ("; ..." if len(conditions) > 3 else "")
+    else:  # no condition between them: the script runs each, one after another
+        ways = "the training commands the script runs one after another (lines " + \
+            ", ".join(str(t.command.line) for t in trainings) + ")"
+        depends = "each a run of its own (a spec is one run: import a script with one of them)"
     names = list(dict.fromkeys(f for p in per for f in p))
     agreed = []
     for flag in names:
@@ -100,12 +106,13 @@ def _agreed(trainings: list[entry.Training], out: Imported) -> tuple[list[Group]
         shown = " / ".join(dict.fromkeys("absent" if s is None else (" ".join(s) or "present") for s in seen))
         cls = classify(flag) if flag else None
         target = out.ignored if cls is not None and cls.kind == "ignored" else out.refused
-        target.append((flag or "an argument", f"differs between the ways the script can go ({shown}), {depends}"))
+        target.append((flag or "an argument", f"differs between {ways} ({shown}), {depends}"))
     agreed_flags = {g.flag.text for g in agreed}
     kept = [g for g in first if g.flag.text in agreed_flags]
     launchers = {tuple(w.text for w in t.launcher) for t in trainings}
     if len(launchers) > 1:
-        out.notes.append(f"the launcher differs {depends}: the cluster's counts are not read from it")
+        out.notes.append(f"the launcher differs {depends if conditions else 'between ' + ways}: the cluster's "
+                         "counts are not read from it")
         return kept, ()
     return kept, trainings[0].launcher
 

@@ -76,7 +76,7 @@ def read_cluster(launcher: tuple[Value, ...], sbatch: tuple[str, ...], exports: 
     if exports:
         out.notes.append("environment exported by the script, not imported (mtk sets its own; cluster.env adds "
                          f"more): {', '.join(exports)}")
-    out.spec["cluster"] = cluster
+    out.spec["cluster"] = {**cluster, **out.spec.get("cluster", {})}  # with what the flags set (pg_timeout_s)
     single = not any(w.text in ("srun", "mpirun") for w in launcher) and not sbatch
     if procs is not None and (nodes is not None or single):
         return procs * (nodes or 1)

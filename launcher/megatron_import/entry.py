@@ -100,7 +100,8 @@ def find(script: Script, source: str) -> list[Training]:
     if training_others:
         command, _, entry = training_others[0]
         what, _ = _kind(entry)  # type: ignore[misc]
-        both = f"; depending on {'; '.join(command.when)} it runs pretrain_gpt.py instead" if gpt else ""
+        both = "" if not gpt else f"; depending on {'; '.join(command.when)} it runs pretrain_gpt.py instead" \
+            if command.when else f"; it runs pretrain_gpt.py too (line {gpt[0][0].line})"
         raise NotGpt(f"{source}: line {command.line}: {entry.rsplit('/', 1)[-1]} trains {what}; {WHAT_MTK_TRAINS}, "
                      f"so only a pretrain_gpt.py command imports{both}")
     if gpt:

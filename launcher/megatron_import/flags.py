@@ -5,6 +5,7 @@ refused by name. A flag the command leaves out gets Megatron-LM's default where 
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass, field
@@ -79,6 +80,46 @@ def scalar(text: str) -> Any:
         return float(text)
     except ValueError:
         return text
+
+
+# flags Megatron-LM reads with type=int whose spec field takes any number (a rope base of 1e6 is a valid spec)
+WHOLE_IN_MEGATRON = frozenset({"--rotary-base"})
+
+
+def whole_number(row: Flag) -> bool:
+    """Whether Megatron-LM reads the row's flag with argparse's ``type=int``: its spec field takes a whole number,
+    or it is one of :data:`WHOLE_IN_MEGATRON` (a test holds this against Megatron-LM's parser, flag by flag)."""
+    return row.form == "value" and bool(row.spec) and (row.flag in WHOLE_IN_MEGATRON or _int_field(row.spec))
+
+
+@functools.cache
+def _int_field(dotted: str) -> bool:
+    """Whether the spec field at ``dotted`` takes a whole number (``int``, or ``int | None``)."""
+    from pydantic import BaseModel
+
+    from mtk.spec.job import Job
+
+    model: type[BaseModel] = Job
+    *parents, last = dotted.split(".")
+    for part in parents:
+        annotation = model.model_fields[part].annotation
+        model = next(a for a in (annotation, *getattr(annotation, "__args__", ()))
+                     if isinstance(a, type) and issubclass(a, BaseModel))
+    field = model.model_fields.get(last)
+    if field is None:  # a row whose field the spec does not have yet
+        return False
+    annotation = field.annotation
+    kinds = {a for a in (annotation, *getattr(annotation, "__args__", ())) if a is not type(None)}
+    return int in kinds and not kinds & {float, str}
+
+
+def _int_as_argparse(text: str) -> bool:
+    """What argparse's ``type=int`` takes: Python's ``int()`` of the text ('1e3' and '1.0' are refused)."""
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
 
 
 def groups(argv: list[Value] | tuple[Value, ...]) -> list[Group]:
@@ -164,16 +205,25 @@ def _apply(row: Flag, values: list[str], group: Group, given: dict[str, Any], ou
         out.refused.append((f"{flag} {' '.join(values)}", f"{flag} takes no value; what follows it is {extra}"
                                                           f"{where(group.flag)}"))
         return
+    whole = whole_number(row)
+    if whole and not _int_as_argparse(values[0]):
+        out.refused.append((flag, f"{values[0]!r} is not a whole number: Megatron-LM reads {flag} with int() and "
+                                  f"stops at it{where(group.flag)}"))
+        return
     given[flag] = values[0] if len(values) == 1 else values
     out.honoured.append(flag)
     if flag in SPECIAL:
         SPECIAL[flag](values, given, out)
     elif row.form == "value":
-        set_field(out.spec, row.spec, scalar(values[0]))
+        set_field(out.spec, row.spec, int(values[0]) if whole else scalar(values[0]))
     elif row.form in ("true", "false"):
         set_field(out.spec, row.spec, row.form == "true")
     else:
         set_field(out.spec, row.spec, row.when[0])
+
+
+# rows mtk derives from a spec field that the script's value gives back exactly: the field it comes from
+DERIVED_FROM_VALUE = {"--distributed-timeout-minutes": lambda minutes: minutes * 60}  # cluster.pg_timeout_s
 
 
 def _by_mtk(row: Flag, values: list[str], group: Group, out: Imported) -> None:
@@ -181,6 +231,12 @@ def _by_mtk(row: Flag, values: list[str], group: Group, out: Imported) -> None:
     model (:data:`~.flag_classes.SAME_MATH`); a derived one is checked once the spec validates."""
     flag = row.flag
     why = f"set by mtk itself: {row.why or 'always'}"
+    inverse = DERIVED_FROM_VALUE.get(flag)
+    if inverse is not None and len(values) == 1 and _int_as_argparse(values[0]):
+        set_field(out.spec, row.derived_from, inverse(int(values[0])))
+        out.honoured.append(flag)
+        out.derived.append(row)  # the spec's own value checked again once it validates
+        return
     if row.read is not None:
         out.derived.append(row)
         out.ignored.append((flag, why))
@@ -267,12 +323,7 @@ def _other_weights(load: str, save: str, out: Imported) -> None:
 
 
 def _samples(spec_field: str) -> Any:
-    def apply(values: list[str], given: dict, out: Imported) -> None:
-        if not re.fullmatch(r"[0-9]+", values[0]):
-            flag = next(f for f, s in SAMPLE_FLAGS.items() if s == spec_field)
-            out.honoured.remove(flag)
-            out.refused.append((flag, f"{values[0]!r} is not a whole number of samples (Megatron-LM would stop)"))
-            return
+    def apply(values: list[str], given: dict, out: Imported) -> None:  # a whole number: _apply checked
         given.setdefault("samples", []).append((spec_field, int(values[0])))
     return apply
 
@@ -360,25 +411,10 @@ def _after(given: dict[str, Any], out: Imported) -> None:
 
 
 def _megatron_defaults(given: dict[str, Any], out: Imported) -> None:
-    """A field the command leaves out gets Megatron-LM's value where mtk's default differs."""
-    spec = out.spec
-    fp8 = get_field(spec, "train.precision") == "fp8"
-    for row in megatron_flags.FLAGS:
-        if row.absent is None or not row.spec or _given_by_any_row(row, given) or get_field(spec, row.spec) is not None:
-            continue
-        if row.only == "num_experts" and not get_field(spec, "model.moe.num_experts"):
-            continue
-        if row.spec.startswith("train.fp8.") and not fp8:
-            continue
-        if row.flag == "--initial-loss-scale" and get_field(spec, "train.precision") != "fp16":
-            continue
-        if row.flag == "--grad-reduce-in-bf16" and get_field(spec, "train.precision") not in ("bf16", "fp8"):
-            continue
-        if row.flag in ("--eval-interval", "--eval-iters") and given.get("no-eval"):
-            continue
-        if row.flag == "--no-check-for-nan-in-loss-and-grad" and get_field(spec, "train.precision") == "fp16":
-            continue  # Megatron-LM turns it off for fp16's dynamic loss scaling, as mtk's default does
-        set_field(spec, row.spec, row.absent)
+    """A field the command leaves out gets Megatron-LM's value where mtk's default differs: the table's
+    ``absent`` values, where their rows apply to the spec as imported (:func:`mtk.megatron_flags.absent_values`)."""
+    for dotted, value in megatron_flags.absent_values(out.spec, given).items():
+        set_field(out.spec, dotted, value)
 
 
 def required(out: Imported, world: int | None) -> None:
@@ -402,11 +438,6 @@ def required(out: Imported, world: int | None) -> None:
         out.refused.append(("--train-iters", "not given (nor --train-samples): Megatron-LM needs one to train"))
     if "lr" not in train and "--lr" not in given:
         out.refused.append(("--lr", "not given: Megatron-LM has no default learning rate"))
-
-
-def _given_by_any_row(row: Flag, given: dict) -> bool:
-    """Whether the command gave this row's field by any of its flags (--bf16/--fp16 both say the precision)."""
-    return any(f in given for f in (r.flag for r in megatron_flags.FLAGS if r.spec == row.spec))
 
 
 def _infer_arch(spec: dict) -> None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from mtk.launcher.bash_reader import BashSyntaxError, read
+from mtk.launcher.bash_reader import BashReadError, BashSyntaxError, read
+from mtk.launcher.cli import main
 
 from mtk.exitcodes import BadInput
 
@@ -40,6 +41,15 @@ CASES = {
              'for w in a b c; do [ $w = b ] && break; argv_probe $w; done\n',
     "braces_old_arithmetic": 'A=1\nargv_probe $[A+2] "{a,b}" {a","b} ${X:-{a,b}} {} x{y}\n',
     "assignments": 'X=1 Y=$X\nZ=${Y}0\nexport W="$Z $X"\nreadonly R=r\nargv_probe "$W" $R $((Z+Y))\n',
+    # declare -i: every later assignment evaluates (+= adds), arrays' elements too, a local starts without it
+    "integer_attribute": 'declare -i N=2+3\nN=4*5\nM=N+1\nN+=7\nf() { local -i k=3*3; k+=1; local N=1+1; '
+                         'argv_probe $k $N; }\nf\ndeclare -ai A=(1+1 2*3)\nA+=(5-1)\nA[5]=2**3\nA[0]+=10\n'
+                         'X=3+4\ndeclare -i X\nY=$X\nX=1+1\ndeclare +i X\nX+=1\nargv_probe $N $M "${A[@]}" $Y $X\n'
+                         'typeset -i T\nfor T in 1+1 6/2; do argv_probe $T; done\nN=7\n((N+=1))\nargv_probe $N\n',
+    "declare_in_a_function": 'f() { declare X=in; declare -r R=1; typeset -i N=1+1; declare -g G=g; argv_probe $X '
+                             '$R $N; }\nX=out\nf\nf\nargv_probe "$X" $G\n',
+    "set_options": 'set -- p q\nset -euo pipefail\nset -e\nset +x -o errexit\nargv_probe "$@" "$#"\n',
+    "readonly_unset": 'readonly R=1\nunset R\nargv_probe "$R" $?\n',
 }
 
 
@@ -177,3 +187,94 @@ def test_a_here_document_and_bash_c_are_read_as_the_scripts_they_are():
     assert [w.text for w in inner[0].words] == ["python", "/opt/pretrain_gpt.py", "--lr", "3e-4", "--bf16"]
     assert inner[0].sbatch == ("--nodes=2",) and [w.text for w in inner[0].wrapper] == ["srun", "-l"]
     assert "`bash -c`" in inner[0].via and "here-document" in inner[0].via
+
+
+READONLY = ["readonly R=1\nR=2\necho $R\n", "declare -r R=1\nR+=2\n", "readonly R=1\nf() {\n  local R=2\n}\nf\n",
+            "readonly R=1\n((R=3))\n", "readonly R=1\nfor R in a; do :; done\n", "typeset -r R\nR=x\n",
+            "readonly R=1\nif true; then\n  echo ${R:=x} ${U:=y}\n  R=3\nfi\n"]
+
+
+@pytest.mark.parametrize("text", READONLY, ids=range(len(READONLY)))
+def test_an_assignment_bash_refuses_as_readonly_is_refused_at_its_line(text, tmp_path):
+    """bash refuses the assignment and abandons the rest of the command it is in (a whole ``if``, a function
+    call): the reader does not follow that half-run, it names the line."""
+    script = tmp_path / "ro.sh"
+    script.write_text(text)
+    bash = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60)
+    assert "readonly variable" in bash.stderr
+    line = int(bash.stderr.split(": line ", 1)[1].split(":", 1)[0])
+    with pytest.raises(BashReadError) as caught:
+        read(text, source="ro.sh")
+    assert str(caught.value).startswith(f"ro.sh: line {line}: R is readonly: bash refuses this assignment")
+
+
+def test_a_name_reference_is_refused_by_name(tmp_path, capsys):
+    """``declare -n R=V``: assigning R sets V. Not read: refused with the line, never read as a plain variable (V
+    kept its old value there: an import of another learning rate)."""
+    text = "LR=1e-3\ndeclare -n REF=LR\nREF=3e-4\ntorchrun pretrain_gpt.py --lr $LR\n"
+    script = tmp_path / "ref.sh"
+    script.write_text(text.replace("torchrun pretrain_gpt.py", "echo"))
+    assert subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60).stdout == "--lr 3e-4\n"
+    for declared in (text, text.replace("declare -n REF=LR\n", "f() { local -n REF=$1; REF=3e-4; }\nf LR\n")):
+        with pytest.raises(BashReadError) as caught:
+            read(declared, source="ref.sh")
+        assert "-n REF" in str(caught.value) and "a name reference" in str(caught.value)
+    script.write_text(text)
+    assert main(["import", str(script), "-o", str(tmp_path / "out.yaml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {script}: line 2: declare -n REF") and "\n" not in err
+
+
+def test_windows_line_endings_and_a_byte_order_mark_are_refused_with_the_fix(tmp_path, capsys):
+    """bash keeps the carriage return of a CRLF line as part of its last word (Megatron-LM gets '--bf16\\r') and
+    reads a byte-order mark as part of the first word: both are refused by line, with the fix, never stripped."""
+    crlf = PRINTER + "A=1\nargv_probe --lr 1e-3 --bf16\n"
+    assert _bash_words(crlf.replace("\n", "\r\n").replace(PRINTER.replace("\n", "\r\n"), PRINTER), tmp_path) == \
+        [["--lr", "1e-3", "--bf16\r"]]
+    with pytest.raises(BashReadError) as caught:
+        read("A=1\ntorchrun pretrain_gpt.py --bf16\r\n", source="w.sh")
+    assert str(caught.value) == ("w.sh: line 2: the line ends in a carriage return (Windows line endings): bash passes "
+                                 "it as part of the last word ('--bf16\\r'); convert the file with dos2unix")
+    script = tmp_path / "bom.sh"
+    script.write_text("\ufeff#!/bin/bash\necho ran\n")
+    bash = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60)
+    assert "\ufeff#!/bin/bash: No such file or directory" in bash.stderr or "command not found" in bash.stderr
+    assert main(["import", str(script), "-o", str(tmp_path / "out.yaml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {script}: line 1: the file starts with a UTF-8 byte-order mark, which bash reads as part " \
+                  "of the first word; save the file without it (UTF-8 without BOM)"
+
+
+ERREXIT = ["set -e\nargv_probe a\nfalse\nargv_probe b\n", "set -e\n[ -z x ]\nargv_probe b\n",
+           "set -eu\nfalse || true\nfalse && x\nif false; then :; fi\n! true\nwhile false; do :; done\nargv_probe c\n"
+           "[[ a == b ]]\nargv_probe d\n", "set -e\nf() { return 3; }\nf || argv_probe e\nf\nargv_probe f\n",
+           "set -euo pipefail\ntrue && false\nargv_probe g\n",
+           "set -e\nset +e\nfalse\nargv_probe h\n((0))\nset -o errexit\n((0))\nargv_probe i\n",
+           "set -e\nN=1\nif [ $N = 1 ]; then\n  argv_probe j\n  false\nfi\nargv_probe k\n"]
+
+
+@pytest.mark.parametrize("text", ERREXIT, ids=range(len(ERREXIT)))
+def test_set_e_ends_the_script_where_bash_ends_it(text, tmp_path):
+    """``set -e``: a command that fails outside a condition ends the script, so nothing after it trains (the
+    reader read on); conditions, ``&&``/``||`` left sides and ``!`` do not end it."""
+    script = tmp_path / "e.sh"
+    script.write_text(PRINTER + text)
+    out = subprocess.run(["bash", str(script)], capture_output=True, timeout=60).stdout.decode()
+    expected = [line.split("\0")[:-1] for line in out.split("\1\n")[:-1]]
+    assert _our_words(text) == expected
+    ran_to_the_end = [text.rstrip("\n").rsplit("\n", 1)[-1].split()[-1]] in expected
+    ends = read(text).exits
+    assert bool(ends) != ran_to_the_end and all(e.endswith("and `set -e` ends it") for e in ends)
+
+
+def test_an_associative_arrays_elements_are_unknown_never_another_elements(tmp_path):
+    """``declare -A``: keys are strings (``M[x]`` is key "x", not x's value 1). Read as an indexed array, ``M[x]``
+    and ``M[1]`` were one element and the script's "a" became "b"; every element is unknown, named, instead."""
+    text = "declare -A M\nx=1\nM[x]=a\nM[1]=b\nargv_probe ${M[x]} ${M[1]} ${!M[@]}\ndeclare -A N=([tp]=2)\n" \
+           "argv_probe ${N[tp]}\nunset N\nN=(5)\nf() { local -A L; L[a]=1; }\nf\nL[1]=2\nargv_probe ${N[0]} ${L[1]}\n"
+    bash = _bash_words(text, tmp_path)
+    assert bash[0][:2] == ["a", "b"] and bash[2] == ["5", "2"]
+    calls = [c.words[1:] for c in read(text).commands if c.words[0].text == PROBE]
+    assert [w.known for w in calls[0]] == [False, False, False] and not calls[1][0].known
+    assert all("an associative array is not read by mtk import" in w.unknown[0] for w in (*calls[0], *calls[1]))
+    assert [w.text for w in calls[2]] == bash[2]  # unset, or a local that ended: an indexed array again

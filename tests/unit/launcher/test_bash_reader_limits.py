@@ -17,6 +17,8 @@ from mtk.launcher.megatron_import import import_text
 
 from mtk.exitcodes import BadInput
 
+DOUBLED = "X=x\n" + 'X="$X$X"\n' * 20  # 1 MiB
+ARRAY = "A=(" + "x" * 64 + ")\n" + 'A=("${A[@]}" "${A[@]}")\n' * 13  # 8,192 elements of 64 characters
 HOSTILE = {
     "nested_defaults": ("echo " + "${A:-" * 400 + "x" + "}" * 400 + "\n",
                         f"line 1: blocks, substitutions or quotes nested deeper than {MAX_NESTING} levels"),
@@ -35,6 +37,17 @@ HOSTILE = {
     "recursion": ("f() { f; }\nf\n", "line 1: functions call each other deeper than"),
     "unterminated_quote": ('A=1\npython pretrain_gpt.py --lr "1e-3 \\\n --bf16\n',
                            "line 2: unexpected EOF while looking for matching `\"'"),
+    # each expansion is bounded while it is built, never after: ${X//?/$X} of a 40 KB value is 1.6 GB
+    "squared_replacement": ("X=" + "a" * 40_000 + "\nX=${X//?/$X}\npretrain_gpt.py --lr $X\n",
+                            "line 2: a value grows past 1024 KiB (1,079,974 characters)"),
+    "replacement_of_a_replacement": ("X=" + "a" * 1000 + "\nX=${X//?/$X}\nX=${X//?/$X}\n",
+                                     "line 3: a value grows past 1024 KiB (1,999,999 characters)"),
+    "repeated_in_one_word": (DOUBLED + 'Y="' + "$X" * 200 + '"\n', "line 22: a value grows past 1024 KiB"),
+    "array_repeated_in_one_word": (ARRAY + 'Y="' + "${A[@]}" * 50 + '"\n',
+                                   "line 15: the script's expansions pass 4 MiB together"),
+    "array_spread_in_one_word": (ARRAY + "run " + '"${A[@]}"' * 50 + "\n",
+                                 "line 15: the script's expansions pass 4 MiB together"),
+    "joined_array": (ARRAY + 'Y="${A[*]}${A[*]}"\n', "line 15: a value grows past 1024 KiB (1,064,958 characters)"),
 }
 
 
@@ -51,7 +64,9 @@ def test_a_hostile_script_ends_in_one_line_exit_2(case, tmp_path, capsys):
     assert not (tmp_path / "out.yaml").exists()
 
 
-@pytest.mark.parametrize("case", ["doubling_value", "doubling_array", "nested_ifs", "ten_megabytes_of_flags"])
+@pytest.mark.parametrize("case", ["doubling_value", "doubling_array", "nested_ifs", "ten_megabytes_of_flags",
+                                  "squared_replacement", "replacement_of_a_replacement", "repeated_in_one_word",
+                                  "array_repeated_in_one_word", "array_spread_in_one_word", "joined_array"])
 def test_memory_stays_bounded(case):
     text, _ = HOSTILE[case]
     tracemalloc.start()
@@ -72,6 +87,27 @@ def test_a_pattern_built_to_be_slow_is_matched_in_bounded_work():
     assert cheap.known and cheap.text == subject  # no match: bash leaves the value as it is
     costly = read(f"X={subject}\nY=${{X##{'*a' * 300}b}}\nrun --y $Y\n").commands[0].words[2]
     assert not costly.known and "a pattern too costly to match" in costly.unknown[0]
+
+
+def test_arithmetic_on_long_constants_wraps_as_bash_does(tmp_path):
+    """A 5,000-digit constant is read digit by digit into 64 bits (it was a ValueError traceback: Python refuses
+    to convert more than 4,300 digits), and ``$((64#...))`` over 50,000 digits takes no bignum."""
+    import subprocess
+
+    text = "X=$(( " + "1" * 5000 + " ))\nY=$(( 64#" + "z_@" * 20_000 + " ))\nrun --x $X --y $Y\n"
+    script = tmp_path / "long.sh"
+    script.write_text(text.replace("run ", "printf '%s\\n' "))
+    bash = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60, check=True).stdout
+    words = [w.text for w in read(text).commands[0].words]
+    assert words[1:] == bash.split()
+
+
+def test_case_changes_beyond_ascii_are_unknown_not_guessed():
+    """bash changes the case of other letters by the locale the script runs in (``${X^^}`` of "ß" or "é"); ASCII
+    is the same in every locale."""
+    words = read("A=straße\nB=bf16\nrun ${A^^} ${B^^} ${A^} ${B@U}\n").commands[0].words
+    assert not words[1].known and "depends on the locale" in words[1].unknown[0]
+    assert [w.text for w in words[2:]] == ["BF16", "Straße", "BF16"]
 
 
 def test_thousands_of_flags_mtk_cannot_honour_are_summed_up_not_all_printed(tmp_path, capsys):

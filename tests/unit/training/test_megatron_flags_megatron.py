@@ -124,3 +124,17 @@ def test_where_defaults_differ_the_table_says_megatron_lms(parser):
     # --use-checkpoint-opt_param-scheduler: without it (or --override-opt_param-scheduler) Megatron-LM asserts that the
     # checkpoint's schedule equals the command's, a mode mtk does not offer (train.lr_schedule_on_resume says why)
     assert differ == [("--num-query-groups", 1, None), ("--use-checkpoint-opt_param-scheduler", False, "keep")]
+
+
+@pytest.mark.megatron  # Megatron-LM's parser (the module fixture)
+def test_the_import_reads_a_whole_number_where_megatron_lms_parser_does(parser):
+    """``mtk import`` refuses '1e3' for a flag whose spec field is a whole number, as Megatron-LM's ``type=int``
+    stops at it: that holds only where the two agree, for every flag that takes one value."""
+    from mtk.launcher.megatron_import.flags import whole_number
+
+    # one value each (a flag of several, --rampup-batch-size START INCR SAMPLES, has a reader of its own)
+    rows = [f for f in megatron_flags.FLAGS if f.spec and f.form == "value" and _action(parser, f.flag).nargs is None]
+    disagree = {f.flag: (whole_number(f), _action(parser, f.flag).type) for f in rows
+                if whole_number(f) != (_action(parser, f.flag).type is int)}
+    assert disagree == {}
+    assert sum(whole_number(f) for f in rows) >= 30  # the check reads real fields
