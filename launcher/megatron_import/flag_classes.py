@@ -37,25 +37,24 @@ HARMLESS: dict[str, str] = {
     **dict.fromkeys(("--profile", "--profile-step-start", "--profile-step-end", "--profile-ranks",
                      "--use-pytorch-profiler", "--record-memory-history", "--memory-snapshot-path",
                      "--nvtx-ranges"), PROFILING),
-    **dict.fromkeys(("--distributed-timeout-minutes", "--exit-duration-in-mins", "--exit-signal-handler",
+    **dict.fromkeys(("--exit-duration-in-mins", "--exit-signal-handler",
                      "--enable-ft-package", "--calc-ft-timeouts", "--rerun-mode",
                      "--check-weight-hash-across-dp-replicas-interval", "--result-rejected-tracker-filename"),
                     RESILIENCE),
     **dict.fromkeys(("--auto-detect-ckpt-format", "--dist-ckpt-strictness", "--ckpt-fully-parallel-save",
                      "--ckpt-fully-parallel-load", "--ckpt-assume-constant-structure", "--async-save",
-                     "--use-persistent-ckpt-worker", "--save-retain-interval", "--no-save-optim", "--no-save-rng",
-                     "--use-dist-ckpt"), CHECKPOINT_IO),
+                     "--use-persistent-ckpt-worker", "--save-retain-interval", "--use-dist-ckpt"), CHECKPOINT_IO),
     **dict.fromkeys(("--no-mmap-bin-files", "--no-create-attention-mask-in-dataloader",
                      "--num-dataset-builder-threads", "--dataloader-save"), LOADER),
     **dict.fromkeys(("--empty-unused-memory-level", "--use-nccl-ub", "--fsdp-double-buffer",
-                     "--fsdp-manual-registration", "--ddp-num-buckets", "--ddp-bucket-size", "--tp-comm-overlap",
+                     "--fsdp-manual-registration", "--ddp-num-buckets", "--tp-comm-overlap",
                      "--tp-comm-overlap-cfg", "--defer-embedding-wgrad-compute", "--wgrad-deferral-limit",
                      "--moe-permute-fusion", "--moe-router-fusion", "--moe-shared-expert-overlap",
                      "--cuda-graph-impl", "--cuda-graph-scope", "--enable-cuda-graph", "--cuda-graph-warmup-steps",
-                     "--te-rng-tracker", "--init-model-with-meta-device", "--use-cpu-initialization",
-                     "--disable-gloo-process-groups", "--overlap-p2p-communication", "--align-grad-reduce",
-                     "--no-align-grad-reduce", "--align-param-gather", "--no-align-param-gather",
-                     "--delay-wgrad-compute", "--high-priority-stream-groups", "--manual-gc-eval",
+                     "--te-rng-tracker", "--init-model-with-meta-device", "--disable-gloo-process-groups",
+                     "--overlap-p2p-communication", "--align-grad-reduce",
+                     "--no-align-grad-reduce", "--align-param-gather", "--delay-wgrad-compute",
+                     "--high-priority-stream-groups", "--manual-gc-eval",
                      "--enable-experimental", "--export-force-local-attention"), SPEED),
     **dict.fromkeys(("--recompute-modules", "--moe-layer-recompute", "--recompute-vision"), RECOMPUTE),
     **dict.fromkeys(("--tiktoken-pattern", "--tiktoken-num-special-tokens", "--tiktoken-special-tokens"), TIKTOKEN),
@@ -83,8 +82,6 @@ FSDP = "Megatron-FSDP shards parameters and gradients; mtk trains with DDP and t
 MLA = "multi-latent attention (DeepSeek's); mtk's GPTModel uses standard attention"
 SCHEDULE = "the learning-rate schedule"
 CHANGES: dict[str, str] = {
-    "--lr-warmup-fraction": "the warmup length as a fraction of the decay; the spec has no field for it yet (set "
-                            "train.lr_warmup_iters instead)",
     "--use-megatron-fsdp": FSDP, "--data-parallel-sharding-strategy": FSDP, "--outer-dp-sharding-strategy": FSDP,
     "--window-size": f"sliding-window attention (megatron-core's TransformerConfig.window_size; gpt-oss: 127,0 on "
                      f"every other layer): {NOT_HONOURED} the spec has no field for it, mtk's attention sees the "
@@ -100,18 +97,15 @@ CHANGES: dict[str, str] = {
                            f"half): {NOT_HONOURED} mtk's GLU (swiglu) has none",
     "--activation-func-clamp-value": f"the MLP activation (TransformerConfig.activation_func_clamp_value clamps what "
                                      f"it reads): {NOT_HONOURED} mtk's activations are not clamped",
-    "--squared-relu": f"the MLP activation (squared ReLU): {NOT_HONOURED} model.activation is gelu or swiglu",
     "--enable-gpt-oss": "gpt-oss's YaRN rotary embedding (scaling 32 from 131,072 positions; pretrain_gpt.py takes "
                         "the flag only with nvidia-modelopt installed, and stops at it otherwise): "
                         f"{NOT_HONOURED} mtk's rotary embedding has no YaRN scaling",
     "--qk-layernorm": f"a LayerNorm on queries and keys (TransformerConfig.qk_layernorm): {NOT_HONOURED} mtk's "
                       "attention has none",
-    "--norm-epsilon": "the normalization's epsilon",
-    "--add-qkv-bias": "a bias on query, key and value",
     **dict.fromkeys(("--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim",
                      "--qk-pos-emb-head-dim", "--v-head-dim"), MLA),
     **dict.fromkeys(("--mtp-num-layers", "--mtp-loss-scaling-factor"), "multi-token prediction"),
-    "--moe-layer-freq": "which layers are MoE layers", "--moe-shared-expert-intermediate-size": "a shared expert",
+    "--moe-shared-expert-intermediate-size": "a shared expert",
     "--moe-z-loss-coeff": "the router's z-loss",
     "--no-load-optim": "a resumed run loads the weights without the optimizer state; mtk resumes both (a run from "
                        "other weights is train.init_from)",
@@ -124,21 +118,20 @@ CHANGES: dict[str, str] = {
     "--eod-mask-loss": "the loss skips end-of-document tokens",
     "--reset-position-ids": "positions restart at each document", "--reset-attention-mask": "attention stops at "
     "each document",
-    **dict.fromkeys(("--rotary-interleaved", "--use-rope-scaling", "--rope-scaling-factor", "--rotary-scaling-factor",
+    **dict.fromkeys(("--use-rope-scaling", "--rope-scaling-factor", "--rotary-scaling-factor",
                      "--rotary-seq-len-interpolation-factor", "--mscale", "--mscale-all-dim", "--no-rope-freq",
                      "--rope-type"), "the rotary embedding"),
-    **dict.fromkeys(("--expert-tensor-parallel-size", "--num-layers-per-virtual-pipeline-stage",
+    **dict.fromkeys(("--num-layers-per-virtual-pipeline-stage",
                      "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"),
                     "the parallel layout (mtk has no field for it)"),
     **dict.fromkeys(("--fp8-margin", "--fp8-interval", "--first-last-layers-bf16", "--num-layers-at-start-in-bf16",
                      "--num-layers-at-end-in-bf16", "--use-precision-aware-optimizer",
                      "--disable-bf16-reduced-precision-matmul", "--accumulate-allreduce-grads-in-fp32",
                      "--loss-scale", "--hysteresis", "--loss-scale-window", "--min-loss-scale"), "the precision"),
-    "--dataloader-type": "the order samples are drawn in", "--data-parallel-random-init": "the initial weights",
+    "--dataloader-type": "the order samples are drawn in",
     **dict.fromkeys(("--spec", "--hybrid-layer-pattern", "--hybrid-override-pattern", "--is-hybrid-model"),
                     "another model than mtk's GPTModel"),
-    **dict.fromkeys(("--lr-warmup-init", "--weight-decay-incr-style", "--start-weight-decay", "--end-weight-decay",
-                     "--lr-wsd-decay-style", "--lr-wsd-decay-iters", "--lr-wsd-decay-samples"), SCHEDULE),
+    **dict.fromkeys(("--lr-wsd-decay-style", "--lr-wsd-decay-iters", "--lr-wsd-decay-samples"), SCHEDULE),
     **dict.fromkeys(("--sft", "--per-split-data-args-path", "--train-data-path", "--valid-data-path",
                      "--test-data-path", "--data-args-path"), "the training data"),
 }

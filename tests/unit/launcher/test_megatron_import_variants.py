@@ -56,3 +56,14 @@ def test_a_variant_stops_the_import_unless_allowed_to_be_dropped(variant, tmp_pa
     assert flag in capsys.readouterr().err
     assert main(["import", str(script), "-o", str(out), "--allow-dropped", flag]) == 0
     assert f"#   {flag}: " in out.read_text()
+
+
+def test_no_flag_with_a_table_row_is_also_worded_as_ignored_or_refused():
+    """classify asks the table first, so a flag that gained a row and still sits in HARMLESS or CHANGES is a dead
+    entry whose wording no user sees and the next reader takes for the truth."""
+    from mtk.launcher.megatron_import import flag_classes
+
+    from mtk import megatron_flags
+
+    rows = {row.flag for row in megatron_flags.FLAGS}
+    assert sorted(rows & {*flag_classes.HARMLESS, *flag_classes.CHANGES}) == []
