@@ -13,6 +13,7 @@ from typing import Any
 
 from mtk import megatron_flags
 from mtk.megatron_flags import Flag
+from mtk.megatron_flags.row import data_get
 
 from ..bash_reader import Value
 from ..bash_reader.values import Chunk
@@ -64,13 +65,7 @@ def set_field(spec: dict, dotted: str, value: Any) -> None:
     node[last] = value
 
 
-def get_field(spec: dict, dotted: str) -> Any:
-    node: Any = spec
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
+get_field = data_get  # the spec data's field at a dotted path; None when left out
 
 
 def scalar(text: str) -> Any:

@@ -7,7 +7,7 @@ import copy
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from .row import SCHEDULER, Flag, holds, spec_value
+from .row import SCHEDULER, Flag, data_get, holds, spec_value
 from .table import BY_NAME, DERIVED, FLAGS, PRECISION_DTYPE
 
 
@@ -153,7 +153,7 @@ def absent_values(spec: dict[str, Any], given: Collection[str]) -> dict[str, Any
     for flag in FLAGS:
         if flag.absent is None or not flag.spec or any(f.flag in given for f in FLAGS if f.spec == flag.spec):
             continue
-        if _data_get(work, flag.spec) is not None:
+        if data_get(work, flag.spec) is not None:
             continue
         if flag.only and not spec_value(work, BY_NAME[flag.only].field):
             continue
@@ -165,16 +165,6 @@ def absent_values(spec: dict[str, Any], given: Collection[str]) -> dict[str, Any
             node = node.setdefault(part, {})
         node[last] = out[flag.spec] = flag.absent
     return out
-
-
-def _data_get(data: dict[str, Any], dotted: str) -> Any:
-    """The field at ``dotted`` of spec data; None when left out."""
-    node: Any = data
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
 
 
 def _key(text: str) -> str:

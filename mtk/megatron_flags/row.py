@@ -139,6 +139,16 @@ def get(obj: Any, dotted: str) -> Any:
     return obj
 
 
+def data_get(data: dict[str, Any], dotted: str) -> Any:
+    """The field at ``dotted`` of spec data (a dict, as ``mtk import`` builds it); None when left out."""
+    node: Any = data
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
 # --------------------------------------------------------------------------- when a row applies
 
 _MISSING = object()
