@@ -251,6 +251,32 @@ def _let(runner: CommandRunner, node: Simple, words: Words, st: State) -> list[S
     return [st]
 
 
+# shell options that change nothing a non-interactive script's reading depends on; any other (extglob, nullglob,
+# expand_aliases — which makes ``alias`` take effect —, nocasematch, globstar, ...) changes how later lines read
+_HARMLESS_SHOPT = frozenset({"checkwinsize", "histappend", "cmdhist", "lithist", "progcomp", "promptvars",
+                             "hostcomplete", "huponexit", "mailwarn", "sourcepath", "checkhash", "checkjobs"})
+
+
+def _shopt(runner: CommandRunner, node: Simple, words: Words, st: State) -> list[State]:
+    """``shopt -s/-u NAME``: harmless options are fine; one that changes how bash reads or runs what follows
+    (patterns, globbing, aliases) is refused with its line — the lines after it would be read otherwise than bash
+    reads them; a query's status only running could tell."""
+    values = _values(words)
+    args = [v.text if v.known else None for v in values[1:]]
+    setting = bool(args) and args[0] in ("-s", "-u")
+    names = args[1:] if setting else []
+    if setting and names and all(n in _HARMLESS_SHOPT for n in names):
+        st.status = 0
+    elif setting:
+        said = " ".join(w.raw for w in node.words if not isinstance(w, Assign))
+        raise BashReadError(node.line, f"`{said}` changes how bash reads or runs the lines after it (patterns, "
+                                       "globbing, aliases), which mtk import does not follow: remove it, or give "
+                                       "the training flags as a plain argument list")
+    else:
+        st.status = None
+    return [st]
+
+
 def _eval(runner: CommandRunner, node: Simple, words: Words, st: State) -> list[State]:
     return _source(runner, node, words, st)
 
@@ -261,7 +287,7 @@ def _unknown_status(runner: CommandRunner, node: Simple, words: Words, st: State
 
 
 BUILTINS: dict[str, Handler] = {
-    ":": _ok, "true": _ok, "false": _false, "echo": _ok, "trap": _ok, "shopt": _ok, "umask": _ok, "alias": _ok,
+    ":": _ok, "true": _ok, "false": _false, "echo": _ok, "trap": _ok, "shopt": _shopt, "umask": _ok, "alias": _ok,
     "export": _declare, "declare": _declare, "typeset": _declare, "local": _declare, "readonly": _declare,
     "unset": _unset, "set": _set, "shift": _shift, "source": _source, ".": _source, "eval": _eval,
     "read": _read_vars, "mapfile": _read_vars, "readarray": _read_vars, "getopts": _read_vars,

@@ -278,3 +278,20 @@ def test_an_associative_arrays_elements_are_unknown_never_another_elements(tmp_p
     assert [w.known for w in calls[0]] == [False, False, False] and not calls[1][0].known
     assert all("an associative array is not read by mtk import" in w.unknown[0] for w in (*calls[0], *calls[1]))
     assert [w.text for w in calls[2]] == bash[2]  # unset, or a local that ended: an indexed array again
+
+
+def test_a_shell_option_that_changes_how_bash_reads_what_follows_is_refused_with_its_line(tmp_path):
+    """With ``shopt -s expand_aliases`` an alias defined on one line renames the next line's command (bash runs
+    pretrain_bert.py below, which the reader would take for pretrain_gpt.py); extglob, nullglob and the like change
+    patterns and globbing the same way. Harmless options (checkwinsize) and queries are read on."""
+    text = ("shopt -s expand_aliases\nalias python='echo pretrain_bert.py'\n"
+            "python pretrain_gpt.py --lr 1\n")
+    script = tmp_path / "aliased.sh"
+    script.write_text(text)
+    ran = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert ran.split()[0] == "pretrain_bert.py"  # what bash runs: not the command as written
+    for option in ("expand_aliases", "extglob", "nullglob"):
+        with pytest.raises(BashReadError, match=rf"line 1: `shopt -s {option}` changes how bash reads"):
+            read(text.replace("expand_aliases", option))
+    words = read("shopt -s checkwinsize\nshopt -q extglob\nrun --lr 1\n").commands[-1].words
+    assert [w.text for w in words] == ["run", "--lr", "1"]
