@@ -26,6 +26,7 @@ import pytest
 from support.journey import step
 from support.journey_local import tracked, train_records, wait_for
 from support.readme_env import ReadmeEnv, run, sh
+from support.terminal import as_a_terminal_starts_it
 
 pytestmark = pytest.mark.integration
 
@@ -176,7 +177,8 @@ def test_newcomer_offline_corpus_preview_train_extend_stop_unreachable_clusters_
         before_ctrl_c = int(tracked(ckpts))
         with open(log, "w") as fh:  # its own session: the terminal's Ctrl-C reaches the whole foreground group
             launch = subprocess.Popen([mtk, "launch", SPEC, "--set", "train.iterations=1000"], cwd=home, env=env,
-                                      stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+                                      stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+                                      preexec_fn=as_a_terminal_starts_it)
         try:
             wait_for("the run dir", lambda: run_dir_of(log) or launch.poll() is not None, 600)
             interrupted = run_dir_of(log)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from support.faults import Hold
+from support.terminal import as_a_terminal_starts_it
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +67,7 @@ def interrupted(runs: Path, tmp: Path, name: str, at: int, how: str, *sets: str)
     out, err = tmp / f"{how}.out", tmp / f"{how}.err"
     with open(out, "w") as fo, open(err, "w") as fe:
         proc = subprocess.Popen(launch_argv(runs, name, *sets), stdout=fo, stderr=fe, start_new_session=True,
-                                env={**os.environ, **hold.env()})
+                                env={**os.environ, **hold.env()}, preexec_fn=as_a_terminal_starts_it)
     wait(f"both ranks to wait after iteration {at}", lambda: hold.held(at, ranks=2), proc, err)
     run_dir = Path(next(ln for ln in out.read_text().splitlines() if ln.startswith("run: ")).removeprefix("run: "))
     if how == "ctrl-c":
